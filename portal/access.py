@@ -1,0 +1,55 @@
+"""Every object lookup for a request goes through here.
+
+A stranger gets 404 (it does not learn the object exists); a user who may see the object
+but asks to change it with a read-only role gets 403. Support staff see their own threads;
+reviewers and auditors see all of them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest
+
+from portal import roles
+from portal.models import Interrupt, Thread
+
+
+def visible_threads(user: roles.User) -> QuerySet[Thread]:
+    if not user.is_authenticated:
+        return Thread.objects.none()
+    if roles.can_view_all(user) or user.is_staff:
+        return Thread.objects.all()
+    return Thread.objects.filter(owner=user)
+
+
+def _uuid_or_404(value: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise Http404("No such thread") from None
+
+
+def get_thread_for_user(request: HttpRequest, thread_id: object) -> Thread:
+    try:
+        return visible_threads(request.user).get(pk=_uuid_or_404(thread_id))
+    except Thread.DoesNotExist:
+        raise Http404("No such thread") from None
+
+
+def get_interrupt_for_user(
+    request: HttpRequest, interrupt_id: str, *, decide: bool = False
+) -> Interrupt:
+    """The interrupt if its thread is visible to the user (404 otherwise). With
+    ``decide=True`` a user who can see it but may not decide gets 403."""
+    try:
+        interrupt = Interrupt.objects.select_related("thread", "claimed_by").get(
+            pk=interrupt_id, thread__in=visible_threads(request.user)
+        )
+    except Interrupt.DoesNotExist:
+        raise Http404("No such interrupt") from None
+    if decide and not (roles.can_decide(request.user) or request.user.is_staff):
+        raise PermissionDenied("Your role can read this request but not decide it.")
+    return interrupt

@@ -1,0 +1,13 @@
+from django.http import HttpRequest
+
+from portal import roles
+
+
+def role_flags(request: HttpRequest) -> dict[str, object]:
+    user = request.user
+    return {
+        "can_start": roles.can_start(user),
+        "can_decide": roles.can_decide(user),
+        "can_view_all": roles.can_view_all(user),
+        "can_view_history": roles.can_view_history(user),
+    }

@@ -1,0 +1,286 @@
+"""One settings module, read from the environment.
+
+With nothing set it is the embedded demo: SQLite, the in-memory channel layer, an
+in-process worker and the offline scripted model. Setting DATABASE_URL, REDIS_URL and
+OPENAI_API_KEY switches to the production parts. A malformed value raises
+ImproperlyConfigured naming the variable; production secrets have no default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false, yes/no), got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, object]:
+    """A DATABASES entry from postgres://user:pass@host:port/db?opt=v or sqlite:///path."""
+    parts = urlsplit(url)
+    if parts.scheme in ("postgres", "postgresql", "pgsql"):
+        db = unquote(parts.path.lstrip("/"))
+        if not db:
+            raise ImproperlyConfigured(f"{name} names no database: add /<dbname> to {url!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} has a bad port in {url!r}") from None
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": db,
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(port or ""),
+            "CONN_MAX_AGE": 0,
+            "OPTIONS": dict(parse_qsl(parts.query)),
+            "TEST": {"NAME": f"test_{db}"},
+        }
+    if parts.scheme == "sqlite":
+        # sqlite:///rel.db is relative to the working directory, sqlite:////abs.db absolute.
+        path = parts.path[1:]
+        if not path:
+            raise ImproperlyConfigured(f"{name} names no SQLite file: use sqlite:///path/to.db")
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+    raise ImproperlyConfigured(
+        f"{name} must start with postgres:// or sqlite://, got {parts.scheme or url!r}"
+    )
+
+
+DEBUG = env_bool("DEBUG", True)
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "insecure-demo-key-only-for-debug-" + "x" * 32
+elif len(SECRET_KEY) < 50 and not DEBUG:
+    raise ImproperlyConfigured("SECRET_KEY must be at least 50 characters when DEBUG is off")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if "://" not in _origin:
+        raise ImproperlyConfigured(
+            f"CSRF_TRUSTED_ORIGINS entries need a scheme (https://host), got {_origin!r}"
+        )
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "ninja",  # serves the API docs' assets itself, so /api/docs needs no CDN
+    "portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.role_flags",
+            ],
+        },
+    }
+]
+
+_database_url = os.environ.get("DATABASE_URL", "")
+# Lets several test runs share one machine without sharing a test database.
+_test_suffix = os.environ.get("TEST_DB_SUFFIX", "")
+DATABASES = {
+    "default": database_from_url(_database_url)
+    if _database_url
+    else {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": BASE_DIR / os.environ.get("SQLITE_PATH", "db.sqlite3"),
+        "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        # A file, not :memory:, so worker subprocesses in tests see the same database.
+        "TEST": {"NAME": str(BASE_DIR / f".test-db{_test_suffix}.sqlite3")},
+    }
+}
+USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+if USING_POSTGRES and _test_suffix:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(f"REDIS_URL must start with redis://, got {REDIS_URL!r}")
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # live portal (issue 6): redis-py 8 reads with a 5 s socket timeout by default,
+            # the same 5 s channels-redis blocks in BZPOPMIN, so idle consumers crashed
+            # (websocket close 1011) every few seconds; give the read room to finish.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "capacity": 1500,
+                "expiry": 30,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# --- the model -------------------------------------------------------------------------
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+# "scripted" (the offline model) unless a key or a base URL says a real server is there.
+PORTAL_MODEL = os.environ.get(
+    "PORTAL_MODEL", "gpt-4o-mini" if (OPENAI_API_KEY or OPENAI_BASE_URL) else "scripted"
+)
+if not PORTAL_MODEL.strip():
+    raise ImproperlyConfigured("PORTAL_MODEL must name a model, or be unset for the default")
+
+# Milliseconds between words of the offline scripted model (`make run` sets 40 so the
+# streaming is visible; tests keep 0).
+PORTAL_SCRIPTED_DELAY_MS = env_int("PORTAL_SCRIPTED_DELAY_MS", 0)
+
+# --- agents and runs -------------------------------------------------------------------
+# Agents by name: dotted paths to builders returning an uncompiled graph or ReactAgent.
+PORTAL_AGENTS = {
+    "refunds": "agents.examples.refunds.build_agent",
+    "transfers": "agents.examples.transfers.build_agent",
+    "accounts": "agents.examples.accounts.build_agent",
+    "contact": "agents.examples.contact.build_agent",
+}
+# --- durable threads helper: extra agents (tests register theirs this way) ----------
+# PORTAL_AGENTS_EXTRA='{"name": "dotted.path.build_agent"}' adds to (or overrides)
+# PORTAL_AGENTS, so worker subprocesses in tests can run test-only agents.
+_agents_extra = os.environ.get("PORTAL_AGENTS_EXTRA", "").strip()
+if _agents_extra:
+    import json as _json
+
+    try:
+        _extra = _json.loads(_agents_extra)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"PORTAL_AGENTS_EXTRA must be JSON: {_exc}") from None
+    if not isinstance(_extra, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in _extra.items()
+    ):
+        raise ImproperlyConfigured(
+            "PORTAL_AGENTS_EXTRA must be a JSON object of names to dotted paths, e.g. "
+            '{"echo": "tests.portal.testagents.build_echo"}'
+        )
+    PORTAL_AGENTS.update(_extra)
+# --- end durable threads helper ------------------------------------------------------
+# Largest accepted input for starting or resuming a thread, in bytes of JSON.
+PORTAL_MAX_INPUT_BYTES = env_int("PORTAL_MAX_INPUT_BYTES", 32_768, minimum=1024)
+PORTAL_MAX_NOTE_CHARS = env_int("PORTAL_MAX_NOTE_CHARS", 2_000, minimum=1)
+# Run the worker loop inside the web process (the embedded demo). Off in production,
+# where `manage.py run_worker` processes do the work.
+PORTAL_EMBEDDED_WORKER = env_bool("PORTAL_EMBEDDED_WORKER", not (_database_url and REDIS_URL))
+PORTAL_RUN_LEASE_SECONDS = env_int("PORTAL_RUN_LEASE_SECONDS", 30, minimum=1)
+PORTAL_RUN_MAX_ATTEMPTS = env_int("PORTAL_RUN_MAX_ATTEMPTS", 5, minimum=1)
+# Seconds a `run_worker` process keeps its database connection between runs.
+PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
+# The JSON API answers decisions only when enabled (403 otherwise), as an operator switch.
+PORTAL_API_ENABLED = env_bool("PORTAL_API_ENABLED", True)
+# Per agent and reason policies; "*" matches any. See portal/policies.py.
+PORTAL_POLICIES: dict[str, dict[str, object]] = {
+    "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
+}
+
+# --- production hardening (effective with DEBUG off) -----------------------------------
+if not DEBUG:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"portal": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+}

@@ -1,0 +1,90 @@
+"""Roles and demo users. Idempotent: safe to run on every start."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+
+from portal.roles import AUDITOR, REVIEWER, ROLE_PERMISSIONS, SUPPORT
+
+# username -> (role group or None for the admin, password). Demo only: `seed_demo`
+# prints these so a newcomer can log in as each role.
+DEMO_USERS = {
+    "support": (SUPPORT, "support-demo-pass"),
+    "reviewer": (REVIEWER, "reviewer-demo-pass"),
+    "reviewer2": (REVIEWER, "reviewer2-demo-pass"),
+    "auditor": (AUDITOR, "auditor-demo-pass"),
+    "admin": (None, "admin-demo-pass"),
+}
+
+
+@transaction.atomic
+def ensure_roles() -> list[Group]:
+    groups = []
+    for name, codenames in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        perms = list(
+            Permission.objects.filter(content_type__app_label="portal", codename__in=codenames)
+        )
+        missing = set(codenames) - {p.codename for p in perms}
+        if missing:
+            raise RuntimeError(f"permissions {sorted(missing)} do not exist yet: run migrate first")
+        group.permissions.set(perms)
+        groups.append(group)
+    return groups
+
+
+@transaction.atomic
+def ensure_demo_users() -> list[tuple[str, str, str]]:
+    """Create (or reset the password of) one user per role; return (user, role, password)."""
+    ensure_roles()
+    User = get_user_model()
+    created = []
+    for username, (role, password) in DEMO_USERS.items():
+        user, _ = User.objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_staff = user.is_superuser = role is None
+        user.save()
+        if role:
+            user.groups.set([Group.objects.get(name=role)])
+        created.append((username, role or "admin", password))
+    return created
+
+
+# --- live portal (issue 6): example conversations for the demo --------------------------
+# One opening message per shipped agent; each makes its agent ask for approval. The chat
+# offers them as examples, and seed_demo starts one conversation per agent on first run.
+DEMO_CONVERSATIONS = {
+    "refunds": "Refund $42.50 for order A-1001, it arrived broken.",
+    "transfers": "Transfer $2,500 to Alice for the March invoice.",
+    "accounts": "Please delete the account for user u-381.",
+    "contact": "My name is Dana Lee, dana@example.com. Message: are you open to a data project?",
+}
+
+
+def ensure_demo_threads(*, username: str = "support") -> list[str]:
+    """On first run (the demo support user has no threads yet), start one conversation
+    per example agent. Only their runs are queued here; the worker (embedded in
+    ``make run``) takes them to their approval requests, so the queue is not empty when a
+    newcomer first looks. Returns the agents started."""
+    from django.conf import settings
+
+    from portal.models import Thread
+    from portal.services import thread_start
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or Thread.objects.filter(owner=user).exists():
+        return []
+    started = []
+    for agent, text in DEMO_CONVERSATIONS.items():
+        if agent not in settings.PORTAL_AGENTS:
+            continue
+        thread_start(
+            agent=agent, input={"messages": [{"role": "user", "content": text}]}, user=user
+        )
+        started.append(agent)
+    return started
+
+
+# --- end live portal ------------------------------------------------------------------

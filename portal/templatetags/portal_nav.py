@@ -1,0 +1,31 @@
+"""Navigation by role: a link appears only when its page exists and the user may use it."""
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+
+from portal import roles
+
+register = template.Library()
+
+# (url name, label, who sees it)
+LINKS = [
+    ("chat", "Support chat", roles.can_start),
+    ("threads", "Threads", lambda user: user.is_authenticated),
+    ("queue", "Review queue", roles.can_decide),
+    ("history", "History", roles.can_view_history),
+    ("metrics", "Metrics", roles.can_view_history),
+]
+
+
+@register.simple_tag(takes_context=True)
+def nav_links(context: template.Context) -> list[dict[str, str]]:
+    user = context["request"].user
+    links = []
+    for name, label, allowed in LINKS:
+        if not allowed(user):
+            continue
+        try:
+            links.append({"url": reverse(name), "label": label})
+        except NoReverseMatch:  # the page is not installed in this build
+            continue
+    return links

@@ -1,0 +1,1 @@
+"""Views, one module per area of the portal so each stays small."""
