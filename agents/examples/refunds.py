@@ -1,0 +1,120 @@
+"""Refunds need a person's yes: the tool itself asks, with a schema for the answer.
+
+``issue_refund`` calls ``interrupt()`` before touching money. The demo pauses on two
+threads, shows a malformed answer being refused (the thread stays paused), then approves
+one refund and rejects the other with a note. Run: ``python -m agents.examples.refunds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from agents import (
+    CompiledGraph,
+    InMemoryCheckpointer,
+    Message,
+    ReactAgent,
+    ResponseGranularity,
+    ResumeValidationError,
+    interrupt,
+    pending_interrupt,
+)
+from agents.examples import DECISION_SCHEMA, dollars
+from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
+
+SYSTEM_PROMPT = [
+    {
+        "role": "system",
+        "content": "You handle refund requests. Use issue_refund; a person approves each one.",
+    }
+]
+
+# Refunds actually paid out, in order. The tool appends only after an approval.
+ISSUED: list[dict[str, Any]] = []
+
+
+def issue_refund(order_id: str, amount: float) -> str:
+    """Refund an order. A person must approve it first.
+
+    Args:
+        order_id: The order to refund, like A-1001.
+        amount: The amount in dollars.
+    """
+    # Everything above this call runs again on resume; the payout comes after it.
+    decision = interrupt(
+        {"order_id": order_id, "amount": amount},
+        message=f"Approve a ${amount:.2f} refund for order {order_id}?",
+        reason="tool_approval",
+        response_schema=DECISION_SCHEMA,
+    )
+    if not (isinstance(decision, dict) and decision.get("approved") is True):
+        note = decision.get("note") if isinstance(decision, dict) else "the request was cancelled"
+        return json.dumps({"status": "declined", "reason": note or "no reason given"})
+    ISSUED.append({"order_id": order_id, "amount": amount})
+    return f"Refund of ${amount:.2f} issued for order {order_id}."
+
+
+def _refund(match: re.Match[str]) -> Reply:
+    text = match.string
+    order = re.search(r"\b[A-Z]-\d+\b", text)
+    amount = dollars(text)
+    if order is None or amount is None:
+        return Reply("Which order should I refund, and how much? For example: $42.50 for A-1001.")
+    return Reply(
+        "I'll ask for approval of that refund.",
+        CallTool("issue_refund", order_id=order[0], amount=amount),
+    )
+
+
+SCRIPT = RuleScript(
+    [(r"\brefund", _refund)],
+    fallback="I handle refunds: tell me the order number and the amount.",
+)
+
+
+def build_agent(model: ChatModel | None = None) -> ReactAgent:
+    """The refund agent; offline (scripted) unless a model is given."""
+    return ReactAgent(
+        model=model or ScriptedModel(SCRIPT, name="scripted-refunds"),
+        system_prompt=SYSTEM_PROMPT,
+        tools=[issue_refund],
+    )
+
+
+async def run_case(graph: CompiledGraph, thread_id: str, decision: dict[str, Any]) -> None:
+    config = {"thread_id": thread_id, "user_id": "support-agent-1"}
+    result = await graph.ainvoke(
+        {"messages": [Message.text_message("Refund $42.50 for order A-1001, it arrived broken.")]},
+        config,
+        response_granularity=ResponseGranularity.FULL,
+    )
+    request = pending_interrupt(result["state"])
+    if request is None:
+        print(f"[{thread_id}] no approval needed:", result["messages"][-1].text())
+        return
+    print(f"[{thread_id}] paused:", request.message)
+    print(f"[{thread_id}] payload:", request.value, "| interrupt id:", request.id)
+
+    try:
+        await graph.ainvoke({"resume": {"approved": "yes"}}, config)
+    except ResumeValidationError as exc:
+        print(f"[{thread_id}] bad resume refused:", exc.context["errors"])
+
+    final = await graph.ainvoke({"resume": decision, "resume_interrupt_id": request.id}, config)
+    print(f"[{thread_id}] assistant:", final["messages"][-1].text())
+
+
+async def main() -> None:
+    ISSUED.clear()
+    graph = build_agent().compile(checkpointer=InMemoryCheckpointer())
+    async with graph:
+        await run_case(graph, "refund-approve", {"approved": True, "note": "photo received"})
+        await run_case(graph, "refund-reject", {"approved": False, "note": "outside return window"})
+    print("refunds issued:", ISSUED)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

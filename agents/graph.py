@@ -1,0 +1,681 @@
+"""Graphs: build with ``StateGraph``, ``compile()`` into an immutable ``CompiledGraph``, run.
+
+A compiled graph runs one thread at a time per call. ``_execute`` is the whole runtime: load
+the thread, accept the input, then step node by node, checkpointing at every boundary, until
+END or a pause. ``ainvoke`` and ``astream`` are two views of that one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from agents.checkpoint import (
+    Checkpointer,
+    CheckpointRecord,
+    CheckpointWrite,
+    Snapshot,
+    ThreadStatus,
+)
+from agents.errors import (
+    CheckpointerRequiredError,
+    GraphRecursionError,
+    GraphSetupError,
+    InterruptMismatchError,
+    InvalidInputError,
+    ResumeValidationError,
+    ThreadNotPausedError,
+)
+from agents.interrupt import (
+    GraphInterrupt,
+    Interrupt,
+    RunContext,
+    _current,
+    current_run,
+    validate_resume,
+)
+from agents.state import (
+    AgentState,
+    ExecutionMeta,
+    Message,
+    ResponseGranularity,
+    StreamChunk,
+    StreamEvent,
+    new_id,
+)
+from agents.tools import ToolNode
+
+__all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
+
+END = "__end__"
+_CORE_FIELDS = frozenset({"context", "execution_meta", "interrupt"})
+BREAKPOINT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["approved"],
+}
+_NEEDS_CHECKPOINTER = "pausing needs a checkpointer: compile(checkpointer=InMemoryCheckpointer())"
+
+Emit = Callable[[StreamChunk], None]
+
+
+@dataclass(frozen=True)
+class _Branch:
+    path: Callable[[Any], Any]
+    path_map: Mapping[Any, str] | None
+
+    def targets(self) -> list[str]:
+        return list(self.path_map.values()) if self.path_map is not None else []
+
+
+class StateGraph:
+    """A graph under construction. Nodes take ``(state)`` or ``(state, config)``, may be
+    sync or async, and return None, a Message, a list of Messages, or a dict with
+    ``"messages"`` (appended) and/or fields of the state type (replaced)."""
+
+    def __init__(self, state_type: type[AgentState] = AgentState) -> None:
+        if not (isinstance(state_type, type) and issubclass(state_type, AgentState)):
+            raise GraphSetupError(
+                f"StateGraph({state_type!r}): the state type must be AgentState or a "
+                "dataclass subclass of it"
+            )
+        self.state_type = state_type
+        self.nodes: dict[str, Callable[..., Any]] = {}
+        self.edges: dict[str, str | _Branch] = {}
+        self.entry: str | None = None
+
+    def add_node(self, name: str, fn: Callable[..., Any]) -> StateGraph:
+        if name == END:
+            raise GraphSetupError(
+                f"{END!r} is reserved for the end of the graph; name the node otherwise"
+            )
+        if name in self.nodes:
+            raise GraphSetupError(
+                f"there is already a node `{name}`; give the second node another name"
+            )
+        if not callable(fn):
+            raise GraphSetupError(f"node `{name}` must be a function or callable, got {fn!r}")
+        self.nodes[name] = fn
+        return self
+
+    def add_edge(self, source: str, target: str) -> StateGraph:
+        self._set_edge(source, target)
+        return self
+
+    def add_conditional_edges(
+        self,
+        source: str,
+        path: Callable[[Any], Any],
+        path_map: Mapping[Any, str] | Iterable[str] | None = None,
+    ) -> StateGraph:
+        """Route from ``source`` to ``path(state)`` (looked up in ``path_map`` if given)."""
+        if path_map is not None and not isinstance(path_map, Mapping):
+            path_map = {name: name for name in path_map}
+        self._set_edge(source, _Branch(path, dict(path_map) if path_map is not None else None))
+        return self
+
+    def set_entry_point(self, name: str) -> StateGraph:
+        self.entry = name
+        return self
+
+    def _set_edge(self, source: str, edge: str | _Branch) -> None:
+        if source in self.edges:
+            raise GraphSetupError(
+                f"node `{source}` already has an outgoing edge; a node has one add_edge(...) "
+                "or one add_conditional_edges(...) router that picks among several targets"
+            )
+        self.edges[source] = edge
+
+    def compile(
+        self,
+        checkpointer: Checkpointer | None = None,
+        interrupt_before: Iterable[str] = (),
+        interrupt_after: Iterable[str] = (),
+    ) -> CompiledGraph:
+        """Validate the graph and freeze it. Every node needs an outgoing edge; use
+        ``add_edge(name, END)`` to finish after a node."""
+        before, after = frozenset(interrupt_before), frozenset(interrupt_after)
+        self._validate(checkpointer, before, after)
+        return CompiledGraph(
+            state_type=self.state_type,
+            nodes=MappingProxyType(dict(self.nodes)),
+            edges=MappingProxyType(dict(self.edges)),
+            entry=str(self.entry),
+            checkpointer=checkpointer,
+            interrupt_before=before,
+            interrupt_after=after,
+            wants_config=frozenset(n for n, fn in self.nodes.items() if _wants_config(fn)),
+            extra_fields=tuple(
+                f.name for f in dataclasses.fields(self.state_type) if f.name not in _CORE_FIELDS
+            ),
+        )
+
+    def _validate(
+        self, checkpointer: Checkpointer | None, before: frozenset[str], after: frozenset[str]
+    ) -> None:
+        def no_node(name: str) -> str:
+            return f"no node `{name}`; add it with add_node({name!r}, fn)"
+
+        if self.entry is None:
+            raise GraphSetupError("the graph has no entry point; call set_entry_point('NODE')")
+        if self.entry not in self.nodes:
+            raise GraphSetupError(
+                f"the entry point is `{self.entry}`, but there is {no_node(self.entry)}"
+            )
+        for source, edge in self.edges.items():
+            if source not in self.nodes:
+                raise GraphSetupError(
+                    f"an edge starts at `{source}`, but there is {no_node(source)}"
+                )
+            for target in [edge] if isinstance(edge, str) else edge.targets():
+                if target != END and target not in self.nodes:
+                    raise GraphSetupError(
+                        f"edge from `{source}` to `{target}`, but there is {no_node(target)}"
+                    )
+        for name in self.nodes:
+            if name not in self.edges:
+                raise GraphSetupError(
+                    f"node `{name}` has no outgoing edge; add_edge({name!r}, END) to finish there"
+                )
+        for label, names in (("interrupt_before", before), ("interrupt_after", after)):
+            for name in sorted(names - set(self.nodes)):
+                raise GraphSetupError(
+                    f"{label} names `{name}`, but there is no such node; nodes: "
+                    + ", ".join(sorted(self.nodes))
+                )
+        if (before or after) and checkpointer is None:
+            raise GraphSetupError(f"interrupt_before/interrupt_after: {_NEEDS_CHECKPOINTER}")
+        try:
+            self.state_type()
+        except TypeError as exc:
+            raise GraphSetupError(
+                f"{self.state_type.__name__}() failed ({exc}); give every field a default"
+            ) from exc
+
+
+def _wants_config(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def _as_message(item: Any) -> Message:
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, dict) and "role" in item:
+        return Message.from_dict(item)
+    raise InvalidInputError(
+        f"a message must be a Message or a dict with 'role' and 'content', got {item!r}"
+    )
+
+
+def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
+    last = state.context[-1] if state.context else None
+    value = None
+    if last is not None and last.role == "assistant" and last.tools_calls:
+        calls = last.tool_call_arguments()
+        value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
+    return Interrupt(
+        id=new_id("int"),
+        key=f"{node}:{when}",
+        node=node,
+        value=value,
+        message=f"Paused {when} `{node}`. Answer {{'approved': true}} to go on, or decline.",
+        reason="breakpoint",
+        response_schema=BREAKPOINT_SCHEMA,
+    )
+
+
+class _Run:
+    """One invocation's view of a thread: the live state and what is not yet saved."""
+
+    def __init__(
+        self,
+        graph: CompiledGraph,
+        snapshot: Snapshot | None,
+        *,
+        thread_id: str,
+        run_id: str,
+        config: dict[str, Any],
+        emit: Emit | None,
+    ) -> None:
+        self.graph, self.thread_id, self.run_id = graph, thread_id, run_id
+        self.config, self.emit_fn = config, emit
+        self.state = graph.state_from(snapshot)
+        self.state.execution_meta.step = 0
+        meta = snapshot.meta if snapshot else {}
+        self.seq = snapshot.seq if snapshot else None
+        self.status = snapshot.status if snapshot else None
+        self.next_node = snapshot.next_node if snapshot else None
+        self.answers: dict[str, Any] = dict(meta.get("answers") or {})
+        self.passed: str | None = meta.get("breakpoint_passed")
+        self.unsaved: list[Message] = []
+
+    def emit(self, event: StreamEvent, message: Message | None = None, **data: Any) -> None:
+        if self.emit_fn is not None:
+            self.emit_fn(
+                StreamChunk(
+                    event=event,
+                    message=message,
+                    state=self.state if event is StreamEvent.STATE else None,
+                    data=data,
+                    thread_id=self.thread_id,
+                    run_id=self.run_id,
+                )
+            )
+
+    def append(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            self.state.context.append(message)
+            self.unsaved.append(message)
+            self.emit(StreamEvent.MESSAGE, message, complete=True)
+
+    async def save(
+        self,
+        status: ThreadStatus,
+        next_node: str | None,
+        *,
+        node: str | None,
+        interrupt: dict[str, Any] | None = None,
+    ) -> None:
+        self.state.interrupt = interrupt
+        self.status, self.next_node = status, next_node
+        store = self.graph.checkpointer
+        if store is not None:
+            meta: dict[str, Any] = {
+                "execution_meta": self.state.execution_meta.to_dict(),
+                "answers": dict(self.answers),
+                "breakpoint_passed": self.passed,
+            }
+            if self.graph.extra_fields:
+                meta["values"] = {k: getattr(self.state, k) for k in self.graph.extra_fields}
+            write = CheckpointWrite(
+                status=status,
+                next_node=next_node,
+                new_messages=[m.to_dict() for m in self.unsaved],
+                meta=meta,
+                interrupt=interrupt,
+                node=node,
+            )
+            self.seq = await store.aput(self.thread_id, write, parent_seq=self.seq)
+        self.unsaved.clear()
+
+    async def pause(self, pending: Interrupt, next_node: str, when: str | None = None) -> _Run:
+        meta = self.state.execution_meta
+        meta.interrupted_node, meta.breakpoint = pending.node, when
+        data = pending.to_dict()
+        await self.save(ThreadStatus.INTERRUPTED, next_node, node=pending.node, interrupt=data)
+        self.emit(StreamEvent.UPDATES, status="interrupted", interrupt=data)
+        return self
+
+    def unpause(self) -> None:
+        meta = self.state.execution_meta
+        meta.interrupted_node = meta.breakpoint = None
+        self.state.interrupt = None
+
+    async def finish(self) -> _Run:
+        self.emit(StreamEvent.UPDATES, status="done")
+        self.emit(StreamEvent.STATE)
+        return self
+
+    def context_for(self, node: str) -> RunContext:
+        async def append_and_save(messages: list[Message]) -> None:
+            self.append(messages)
+            await self.save(ThreadStatus.RUNNING, node, node=node)
+
+        return RunContext(
+            node=node,
+            thread_id=self.thread_id,
+            run_id=self.run_id,
+            config=self.config,
+            answers=self.answers,
+            emit=self.emit_fn,
+            append=append_and_save,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledGraph:
+    """A validated, immutable graph bound to an optional checkpointer."""
+
+    state_type: type[AgentState]
+    nodes: Mapping[str, Callable[..., Any]]
+    edges: Mapping[str, str | _Branch]
+    entry: str
+    checkpointer: Checkpointer | None
+    interrupt_before: frozenset[str]
+    interrupt_after: frozenset[str]
+    wants_config: frozenset[str]
+    extra_fields: tuple[str, ...]
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _execute(self, input: Any, config: dict[str, Any] | None, emit: Emit | None) -> _Run:
+        run = await self._open(config, emit)
+        node = await self._accept(run, input)
+        limit = int(run.config.get("recursion_limit", 25))
+        try:
+            while node is not None and node != END:
+                if node in self.interrupt_before and run.passed != node:
+                    return await run.pause(_breakpoint(node, "before", run.state), node, "before")
+                run.state.execution_meta.step += 1
+                if run.state.execution_meta.step > limit:
+                    raise GraphRecursionError(
+                        f"the graph ran {limit} steps without reaching END; raise "
+                        "config['recursion_limit'] or check the routing for a loop",
+                        limit=limit,
+                    )
+                run.emit(StreamEvent.UPDATES, status="node_start", node=node)
+                try:
+                    await self._call_node(run, node)
+                except GraphInterrupt as paused:
+                    if self.checkpointer is None:
+                        raise CheckpointerRequiredError(_NEEDS_CHECKPOINTER) from None
+                    return await run.pause(paused.interrupt, node)
+                run.emit(StreamEvent.UPDATES, status="node_end", node=node)
+                run.answers.clear()
+                run.passed = None
+                after = self._route(node, run.state)
+                if node in self.interrupt_after:
+                    return await run.pause(_breakpoint(node, "after", run.state), after, "after")
+                await self._save_boundary(run, node, after)
+                node = after
+        except Exception as exc:
+            run.emit(StreamEvent.ERROR, error=str(exc), type=type(exc).__name__, node=node)
+            raise
+        return await run.finish()
+
+    async def _save_boundary(self, run: _Run, node: str | None, next_node: str | None) -> None:
+        if next_node is None or next_node == END:
+            await run.save(ThreadStatus.DONE, None, node=node)
+        else:
+            await run.save(ThreadStatus.RUNNING, next_node, node=node)
+
+    async def _call_node(self, run: _Run, node: str) -> None:
+        fn = self.nodes[node]
+        token = _current.set(run.context_for(node))
+        try:
+            result = fn(run.state, run.config) if node in self.wants_config else fn(run.state)
+            if inspect.isawaitable(result):
+                result = await result
+        finally:
+            _current.reset(token)
+        self._apply(run, node, result)
+
+    def _apply(self, run: _Run, node: str, result: Any) -> None:
+        if result is None:
+            return
+        if isinstance(result, Message):
+            run.append([result])
+        elif isinstance(result, list):
+            run.append(_as_message(m) for m in result)
+        elif isinstance(result, dict):
+            for key, value in result.items():
+                if key == "messages":
+                    run.append(_as_message(m) for m in value or [])
+                elif key in self.extra_fields:
+                    setattr(run.state, key, value)
+                else:
+                    raise GraphSetupError(
+                        f"node `{node}` returned {key!r}, which {self.state_type.__name__} has "
+                        "no field for; add the field to your AgentState subclass, or return "
+                        "{'messages': [...]} (history is append-only)"
+                    )
+        else:
+            raise GraphSetupError(
+                f"node `{node}` returned {type(result).__name__}; return None, a Message, a "
+                "list of Messages, or a dict with 'messages' and/or state fields"
+            )
+
+    def _route(self, node: str, state: AgentState) -> str:
+        edge = self.edges[node]
+        if isinstance(edge, str):
+            return edge
+        key = edge.path(state)
+        target = edge.path_map.get(key) if edge.path_map is not None else key
+        if not isinstance(target, str) or (target != END and target not in self.nodes):
+            options = edge.targets() or [*self.nodes, END]
+            raise GraphSetupError(
+                f"the router of `{node}` returned {key!r}, which leads to no node; return one "
+                f"of {sorted(options)!r} (or add it to path_map)"
+            )
+        return target
+
+    # -- inputs ------------------------------------------------------------------------
+
+    async def _open(self, config: dict[str, Any] | None, emit: Emit | None) -> _Run:
+        config = dict(config or {})
+        thread_id = config.get("thread_id")
+        if self.checkpointer is not None and not thread_id:
+            raise InvalidInputError(
+                "pass config={'thread_id': ...}: a graph with a checkpointer keeps each "
+                "conversation under a thread id"
+            )
+        thread_id = str(thread_id or new_id("thread"))
+        snapshot = await self.checkpointer.aget(thread_id) if self.checkpointer else None
+        run_id = str(config.get("run_id") or new_id("run"))
+        return _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
+
+    async def _accept(self, run: _Run, input: Any) -> str | None:
+        """Check the input against the thread's status; return the node to run next."""
+        if input is None:
+            input = {"messages": []}
+        if not isinstance(input, dict):
+            raise InvalidInputError(
+                "the input must be a dict: {'messages': [...]} to add messages or "
+                "{'resume': value} to answer a pending interrupt"
+            )
+        if "resume" in input:
+            return await self._accept_resume(run, input)
+        extra = sorted(set(input) - {"messages"})
+        if extra:
+            raise InvalidInputError(
+                f"unexpected input keys {extra}; pass {{'messages': [...]}} to add messages or "
+                "{'resume': ...} to answer an interrupt. State cannot be set through the input.",
+                keys=extra,
+            )
+        messages = [_as_message(m) for m in input.get("messages") or []]
+        if run.status is ThreadStatus.INTERRUPTED and run.state.interrupt:
+            pending = Interrupt.from_dict(run.state.interrupt)
+            if messages or pending.reason != "breakpoint":
+                hint = (
+                    " (or continue it with {'messages': []})"
+                    if pending.reason == "breakpoint"
+                    else ""
+                )
+                raise InvalidInputError(
+                    f"thread {run.thread_id!r} is paused on interrupt {pending.id}; answer it "
+                    f"with {{'resume': ..., 'resume_interrupt_id': {pending.id!r}}}{hint}",
+                    thread_id=run.thread_id,
+                    interrupt_id=pending.id,
+                )
+            return await self._end_breakpoint(run, pending, approved=True, note=None)
+        if run.status is ThreadStatus.RUNNING:
+            if messages:
+                raise InvalidInputError(
+                    f"thread {run.thread_id!r} has an unfinished run (next node "
+                    f"`{run.next_node}`); continue it with {{'messages': []}} first",
+                    thread_id=run.thread_id,
+                )
+            return run.next_node
+        if not messages:
+            return None  # a new or finished thread, and nothing to add
+        run.append(messages)
+        # Saved before anything runs, so a crash or a model failure can be retried.
+        await run.save(ThreadStatus.RUNNING, self.entry, node=None)
+        return self.entry
+
+    async def _accept_resume(self, run: _Run, input: dict[str, Any]) -> str | None:
+        extra = sorted(set(input) - {"resume", "resume_interrupt_id"})
+        if extra:
+            raise InvalidInputError(
+                f"a resume takes only 'resume' and 'resume_interrupt_id', got also {extra}; "
+                "state edits and jumps to other nodes are not accepted",
+                keys=extra,
+            )
+        if self.checkpointer is None:
+            raise CheckpointerRequiredError(f"resuming a thread: {_NEEDS_CHECKPOINTER}")
+        if run.status is not ThreadStatus.INTERRUPTED or not run.state.interrupt:
+            status = run.status.value if run.status else "new"
+            raise ThreadNotPausedError(
+                f"thread {run.thread_id!r} is not paused on an interrupt (status: {status}); "
+                "there is nothing to resume. Start a turn with {'messages': [...]}",
+                thread_id=run.thread_id,
+                status=status,
+            )
+        pending = Interrupt.from_dict(run.state.interrupt)
+        given = input.get("resume_interrupt_id")
+        if given is not None and given != pending.id:
+            raise InterruptMismatchError(thread_id=run.thread_id, expected=pending.id, given=given)
+        value = input["resume"]
+        errors = validate_resume(value, pending.response_schema)
+        if errors:
+            raise ResumeValidationError(errors, interrupt_id=pending.id)
+        if pending.reason == "breakpoint":
+            approved = isinstance(value, dict) and value.get("approved") is True
+            note = value.get("note") if isinstance(value, dict) else None
+            return await self._end_breakpoint(run, pending, approved=approved, note=note)
+        run.answers[pending.key] = {"id": pending.id, "value": value}
+        run.unpause()
+        # Saved now so the answer survives a crash while the node re-runs.
+        await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node)
+        return pending.node
+
+    async def _end_breakpoint(
+        self, run: _Run, pending: Interrupt, *, approved: bool, note: str | None
+    ) -> str | None:
+        when, next_node = run.state.execution_meta.breakpoint, run.next_node
+        run.unpause()
+        if approved:
+            if when == "before":
+                run.passed = pending.node
+            await self._save_boundary(run, pending.node, next_node)
+            return next_node
+        fn = self.nodes[pending.node]
+        if when == "before" and isinstance(fn, ToolNode):
+            # The reviewer refused the calls: each gets a declined result, the model goes on.
+            run.append(fn.decline(run.state, note))
+            next_node = self._route(pending.node, run.state)
+            await self._save_boundary(run, pending.node, next_node)
+            return next_node
+        await run.save(ThreadStatus.DONE, None, node=pending.node)
+        return None
+
+    # -- public API ----------------------------------------------------------------------
+
+    def state_from(self, snapshot: Snapshot | None) -> AgentState:
+        state = self.state_type()
+        if snapshot is None:
+            return state
+        state.context = [Message.from_dict(m) for m in snapshot.messages]
+        state.execution_meta = ExecutionMeta.from_dict(snapshot.meta.get("execution_meta"))
+        state.interrupt = snapshot.interrupt
+        for key, value in (snapshot.meta.get("values") or {}).items():
+            if key in self.extra_fields:
+                setattr(state, key, value)
+        return state
+
+    def _output(self, run: _Run, granularity: ResponseGranularity) -> dict[str, Any]:
+        out: dict[str, Any] = {"messages": run.state.context}
+        if granularity is not ResponseGranularity.LOW:
+            out["interrupt"] = run.state.interrupt
+            out["thread_id"] = run.thread_id
+        if granularity is ResponseGranularity.FULL:
+            out["state"] = run.state
+        return out
+
+    async def ainvoke(
+        self,
+        input: dict[str, Any] | None,
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity = ResponseGranularity.LOW,
+    ) -> dict[str, Any]:
+        """Run until END or a pause. Returns ``{"messages": <the whole context>}``; PARTIAL
+        adds ``"interrupt"`` (the pending interrupt dict or None) and ``"thread_id"``;
+        FULL adds ``"state"``."""
+        run = await self._execute(input, config, None)
+        return self._output(run, response_granularity)
+
+    def invoke(
+        self,
+        input: dict[str, Any] | None,
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity = ResponseGranularity.LOW,
+    ) -> dict[str, Any]:
+        """``ainvoke`` for synchronous code (not callable from inside an event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.ainvoke(input, config, response_granularity))
+        raise RuntimeError(
+            "invoke() cannot run inside a running event loop; use `await graph.ainvoke(...)`"
+        )
+
+    async def astream(
+        self,
+        input: dict[str, Any] | None,
+        config: dict[str, Any] | None = None,
+        response_granularity: ResponseGranularity = ResponseGranularity.LOW,
+    ) -> AsyncIterator[StreamChunk]:
+        """Run and yield chunks as they happen: MESSAGE deltas and completed messages,
+        UPDATES node_start/node_end, then either one UPDATES ``interrupted`` chunk, or
+        UPDATES ``done`` (plus a STATE chunk above LOW). A node's exception yields one
+        ERROR chunk and is then raised."""
+        queue: asyncio.Queue[StreamChunk | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self._execute(input, config, queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (chunk := await queue.get()) is not None:
+                if (
+                    chunk.event is StreamEvent.STATE
+                    and response_granularity is ResponseGranularity.LOW
+                ):
+                    continue
+                yield chunk
+            task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+
+    def _store(self) -> Checkpointer:
+        if self.checkpointer is None:
+            raise CheckpointerRequiredError(
+                "threads are stored only with a checkpointer: compile(checkpointer=...)"
+            )
+        return self.checkpointer
+
+    async def aget_state(self, thread_id: str) -> AgentState | None:
+        """The thread's state as last checkpointed (``.interrupt`` set while paused)."""
+        snapshot = await self._store().aget(thread_id)
+        return None if snapshot is None else self.state_from(snapshot)
+
+    async def aget_history(self, thread_id: str) -> list[CheckpointRecord]:
+        return await self._store().alist(thread_id)
+
+    async def aclose(self) -> None:
+        """Close the nodes' models and the checkpointer."""
+        seen: set[int] = set()
+        for fn in self.nodes.values():
+            close = getattr(fn, "aclose", None)
+            if close is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                await close()
+        if self.checkpointer is not None:
+            await self.checkpointer.aclose()
+
+    async def __aenter__(self) -> CompiledGraph:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

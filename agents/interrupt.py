@@ -1,0 +1,261 @@
+"""Pausing a graph from inside a node or a tool, and answering the pause.
+
+The re-run rule: ``interrupt()`` pauses by raising ``GraphInterrupt``; the graph saves the
+thread and stops. When the thread is resumed, the node (or, inside a ``ToolNode``, the one
+tool call) that paused runs again from its first line, and this time ``interrupt()`` returns
+the answer instead of raising (``None`` when the request was cancelled). Code before the
+call therefore runs twice; keep side effects such as payments after it.
+
+The ordering rule: a node or tool may call ``interrupt()`` several times. The calls are
+answered in order: on each re-run the answered calls return their answers and the first
+unanswered one pauses again, with its own interrupt id. Answers are matched by position,
+so the calls must happen in the same order on every run.
+
+Answers live in the checkpoint's ``meta["answers"]``, keyed ``"<node>:<tool_call_id or
+->:<n>"`` where ``n`` counts ``interrupt()`` calls in that scope during the current run of
+the node; they are dropped when the node completes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, cast
+
+from jsonschema import Draft202012Validator, ValidationError
+
+from agents.state import AgentState, Message, StreamChunk, StreamEvent, new_id
+
+
+@dataclass
+class Interrupt:
+    """A pending request for a person (or another system) to answer."""
+
+    id: str
+    key: str
+    node: str
+    value: Any = None
+    message: str | None = None
+    reason: str = "input_required"
+    response_schema: dict[str, Any] | None = None
+    tool_call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "key": self.key,
+            "node": self.node,
+            "value": self.value,
+            "message": self.message,
+            "reason": self.reason,
+            "response_schema": self.response_schema,
+            "tool_call_id": self.tool_call_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Interrupt:
+        return cls(
+            id=data["id"],
+            key=data["key"],
+            node=data["node"],
+            value=data.get("value"),
+            message=data.get("message"),
+            reason=data.get("reason") or "input_required",
+            response_schema=data.get("response_schema"),
+            tool_call_id=data.get("tool_call_id"),
+        )
+
+
+# A BaseException, not an Exception: tools routinely wrap their work in `except Exception`
+# (and ToolNode turns a tool's Exception into an error result for the model). A pause must
+# get past all of those to reach the graph, or the pause would be reported as a failure.
+class GraphInterrupt(BaseException):
+    """Raised by ``interrupt()``; the graph catches it and saves the pause."""
+
+    def __init__(self, interrupt: Interrupt) -> None:
+        super().__init__(interrupt.message or f"interrupt {interrupt.id} in {interrupt.node}")
+        self.interrupt = interrupt
+
+
+class RunContext:
+    """What a running node can reach through ``current_run()``.
+
+    ``emit_delta`` streams model text, ``append_messages`` adds messages to the thread and
+    checkpoints them at once (the node stays current, so a crash resumes inside it), and
+    ``tool_scope`` scopes ``interrupt()`` calls to one tool call.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        thread_id: str,
+        run_id: str,
+        config: dict[str, Any],
+        answers: dict[str, Any],
+        emit: Callable[[StreamChunk], None] | None,
+        append: Callable[[list[Message]], Awaitable[None]],
+    ) -> None:
+        self.node = node
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.config = config
+        self.answers = answers
+        self.tool_call_id: str | None = None
+        # The id of the interrupt whose answer interrupt() returned last.
+        self.last_interrupt_id: str | None = None
+        self._counts: dict[str, int] = {}
+        self._emit = emit
+        self._append = append
+
+    @property
+    def streaming(self) -> bool:
+        return self._emit is not None
+
+    def emit_delta(self, message: Message, text: str) -> None:
+        """Stream a fragment of ``message`` (a partial assistant message, final id)."""
+        if self._emit is not None:
+            self._emit(
+                StreamChunk(
+                    event=StreamEvent.MESSAGE,
+                    message=message,
+                    data={"delta": text},
+                    thread_id=self.thread_id,
+                    run_id=self.run_id,
+                )
+            )
+
+    async def append_messages(self, messages: list[Message]) -> None:
+        """Add messages to the thread and checkpoint them now (next_node stays this node)."""
+        await self._append(messages)
+
+    @contextmanager
+    def tool_scope(self, tool_call_id: str) -> Iterator[None]:
+        previous, self.tool_call_id = self.tool_call_id, tool_call_id
+        try:
+            yield
+        finally:
+            self.tool_call_id = previous
+
+    def next_key(self) -> str:
+        scope = f"{self.node}:{self.tool_call_id or '-'}"
+        n = self._counts.get(scope, 0)
+        self._counts[scope] = n + 1
+        return f"{scope}:{n}"
+
+
+_current: ContextVar[RunContext | None] = ContextVar("agents_current_run", default=None)
+
+
+def current_run() -> RunContext:
+    """The context of the node running now; RuntimeError outside a running node."""
+    run = _current.get()
+    if run is None:
+        raise RuntimeError(
+            "no graph node is running here; interrupt() and current_run() only work inside "
+            "a node or a tool that a compiled graph is executing (graph.ainvoke/astream)"
+        )
+    return run
+
+
+def interrupt(
+    value: Any = None,
+    *,
+    message: str | None = None,
+    reason: str = "input_required",
+    response_schema: dict[str, Any] | None = None,
+) -> Any:
+    """Pause the graph and return the answer once the thread is resumed.
+
+    ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt,
+    ``response_schema`` a JSON schema every answer must satisfy. Returns ``None`` when the
+    request was cancelled. See the module docstring for the re-run and ordering rules.
+    """
+    run = current_run()
+    key = run.next_key()
+    answer = run.answers.get(key)
+    if answer is not None:
+        run.last_interrupt_id = answer["id"]
+        return answer["value"]
+    raise GraphInterrupt(
+        Interrupt(
+            id=new_id("int"),
+            key=key,
+            node=run.node,
+            value=value,
+            message=message,
+            reason=reason,
+            response_schema=response_schema,
+            tool_call_id=run.tool_call_id,
+        )
+    )
+
+
+def pending_interrupt(state: AgentState) -> Interrupt | None:
+    """The interrupt a paused thread waits on, or None."""
+    return Interrupt.from_dict(state.interrupt) if state.interrupt else None
+
+
+def _path(error: ValidationError) -> str:
+    out = "$"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _lines(error: ValidationError) -> list[str]:
+    path, kind, expected = _path(error), error.validator, cast(Any, error.validator_value)
+    instance = error.instance
+    if kind == "type":
+        names = " or ".join(expected) if isinstance(expected, list) else expected
+        return [f"{path}: expected {names}, got {type(instance).__name__}"]
+    if kind == "required" and isinstance(instance, dict):
+        return [f"{path}.{name}: required" for name in expected if name not in instance]
+    if kind == "additionalProperties" and expected is False and isinstance(instance, dict):
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        known, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+        extra = [
+            k for k in instance if k not in known and not any(re.search(p, k) for p in patterns)
+        ]
+        return [f"{path}: unexpected field {k!r}" for k in extra]
+    if kind == "enum":
+        return [f"{path}: expected one of {expected!r}, got {instance!r}"]
+    return [f"{path}: {error.message}"]
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_validator(schema_json: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    # Building a validator costs more than validating a small answer; schemas repeat
+    # (one per tool or agent), so keep the recent ones, keyed by their canonical text.
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return Draft202012Validator(schema)
+    return _cached_validator(key)
+
+
+def validate_resume(value: Any, schema: dict[str, Any] | None) -> list[str]:
+    """Readable problems with ``value`` against ``schema`` ([] when valid).
+
+    ``None`` is always valid: it means the request was cancelled.
+    """
+    if value is None or not schema:
+        return []
+    validator = _validator(schema)
+    if validator.is_valid(value):
+        return []
+    lines: list[str] = []
+    for error in validator.iter_errors(value):
+        for line in _lines(error):
+            if line not in lines:
+                lines.append(line)
+    return lines

@@ -1,0 +1,1 @@
+"""Test helpers that ship with the runtime (importable by the portal's tests)."""
