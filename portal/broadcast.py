@@ -1,0 +1,182 @@
+"""Every channel-layer group and event type the portal uses, in one place.
+
+Writers (services, the checkpointer, the worker) publish here after their transaction
+commits; consumers subscribe to the same names and forward. Publishing is best effort:
+a channel layer that is down costs live updates, never a run or a decision, so failures
+are logged and swallowed.
+
+Groups and events:
+
+- ``thread_group(thread_id)``: everything about one thread.
+  ``thread.chunk`` ``{"chunk": StreamChunk.to_dict()}`` for each streamed chunk;
+  ``thread.status`` ``{"thread_id", "status", "run_id", "run_status", "error"}`` when a
+  run changes the thread's status.
+- ``QUEUE_GROUP``: the reviewers' queue.
+  ``queue.changed`` ``{"interrupt_id", "thread_id", "agent", "reason", "status"}`` when an
+  interrupt is added (status "pending") or leaves the queue (resolved/cancelled/expired).
+  It also carries ``html``: the queue row, rendered once by the publisher while the
+  interrupt is pending (empty otherwise); see ``publish_queue_row`` for claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+log = logging.getLogger(__name__)
+
+QUEUE_GROUP = "queue"
+
+THREAD_CHUNK = "thread.chunk"
+THREAD_STATUS = "thread.status"
+QUEUE_CHANGED = "queue.changed"
+
+
+def thread_group(thread_id: object) -> str:
+    """The group for one thread (group names allow letters, digits, '-', '_' and '.')."""
+    return f"thread.{thread_id}"
+
+
+# The in-memory channel layer (the embedded demo) is plain asyncio queues: a send made on
+# another event loop (the embedded worker's) does not wake the loop the consumers wait on,
+# so their updates would arrive only when something else woke it. Consumers register
+# their loop with bind_loop() when they join a group; sends from elsewhere are handed to
+# that loop. Redis needs none of this.
+_consumer_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_loop(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Record the event loop consumers run on (call from a consumer's connect)."""
+    global _consumer_loop
+    _consumer_loop = loop or asyncio.get_running_loop()
+
+
+async def agroup_send(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        home = _consumer_loop
+        if (
+            isinstance(layer, InMemoryChannelLayer)
+            and home is not None
+            and home.is_running()
+            and home is not asyncio.get_running_loop()
+        ):
+            sent = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), home)
+            await asyncio.wrap_future(sent)
+        else:
+            await layer.group_send(group, message)
+    except Exception:
+        log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    """Synchronous publish, for on_commit callbacks in sync code."""
+    try:
+        async_to_sync(agroup_send)(group, message)
+    except Exception:  # e.g. no usable event loop in this thread
+        log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
+    """One streamed chunk (``StreamChunk.to_dict()``) to the thread's watchers."""
+    await agroup_send(thread_group(thread_id), {"type": THREAD_CHUNK, "chunk": chunk})
+
+
+def publish_thread_status(
+    thread_id: object,
+    status: str,
+    *,
+    run_id: object = None,
+    run_status: str | None = None,
+    error: str = "",
+) -> None:
+    group_send(
+        thread_group(thread_id),
+        {
+            "type": THREAD_STATUS,
+            "thread_id": str(thread_id),
+            "status": status,
+            "run_id": str(run_id) if run_id else None,
+            "run_status": run_status,
+            "error": error,
+        },
+    )
+
+
+def publish_queue_change(
+    *, interrupt_id: str, thread_id: object, agent: str, reason: str, status: str
+) -> None:
+    """An interrupt entered (status "pending") or left the reviewers' queue."""
+    group_send(
+        QUEUE_GROUP,
+        {
+            "type": QUEUE_CHANGED,
+            "interrupt_id": interrupt_id,
+            "thread_id": str(thread_id),
+            "agent": agent,
+            "reason": reason,
+            "status": status,
+            # live portal (issue 6): the row rendered once here, not once per watcher.
+            "html": render_queue_row(interrupt_id) if status == "pending" else "",
+        },
+    )
+
+
+# --- live portal (issue 6): rendered queue rows ----------------------------------------
+# Queue watchers get the row as HTML, rendered once by the publisher and forwarded as is
+# by every QueueConsumer (a decision reaching 200 open queues renders one row, not 200).
+
+
+def render_queue_row(interrupt_id: str) -> str:
+    """The queue row of a pending interrupt ('' once it has left the queue)."""
+    from django.template.loader import render_to_string
+
+    from portal.models import Interrupt
+
+    try:
+        item = (
+            Interrupt.objects.select_related("thread", "claimed_by")
+            .filter(pk=interrupt_id, status=Interrupt.Status.PENDING)
+            .first()
+        )
+        if item is None:
+            return ""
+        return render_to_string("portal/partials/queue_row.html", {"item": item})
+    except Exception:
+        # Watchers then re-fetch the queue instead (live.js does when a pending event
+        # arrives without a row); the change itself is still announced.
+        log.warning("rendering the queue row of %s failed", interrupt_id, exc_info=True)
+        return ""
+
+
+def publish_queue_row(*, interrupt_id: str) -> None:
+    """A pending interrupt changed in place (claimed or released): every open queue
+    replaces its row. Call it from ``transaction.on_commit``. An interrupt that is no
+    longer pending is announced as gone."""
+    from portal.models import Interrupt
+
+    row = Interrupt.objects.filter(pk=interrupt_id).values("thread_id", "agent", "reason").first()
+    if row is None:
+        return
+    html = render_queue_row(interrupt_id)
+    group_send(
+        QUEUE_GROUP,
+        {
+            "type": QUEUE_CHANGED,
+            "interrupt_id": interrupt_id,
+            "thread_id": str(row["thread_id"]),
+            "agent": row["agent"],
+            "reason": row["reason"],
+            "status": "pending" if html else "gone",
+            "html": html,
+        },
+    )
+
+
+# --- end live portal ------------------------------------------------------------------

@@ -1,0 +1,321 @@
+"""The portal's tables.
+
+A thread's history lives in ``Checkpoint`` rows, one per step, append-only: each holds only
+the messages that step added, so writing costs the same at message ten and message ten
+thousand. ``Thread.last_seq`` is the newest seq; writers move it with a conditional UPDATE
+(``WHERE last_seq = <the seq they built on>``), which is how two workers are kept from
+forking one thread.
+
+``Interrupt`` is the reviewers' queue, an index over the checkpoints: its row is written in
+the same transaction as the checkpoint that raised it. ``Decision`` is the answer, recorded
+once per interrupt and never changed. ``Run`` is the durable work queue the worker drains.
+
+Only ``portal.services``, the ORM checkpointer and the worker write to these tables.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NoReturn
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone  # audit helper (issue 7)
+
+TITLE_MAX_CHARS = 80
+
+
+class Thread(models.Model):
+    """One conversation with one agent."""
+
+    class Status(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+        INTERRUPTED = "interrupted"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
+    # Null for threads started by the system (and threads the contract tests create).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="threads",
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The newest checkpoint's seq; 0 while the thread has none.
+    last_seq = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        permissions = [
+            ("start_thread", "Can start conversations"),
+            ("view_all_threads", "Can see every thread"),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"], name="thread_owner_recent"),
+            models.Index(fields=["status", "-updated_at"], name="thread_status_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"{self.agent or 'thread'} {self.id}"
+
+    @staticmethod
+    def title_from(text: str) -> str:
+        """A one-line title from a user message."""
+        line = " ".join(text.split())
+        if len(line) <= TITLE_MAX_CHARS:
+            return line
+        return line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+
+
+class Checkpoint(models.Model):
+    """One step of a thread: the messages it added and where the thread stands after it."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        INTERRUPTED = "interrupted"
+        DONE = "done"
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.PositiveIntegerField()
+    # None and "" differ in the runtime (None: no node / the end), so these are nullable.
+    node = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    status = models.CharField(max_length=16, choices=Status.choices)
+    next_node = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    # Only the messages this step added; a thread's history is the concatenation.
+    messages = models.JSONField(default=list, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    # The pending interrupt's fields when status is interrupted: the source of truth.
+    interrupt = models.JSONField(null=True, blank=True)
+    interrupt_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    # Which run wrote this step; the worker reads it to recover a crashed run without
+    # applying its input twice. RESTRICT: a run goes only together with its thread.
+    run = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.RESTRICT, related_name="checkpoints"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="checkpoint_thread_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.status}"
+
+
+class Interrupt(models.Model):
+    """A pending (or answered) request for a person: the reviewers' queue."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RESOLVED = "resolved"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    id = models.CharField(max_length=64, primary_key=True)  # the runtime's interrupt id
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="interrupts")
+    agent = models.CharField(max_length=64, blank=True)  # copied from the thread for filters
+    key = models.CharField(max_length=200, blank=True)
+    node = models.CharField(max_length=128, blank=True)
+    value = models.JSONField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    reason = models.CharField(max_length=64, default="input_required")
+    response_schema = models.JSONField(null=True, blank=True)
+    # None for interrupts raised outside a tool call.
+    tool_call_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="claimed_interrupts",
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_seq = models.PositiveIntegerField()
+
+    class Meta:
+        permissions = [("decide_interrupt", "Can decide interrupts")]
+        indexes = [
+            models.Index(
+                fields=["created_at", "id"],
+                name="interrupt_pending_queue",
+                condition=Q(status="pending"),
+            ),
+            models.Index(
+                fields=["agent", "reason", "created_at"],
+                name="interrupt_pending_filtered",
+                condition=Q(status="pending"),
+            ),
+            models.Index(fields=["-resolved_at"], name="interrupt_history"),
+            # The checkpointer looks up a thread's pending requests on every write.
+            models.Index(
+                fields=["thread"],
+                name="interrupt_pending_thread",
+                condition=Q(status="pending"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING
+
+
+class ImmutableRecordError(Exception):
+    """Raised on any attempt to change or remove a recorded decision."""
+
+
+_IMMUTABLE = (
+    "decisions are an audit record: they are written once and never updated or deleted "
+    "(record a new decision on a new interrupt instead)"
+)
+
+
+class DecisionQuerySet(models.QuerySet["Decision"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Decision.objects.update() refused: {_IMMUTABLE}")
+
+    def delete(self) -> NoReturn:
+        raise ImmutableRecordError(f"Decision.objects.delete() refused: {_IMMUTABLE}")
+
+    # bulk_update goes through update(), so it is refused as well.
+
+
+class Decision(models.Model):
+    """A person's (or the system's) answer to one interrupt. Written once."""
+
+    class Outcome(models.TextChoices):
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EDITED = "edited"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+
+    # OneToOne puts a unique constraint in the database: a second decision on the same
+    # interrupt fails there even if two requests slip past the row lock.
+    interrupt = models.OneToOneField(Interrupt, on_delete=models.PROTECT, related_name="decision")
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="decisions")
+    # Null means the system decided (an expiry, a cancellation by the owner's tooling).
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="decisions",
+    )
+    value = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    original_args = models.JSONField(null=True, blank=True)
+    executed_args = models.JSONField(null=True, blank=True)
+    # --- audit helper (issue 7): a default, not auto_now_add, so the time is known before
+    # the insert and the hash chain (portal/audit.py) can cover it.
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # Tamper evidence (a hash chain over decisions); filled in by a later change.
+    payload_hash = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64, blank=True)
+
+    objects = DecisionQuerySet.as_manager()
+
+    class Meta:
+        permissions = [("view_history", "Can browse decision history")]
+        indexes = [models.Index(fields=["-created_at"], name="decision_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} on {self.interrupt_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
+        # --- audit helper (issue 7): chain the decision's hashes on insert (portal/audit.py).
+        from portal import audit
+
+        with audit.sealing(self, using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Decision {self.pk} cannot be deleted: {_IMMUTABLE}")
+
+
+class Run(models.Model):
+    """One unit of work for the worker: start, resume or continue a thread."""
+
+    class Kind(models.TextChoices):
+        START = "start"
+        RESUME = "resume"
+        CONTINUE = "continue"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        INTERRUPTED = "interrupted"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    input = models.JSONField(default=dict, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["created_at"], name="run_queued", condition=Q(status="queued")),
+            models.Index(
+                fields=["lease_expires_at"], name="run_leased", condition=Q(status="running")
+            ),
+            models.Index(fields=["thread", "-created_at"], name="run_thread_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} run {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (
+            self.Status.INTERRUPTED,
+            self.Status.SUCCEEDED,
+            self.Status.FAILED,
+        )
+
+
+# --- API tokens (decisions helper: JSON API auth) ----------------------------------------
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its SHA-256 is stored: the token itself is
+    shown once, by ``manage.py create_api_token``, and cannot be recovered."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name or 'token'} ({self.user})"
+
+
+# --- end API tokens ----------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""Decision policies, per agent and reason, from ``settings.PORTAL_POLICIES``.
+
+Keys are ``"<agent>:<reason>"`` and either half may be ``"*"``. The most specific key wins
+and is used whole (keys are not merged), in this order: ``agent:reason``, ``agent:*``,
+``*:reason``, ``*:*``. The checkpointer reads ``expires_after`` the same way when it writes
+a new interrupt, so the two never disagree. Settings a matching entry leaves out take the
+defaults below; with no matching entry at all the defaults apply too.
+
+- ``separation_of_duties`` (default True): whoever started a thread cannot decide its
+  requests, whatever their role.
+- ``required_group`` (default None): the decider must be in this Django group.
+- ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
+  pending request is resolved as expired and the run resumes with a decline.
+
+Example::
+
+    PORTAL_POLICIES = {
+        "*:*": {"separation_of_duties": True},
+        "transfers:tool_approval": {"required_group": "finance", "expires_after": 3600},
+    }
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+
+class PolicyViolation(Exception):
+    """The user may decide in general, but a policy forbids this decision."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    key: str  # the PORTAL_POLICIES key that matched ("" when none did)
+    separation_of_duties: bool = True
+    required_group: str | None = None
+    expires_after: timedelta | None = None
+
+
+def _keys(agent: str, reason: str) -> tuple[str, ...]:
+    return (f"{agent}:{reason}", f"{agent}:*", f"*:{reason}", "*:*")
+
+
+def _seconds(value: Any, key: str) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value
+    try:
+        return timedelta(seconds=float(value))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"PORTAL_POLICIES[{key!r}]['expires_after'] must be seconds or a timedelta, "
+            f"got {value!r}"
+        ) from None
+
+
+def policy_for(agent: str, reason: str) -> Policy:
+    """The policy for requests of ``agent`` with ``reason`` (see the module docstring)."""
+    policies: dict[str, dict[str, Any]] = getattr(settings, "PORTAL_POLICIES", {}) or {}
+    for key in _keys(agent or "", reason or ""):
+        if key in policies:
+            entry = policies[key] or {}
+            return Policy(
+                key=key,
+                separation_of_duties=bool(entry.get("separation_of_duties", True)),
+                required_group=entry.get("required_group") or None,
+                expires_after=_seconds(entry.get("expires_after"), key),
+            )
+    return Policy(key="")
+
+
+def expires_at_for(agent: str, reason: str, *, now: datetime | None = None) -> datetime | None:
+    """When a request created ``now`` for ``agent``/``reason`` expires (None: never)."""
+    after = policy_for(agent, reason).expires_after
+    if after is None:
+        return None
+    return (now or timezone.now()) + after
+
+
+def check_decider(*, interrupt: Any, user: Any) -> None:
+    """Raise ``PolicyViolation`` when a policy forbids ``user`` deciding ``interrupt``.
+
+    Role permission is checked by the caller; this is only what the policy adds.
+    """
+    policy = policy_for(interrupt.agent, interrupt.reason)
+    owner_id = interrupt.thread.owner_id
+    if policy.separation_of_duties and owner_id is not None and owner_id == user.pk:
+        raise PolicyViolation(
+            "You started this conversation, so someone else must decide its requests "
+            "(separation of duties). Ask another reviewer."
+        )
+    if policy.required_group and not user.groups.filter(name=policy.required_group).exists():
+        raise PolicyViolation(
+            f"Requests of {interrupt.agent or 'this agent'} ({interrupt.reason}) can only be "
+            f"decided by members of the {policy.required_group!r} group."
+        )

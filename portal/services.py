@@ -1,0 +1,221 @@
+"""Workflows across models. The only writers: views, the admin and the API call these.
+
+Every function is keyword-only and named ``<thing>_<verb>``. Write paths run in one
+transaction, lock what they read-then-write, and leave side effects (waking workers,
+broadcasts) to ``transaction.on_commit`` so nothing is announced that was rolled back.
+Refusals raise the exceptions of ``portal.errors`` with readable messages.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from portal import broadcast, worker
+from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.registry import UnknownAgentError, get_agent_builder
+
+__all__ = [
+    "InputError",
+    "InterruptNotPending",
+    "ThreadNotRetryable",
+    "UnknownAgentError",
+    "thread_cancel",
+    "thread_continue",
+    "thread_resume",
+    "thread_start",
+]
+
+
+def _user_or_none(user: Any) -> Any:
+    return user if user is not None and getattr(user, "is_authenticated", False) else None
+
+
+def _check_size(data: Any, what: str) -> None:
+    try:
+        size = len(json.dumps(data, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{what} must be JSON data: {exc}") from None
+    limit = settings.PORTAL_MAX_INPUT_BYTES
+    if size > limit:
+        raise InputError(
+            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
+            "(PORTAL_MAX_INPUT_BYTES); send a shorter message"
+        )
+
+
+def validate_start_input(data: Any) -> dict[str, list[dict[str, str]]]:
+    """The input of a new turn, normalised; ``InputError`` naming the first problem."""
+    if not isinstance(data, dict):
+        raise InputError(
+            f'input must be an object like {{"messages": [{{"role": "user", "content": "..."}}]}}'
+            f", got {type(data).__name__}"
+        )
+    _check_size(data, "input")
+    extra = sorted(set(data) - {"messages"})
+    if extra:
+        raise InputError(f"input has unexpected keys {extra}: only 'messages' is accepted")
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InputError("input has no messages: give a non-empty list under 'messages'")
+    clean = []
+    for n, message in enumerate(messages, start=1):
+        if not isinstance(message, dict):
+            raise InputError(f"message {n} must be an object, got {type(message).__name__}")
+        role = message.get("role")
+        if role != "user":
+            raise InputError(
+                f"message {n} has role {role!r}: only 'user' messages can be sent to an agent"
+            )
+        if "content" not in message or message["content"] is None:
+            raise InputError(f"message {n} has no content")
+        content = message["content"]
+        if not isinstance(content, str):
+            raise InputError(f"message {n} content must be a string, got {type(content).__name__}")
+        if not content.strip():
+            raise InputError(f"message {n} has no content (it is empty)")
+        clean.append({"role": "user", "content": content})
+    return {"messages": clean}
+
+
+def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
+    """Create a thread for ``agent`` and queue its first run.
+
+    Raises ``UnknownAgentError`` for an unregistered agent and ``InputError`` for input
+    that is not ``{"messages": [{"role": "user", "content": str}, ...]}`` or is larger
+    than ``PORTAL_MAX_INPUT_BYTES``.
+    """
+    get_agent_builder(agent)
+    clean = validate_start_input(input)
+    with transaction.atomic():
+        thread = Thread.objects.create(
+            agent=agent,
+            owner=_user_or_none(user),
+            title=Thread.title_from(clean["messages"][0]["content"]),
+            status=Thread.Status.IDLE,
+        )
+        run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean)
+        worker.notify_workers()
+    return thread, run
+
+
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = None) -> Run:
+    """Queue a run that answers ``interrupt_id`` with ``value`` (None means cancelled).
+
+    Called by the decision services inside their own transaction, after they locked and
+    resolved the interrupt; the run is only visible to workers once that commits.
+    """
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    _check_size(payload, "the decision")
+    with transaction.atomic():
+        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
+        worker.notify_workers()
+    return run
+
+
+def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
+    """Withdraw a pending request: the thread resumes with ``None`` (the tool declines).
+
+    Raises ``InterruptNotPending`` when it was already decided, cancelled or expired.
+    """
+    with transaction.atomic():
+        # Row lock: a reviewer's decision and this cancellation may arrive together; the
+        # second to take the lock sees the first one's status and is refused.
+        locked = Interrupt.objects.select_for_update().select_related("thread").get(pk=interrupt.pk)
+        if locked.status != Interrupt.Status.PENDING:
+            raise InterruptNotPending(
+                f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
+            )
+        locked.status = Interrupt.Status.CANCELLED
+        locked.resolved_at = timezone.now()
+        locked.save(update_fields=["status", "resolved_at"])
+        Decision.objects.create(
+            interrupt=locked,
+            thread=locked.thread,
+            reviewer=_user_or_none(user),
+            value=None,
+            outcome=Decision.Outcome.CANCELLED,
+        )
+        run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
+        transaction.on_commit(
+            partial(
+                broadcast.publish_queue_change,
+                interrupt_id=locked.pk,
+                thread_id=locked.thread_id,
+                agent=locked.agent,
+                reason=locked.reason,
+                status=locked.status,
+            ),
+            robust=True,
+        )
+    interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
+    return run
+
+
+def thread_continue(*, thread: Thread, user: Any) -> Run:
+    """Retry a failed thread from its last checkpoint.
+
+    Raises ``ThreadNotRetryable`` unless the thread failed and has no run waiting.
+    """
+    with transaction.atomic():
+        # Row lock: two retry clicks at once would otherwise queue two runs for one thread.
+        locked = Thread.objects.select_for_update().get(pk=thread.pk)
+        if locked.status != Thread.Status.FAILED:
+            raise ThreadNotRetryable(
+                f"thread {locked.pk} is {locked.status}: only a failed thread can be retried"
+            )
+        busy = Run.objects.filter(
+            thread=locked, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
+        ).exists()
+        if busy:
+            raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
+        if locked.last_seq:
+            payload: dict[str, Any] = {"messages": []}
+        else:
+            # It failed before its first checkpoint: nothing to continue from, so the
+            # retry sends the original first turn again.
+            first = locked.runs.filter(kind=Run.Kind.START).order_by("created_at").first()
+            payload = first.input if first is not None else {"messages": []}
+        run = Run.objects.create(thread=locked, kind=Run.Kind.CONTINUE, input=payload)
+        worker.notify_workers()
+    return run
+
+
+# --- live portal (issue 6): a new turn on an existing thread ----------------------------
+
+
+def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
+    """Queue a new user turn on a finished thread (the support chat's follow-up).
+
+    Raises ``InputError`` for an empty or oversized message and ``ThreadNotRetryable``
+    unless the thread is done with no run waiting: a new turn goes on only after the
+    previous one finished (a failed thread is retried with ``thread_continue``).
+    """
+    clean = validate_start_input({"messages": [{"role": "user", "content": text}]})
+    with transaction.atomic():
+        # Row lock: two sends at once (a double click) would otherwise queue two turns
+        # built on the same checkpoint.
+        locked = Thread.objects.select_for_update().get(pk=thread.pk)
+        if locked.status != Thread.Status.DONE:
+            raise ThreadNotRetryable(
+                f"thread {locked.pk} is {locked.status}: wait until it has finished "
+                "before sending another message"
+            )
+        busy = Run.objects.filter(
+            thread=locked, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
+        ).exists()
+        if busy:
+            raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
+        # A new turn runs like the first one: its messages are the run's input.
+        run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean)
+        worker.notify_workers()
+    return run
+
+
+# --- end live portal ------------------------------------------------------------------

@@ -1,0 +1,507 @@
+"""The worker: drains the durable run queue and executes agents (nothing else does).
+
+Modelled on healthchecks' ``sendalerts``: a loop that claims one row at a time with a row
+lock, does the work outside the claiming transaction, and calls ``close_old_connections()``
+between iterations so a long-lived process survives database restarts.
+
+Claiming. A run is claimable when it is ``queued`` (and is the oldest unfinished run of a
+thread with nothing else running), or ``running`` with an expired lease (its worker died).
+On PostgreSQL the candidate is locked ``FOR UPDATE SKIP LOCKED`` so concurrent workers
+take different rows, and its thread row too, so two runs of one thread never execute at
+once. On SQLite the claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which
+serialises writers, and the claim itself is a conditional UPDATE.
+
+Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
+renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Each
+claim counts an attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails.
+
+Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
+earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
+it continues with ``{"messages": []}``; if that attempt already reached a pause or the end,
+the run is just marked so. Tool calls that completed are in the checkpoint, so the
+runtime's ToolNode does not call them again; the call that was in flight when the worker
+died runs again (at least once, for that one call).
+
+Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQL a
+``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle workers
+``LISTEN`` for; in-process, a ``threading.Event`` set on commit. A short poll covers lost
+wake-ups and expired leases.
+
+Run it: ``python manage.py run_worker [--once] [--id NAME] [--poll SECONDS]``; the demo
+runs the same loop in a daemon thread (``start_embedded_worker``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Exists, OuterRef
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from portal import broadcast
+from portal.models import Checkpoint, Run, Thread
+
+log = logging.getLogger(__name__)
+
+NOTIFY_CHANNEL = "portal_runs"
+# How often an idle worker looks for requests whose expires_at has passed.
+EXPIRY_CHECK_SECONDS = 5.0
+# Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
+# so their poll only has to notice expired leases; SQLite workers in other processes
+# have nothing but the poll.
+POLL_WITH_NOTIFY = 1.0
+POLL_WITHOUT_NOTIFY = 0.2
+
+_wake = threading.Event()
+
+
+def notify_workers() -> None:
+    """Wake idle workers once the current transaction commits."""
+    if connection.vendor == "postgresql":
+        # Inside a transaction PostgreSQL delivers the notification at commit and drops
+        # it on rollback, which is exactly "on commit".
+        with connection.cursor() as cursor:
+            cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+    transaction.on_commit(_wake.set)
+
+
+def _refresh_connections() -> None:
+    # Between runs, drop connections that broke or outlived CONN_MAX_AGE (as sendalerts
+    # does). Not inside an atomic block: a test running the loop in its transaction
+    # would lose that transaction.
+    if not connection.in_atomic_block:
+        close_old_connections()
+
+
+def _using_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # a Run.Status value
+    error: str = ""
+
+
+class _Heartbeat(threading.Thread):
+    """Renews a run's lease until stopped. Its own thread (and database connection), so
+    it keeps beating even while a tool blocks the event loop."""
+
+    def __init__(self, run_id: Any, owner: str, lease: float) -> None:
+        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        self.run_id, self.owner, self.lease = run_id, owner, lease
+        self.halt = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(max(self.lease / 3, 0.2)):
+                renewed = Run.objects.filter(
+                    pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
+                ).update(lease_expires_at=timezone.now() + timedelta(seconds=self.lease))
+                if not renewed:
+                    self.lost = True
+                    log.warning("run %s: lease lost to another worker", self.run_id)
+                    return
+        except Exception:
+            log.exception("run %s: heartbeat failed", self.run_id)
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join()
+
+
+class Worker:
+    """One claim-execute loop. ``name`` identifies its leases (host:pid:random by default)."""
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        poll: float | None = None,
+        lease_seconds: float | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.poll = poll
+        self.lease = float(lease_seconds or settings.PORTAL_RUN_LEASE_SECONDS)
+        self.max_attempts = int(max_attempts or settings.PORTAL_RUN_MAX_ATTEMPTS)
+        self.stopping = threading.Event()
+        self._listener: Any = None
+        self._last_expiry = -EXPIRY_CHECK_SECONDS
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run_forever(self, *, once: bool = False) -> int:
+        """Claim and execute runs until stopped; with ``once``, until none is claimable.
+        Returns how many runs it executed."""
+        done = 0
+        log.info("worker %s started", self.name)
+        try:
+            while not self.stopping.is_set():
+                _refresh_connections()
+                _wake.clear()
+                self._expire_due()
+                try:
+                    run = self.claim()
+                except Exception:
+                    if once:
+                        raise
+                    # A database hiccup must not end the loop: wait and try again.
+                    log.exception("worker %s: claiming failed", self.name)
+                    self._sleep(1.0)
+                    continue
+                if run is not None:
+                    self.execute(run)
+                    done += 1
+                    continue
+                if once:
+                    break
+                self._wait()
+        finally:
+            self._close_listener()
+            _refresh_connections()
+        log.info("worker %s stopped after %d runs", self.name, done)
+        return done
+
+    def stop(self) -> None:
+        self.stopping.set()
+        _wake.set()
+
+    def _expire_due(self) -> None:
+        # Overdue requests are declined here, so expiry needs no cron job; several
+        # workers may try at once, and the service's row locks let exactly one win.
+        now = time.monotonic()
+        if now - self._last_expiry < EXPIRY_CHECK_SECONDS:
+            return
+        self._last_expiry = now
+        from portal.decisions import interrupts_expire  # decisions imports this module
+
+        try:
+            expired = interrupts_expire()
+        except Exception:
+            log.exception("worker %s: expiring overdue requests failed", self.name)
+            return
+        if expired:
+            log.info("worker %s: expired %d overdue requests", self.name, len(expired))
+
+    # -- claiming ----------------------------------------------------------------------
+
+    def claim(self) -> Run | None:
+        """Take the next claimable run (an expired lease first, then the oldest queued)."""
+        while True:
+            with transaction.atomic():
+                run, gave_up = self._claim_one()
+            if gave_up is not None:
+                continue  # that one is finished now; look for another
+            return run
+
+    def _claim_one(self) -> tuple[Run | None, Run | None]:
+        now = timezone.now()
+        expired = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+        earlier_unfinished = Run.objects.filter(
+            thread_id=OuterRef("thread_id"),
+            status__in=[Run.Status.QUEUED, Run.Status.RUNNING],
+            created_at__lt=OuterRef("created_at"),
+        )
+        thread_busy = Run.objects.filter(thread_id=OuterRef("thread_id"), status=Run.Status.RUNNING)
+        queued = Run.objects.filter(status=Run.Status.QUEUED).exclude(
+            Exists(earlier_unfinished) | Exists(thread_busy)
+        )
+        for candidates in (expired.order_by("lease_expires_at"), queued.order_by("created_at")):
+            if _using_postgres():
+                # SKIP LOCKED: concurrent workers each take a different row instead of
+                # queueing behind one another's claim.
+                candidates = candidates.select_for_update(skip_locked=True)
+            for run in candidates[:5]:
+                if _using_postgres():
+                    # Two runs of one thread claimed by two workers at the same moment
+                    # would both pass the "thread busy" filter; the thread lock lets only
+                    # one through, and the other re-checks next time.
+                    free = Thread.objects.select_for_update(skip_locked=True).filter(
+                        pk=run.thread_id
+                    )
+                    if not free.exists():
+                        continue
+                taken = self._take(run, now)
+                if taken is not None:
+                    return taken
+        return None, None
+
+    def _take(self, run: Run, now: Any) -> tuple[Run | None, Run | None] | None:
+        attempts = run.attempts + 1
+        if attempts > self.max_attempts:
+            error = (
+                f"gave up after {run.attempts} attempts (PORTAL_RUN_MAX_ATTEMPTS="
+                f"{self.max_attempts}): each time, the worker running it stopped before it "
+                "finished. The thread keeps its last checkpoint and can be retried."
+            )
+            Run.objects.filter(pk=run.pk).update(
+                status=Run.Status.FAILED, error=error, finished_at=now, lease_expires_at=None
+            )
+            run.status, run.error = Run.Status.FAILED, error
+            self._settle_thread(run, failed=True)
+            return None, run
+        # The conditional UPDATE is the claim itself (and on SQLite the only guard): it
+        # matches only if nobody changed the row since we read it.
+        claimed = Run.objects.filter(pk=run.pk, status=run.status, attempts=run.attempts).update(
+            status=Run.Status.RUNNING,
+            attempts=attempts,
+            lease_owner=self.name,
+            lease_expires_at=now + timedelta(seconds=self.lease),
+            started_at=Coalesce("started_at", now),
+        )
+        if not claimed:
+            return None
+        Thread.objects.filter(pk=run.thread_id).update(status=Thread.Status.RUNNING, updated_at=now)
+        run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
+        run.lease_expires_at = now + timedelta(seconds=self.lease)
+        run.started_at = run.started_at or now
+        return run, None
+
+    # -- executing ---------------------------------------------------------------------
+
+    def execute(self, run: Run) -> Outcome:
+        """Run the agent for a claimed run and record the outcome. Never raises for a
+        problem of the run itself (unknown agent, bad input, model failure)."""
+        log.info(
+            "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
+        )
+        heartbeat = _Heartbeat(run.pk, self.name, self.lease)
+        heartbeat.start()
+        try:
+            outcome = self._execute(run)
+        except Exception as exc:  # a bug of ours; the run fails, the worker goes on
+            log.exception("run %s crashed the executor", run.pk)
+            outcome = Outcome(Run.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            heartbeat.stop()
+        self._finish(run, outcome)
+        return outcome
+
+    def _execute(self, run: Run) -> Outcome:
+        from portal.checkpointer import DjangoCheckpointer
+        from portal.registry import UnknownAgentError, compile_agent
+
+        thread = Thread.objects.get(pk=run.thread_id)
+        recovered = self._recover(run)
+        if isinstance(recovered, Outcome):
+            return recovered
+        payload = recovered
+        problem = _input_problem(payload)
+        if problem:
+            return Outcome(Run.Status.FAILED, f"the run's stored input is not valid: {problem}")
+        try:
+            graph = compile_agent(thread.agent, DjangoCheckpointer(run=run))
+        except UnknownAgentError as exc:
+            return Outcome(Run.Status.FAILED, str(exc))
+        except Exception as exc:
+            return Outcome(
+                Run.Status.FAILED,
+                f"agent {thread.agent!r} could not be built: {type(exc).__name__}: {exc}",
+            )
+        config = {
+            "thread_id": str(thread.pk),
+            "user_id": str(thread.owner_id or ""),
+            "run_id": str(run.pk),
+        }
+        try:
+            paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except Exception as exc:
+            return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
+        return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
+
+    def _recover(self, run: Run) -> dict[str, Any] | Outcome:
+        """The input to run with, or the outcome an earlier attempt already reached."""
+        if run.attempts <= 1 or not Checkpoint.objects.filter(run=run).exists():
+            # Nothing of this run reached the database: apply its input (again).
+            return run.input if isinstance(run.input, dict) else {"invalid": run.input}
+        last = Checkpoint.objects.filter(thread_id=run.thread_id).order_by("-seq").first()
+        if last is not None and last.run_id == run.pk:
+            if last.status == Checkpoint.Status.INTERRUPTED:
+                return Outcome(Run.Status.INTERRUPTED)
+            if last.status == Checkpoint.Status.DONE:
+                return Outcome(Run.Status.SUCCEEDED)
+        log.info("run %s: continuing from checkpoint %s after a crash", run.pk, last and last.seq)
+        return {"messages": []}
+
+    def _finish(self, run: Run, outcome: Outcome) -> None:
+        now = timezone.now()
+        with transaction.atomic():
+            # Only the lease holder records the outcome: if our lease expired and another
+            # worker took the run over, its result is the one that counts.
+            recorded = Run.objects.filter(
+                pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING
+            ).update(
+                status=outcome.status,
+                error=outcome.error,
+                finished_at=now,
+                lease_expires_at=None,
+            )
+            if not recorded:
+                log.warning("run %s: finished after losing its lease; outcome dropped", run.pk)
+                return
+            run.status, run.error, run.finished_at = outcome.status, outcome.error, now
+            self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
+        if outcome.status == Run.Status.FAILED:
+            log.warning("run %s failed: %s", run.pk, outcome.error)
+
+    def _settle_thread(self, run: Run, *, failed: bool) -> None:
+        # The thread's status follows its newest checkpoint; a failure that left the
+        # thread paused (a resume refused by the runtime) keeps it paused.
+        last = (
+            Checkpoint.objects.filter(thread_id=run.thread_id)
+            .order_by("-seq")
+            .values_list("status", flat=True)
+            .first()
+        )
+        if last == Checkpoint.Status.INTERRUPTED:
+            status = Thread.Status.INTERRUPTED
+        elif failed:
+            status = Thread.Status.FAILED
+        elif last == Checkpoint.Status.DONE:
+            status = Thread.Status.DONE
+        else:
+            status = Thread.Status.IDLE
+        Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        transaction.on_commit(
+            lambda: broadcast.publish_thread_status(
+                run.thread_id, status, run_id=run.pk, run_status=run.status, error=run.error
+            ),
+            robust=True,
+        )
+
+    # -- waiting -----------------------------------------------------------------------
+
+    def _wait(self) -> None:
+        if _using_postgres():
+            poll = self.poll if self.poll is not None else POLL_WITH_NOTIFY
+            listener = self._listen()
+            if listener is not None:
+                try:
+                    for _ in listener.notifies(timeout=poll, stop_after=1):
+                        pass
+                    return
+                except Exception:
+                    log.warning("worker %s: LISTEN connection lost", self.name, exc_info=True)
+                    self._close_listener()
+            self._sleep(poll)
+            return
+        self._sleep(self.poll if self.poll is not None else POLL_WITHOUT_NOTIFY)
+
+    def _sleep(self, seconds: float) -> None:
+        # In-process notify_workers() (and stop()) set the event and end the wait early.
+        _wake.wait(seconds)
+
+    def _listen(self) -> Any:
+        if self._listener is None:
+            import psycopg
+
+            db = connection.settings_dict
+            try:
+                self._listener = psycopg.connect(
+                    dbname=db["NAME"],
+                    user=db.get("USER") or None,
+                    password=db.get("PASSWORD") or None,
+                    host=db.get("HOST") or None,
+                    port=db.get("PORT") or None,
+                    autocommit=True,
+                    **(db.get("OPTIONS") or {}),
+                )
+                self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except Exception:
+                log.warning("worker %s: cannot LISTEN; polling", self.name, exc_info=True)
+                self._listener = None
+        return self._listener
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            finally:
+                self._listener = None
+
+
+async def _stream(
+    graph: Any, payload: dict[str, Any], config: dict[str, Any], thread_id: Any
+) -> bool:
+    """Run the graph, publishing every chunk; True if it paused on an interrupt."""
+    paused = False
+    async with graph:
+        async for chunk in graph.astream(payload, config=config):
+            if chunk.event == "updates" and chunk.data.get("status") == "interrupted":
+                paused = True
+            await broadcast.apublish_chunk(thread_id, chunk.to_dict())
+    return paused
+
+
+def _input_problem(payload: Any) -> str:
+    if not isinstance(payload, dict):
+        return f"expected an object, got {type(payload).__name__}"
+    if "resume" in payload:
+        return ""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return "expected {'messages': [...]} or {'resume': ...}"
+    for n, message in enumerate(messages, start=1):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            return f"message {n} is not an object with string content"
+    return ""
+
+
+# -- the embedded worker ---------------------------------------------------------------
+
+_embedded: tuple[Worker, threading.Thread] | None = None
+_embedded_lock = threading.Lock()
+
+
+def start_embedded_worker() -> Worker:
+    """Run the worker loop in a daemon thread of this process (the one-command demo).
+    Idempotent: a second call returns the running worker."""
+    global _embedded
+    with _embedded_lock:
+        if _embedded is None:
+            worker = Worker(name=f"embedded:{os.getpid()}")
+            thread = threading.Thread(
+                target=_run_embedded, args=(worker,), name="portal-worker", daemon=True
+            )
+            thread.start()
+            _embedded = (worker, thread)
+        return _embedded[0]
+
+
+def stop_embedded_worker(timeout: float = 10) -> None:
+    """Stop the embedded worker after its current run (tests, orderly shutdown)."""
+    global _embedded
+    with _embedded_lock:
+        if _embedded is None:
+            return
+        worker, thread = _embedded
+        _embedded = None
+    worker.stop()
+    thread.join(timeout)
+
+
+def _run_embedded(worker: Worker) -> None:
+    while not worker.stopping.is_set():
+        try:
+            worker.run_forever()
+        except Exception:  # keep the demo alive whatever happens
+            log.exception("embedded worker crashed; restarting in 1s")
+            time.sleep(1)
+    # Django opened this thread's connection; nobody else will close it.
+    connection.close()

@@ -1,0 +1,189 @@
+"""The ORM checkpointer beyond the shared contract: the queue row and the checkpoint are
+one transaction, the thread follows the checkpoint, writes do not grow with history, and
+two writers racing on PostgreSQL cannot both win."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
+from portal import broadcast
+from portal.checkpointer import DjangoCheckpointer, thread_pk
+from portal.models import Checkpoint, Interrupt, Run, Thread
+
+REQUEST = {
+    "id": "int_abc",
+    "key": "TOOL:call_1:0",
+    "node": "TOOL",
+    "value": {"amount": 10},
+    "message": "Approve?",
+    "reason": "tool_approval",
+    "response_schema": {"type": "object"},
+    "tool_call_id": "call_1",
+}
+
+
+def step(n: int = 0, **fields) -> CheckpointWrite:
+    fields.setdefault("status", ThreadStatus.RUNNING)
+    fields.setdefault("next_node", "MAIN")
+    return CheckpointWrite(
+        new_messages=[{"id": f"m{n}", "role": "user", "content": f"hi {n}"}], **fields
+    )
+
+
+def pause(**fields) -> CheckpointWrite:
+    return step(status=ThreadStatus.INTERRUPTED, next_node="TOOL", interrupt=REQUEST, **fields)
+
+
+@pytest.fixture
+def thread(db) -> Thread:
+    return Thread.objects.create(agent="refunds", status=Thread.Status.RUNNING)
+
+
+@pytest.mark.django_db
+def test_free_string_thread_ids_map_to_stable_uuids():
+    assert thread_pk("t") == thread_pk("t") != thread_pk("u")
+    uuid_text = "6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21"
+    assert str(thread_pk(uuid_text)) == uuid_text
+
+
+def test_a_pause_writes_the_queue_row_with_the_checkpoint(thread):
+    store = DjangoCheckpointer()
+    store.put_sync(str(thread.pk), step(1), parent_seq=None)
+    seq = store.put_sync(str(thread.pk), pause(), parent_seq=1)
+
+    thread.refresh_from_db()
+    request = Interrupt.objects.get(pk="int_abc")
+    assert (thread.status, thread.last_seq) == (Thread.Status.INTERRUPTED, seq)
+    assert (request.thread_id, request.agent, request.status) == (thread.pk, "refunds", "pending")
+    assert (request.checkpoint_seq, request.tool_call_id, request.message) == (
+        seq,
+        "call_1",
+        "Approve?",
+    )
+    assert request.expires_at is None
+    assert Checkpoint.objects.get(thread=thread, seq=seq).interrupt_id == "int_abc"
+
+
+def test_a_failure_after_the_checkpoint_insert_leaves_neither_checkpoint_nor_request(
+    thread, monkeypatch
+):
+    store = DjangoCheckpointer()
+    store.put_sync(str(thread.pk), step(1), parent_seq=None)
+    original = DjangoCheckpointer._sync_queue
+
+    def then_fail(self, *args):
+        original(self, *args)
+        assert Interrupt.objects.filter(pk="int_abc").exists()  # written, not committed
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(DjangoCheckpointer, "_sync_queue", then_fail)
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.put_sync(str(thread.pk), pause(), parent_seq=1)
+
+    thread.refresh_from_db()
+    assert (thread.last_seq, thread.status) == (1, Thread.Status.RUNNING)
+    assert not Interrupt.objects.exists()
+    assert list(Checkpoint.objects.values_list("seq", flat=True)) == [1]
+
+
+def test_the_queue_hears_of_a_new_request_only_after_commit(
+    thread, monkeypatch, django_capture_on_commit_callbacks
+):
+    published = []
+    monkeypatch.setattr(broadcast, "publish_queue_change", lambda **kw: published.append(kw))
+    store = DjangoCheckpointer()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        store.put_sync(str(thread.pk), pause(), parent_seq=None)
+    assert published == []
+    for callback in callbacks:
+        callback()
+    assert [(p["interrupt_id"], p["status"], p["agent"]) for p in published] == [
+        ("int_abc", "pending", "refunds")
+    ]
+
+
+def test_a_request_the_new_checkpoint_no_longer_names_leaves_the_queue(thread):
+    store = DjangoCheckpointer()
+    store.put_sync(str(thread.pk), pause(), parent_seq=None)
+    store.put_sync(str(thread.pk), step(2), parent_seq=1)
+    store.put_sync(str(thread.pk), step(3, status=ThreadStatus.DONE, next_node=None), parent_seq=2)
+
+    request = Interrupt.objects.get(pk="int_abc")
+    assert request.status == Interrupt.Status.RESOLVED
+    assert request.resolved_at is not None
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
+
+
+def test_each_checkpoint_records_the_run_that_wrote_it(thread):
+    run = Run.objects.create(thread=thread, kind="start")
+    DjangoCheckpointer(run=run).put_sync(str(thread.pk), step(), parent_seq=None)
+    DjangoCheckpointer().put_sync(str(thread.pk), step(), parent_seq=1)
+    assert list(Checkpoint.objects.order_by("seq").values_list("run", flat=True)) == [run.pk, None]
+
+
+def test_writing_a_step_costs_the_same_queries_at_any_history_length(thread):
+    store = DjangoCheckpointer()
+    seq = None
+    costs = []
+    for n in range(40):
+        with CaptureQueriesContext(connection) as queries:
+            seq = store.put_sync(str(thread.pk), step(n), parent_seq=seq)
+        costs.append(len(queries))
+        assert not any(q["sql"].lstrip().upper().startswith("DELETE") for q in queries)
+    assert len(set(costs[1:])) == 1, costs
+    updates = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 1 and "portal_thread" in updates[0]  # never an earlier checkpoint
+
+
+@pytest.mark.postgres
+def test_two_writers_racing_from_the_same_checkpoint_cannot_both_append(transactional_db):
+    thread = Thread.objects.create(agent="refunds")
+    DjangoCheckpointer().put_sync(str(thread.pk), step(0), parent_seq=None)
+    barrier = threading.Barrier(8)
+    results: list[object] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            results.append(DjangoCheckpointer().put_sync(str(thread.pk), step(n), parent_seq=1))
+        except CheckpointConflict as exc:
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert results.count(2) == 1
+    assert sum(isinstance(r, CheckpointConflict) for r in results) == 7
+    assert list(Checkpoint.objects.filter(thread=thread).values_list("seq", flat=True)) == [1, 2]
+
+
+@pytest.mark.django_db
+def test_a_step_between_pauses_skips_the_queue_but_a_step_after_a_pause_syncs_it(thread):
+    """Most steps of a run neither follow nor make a pause: they must not query the
+    queue. The first step after a pause still takes stale requests out of it."""
+    store = DjangoCheckpointer()
+    seq = store.put_sync(str(thread.pk), step(0), parent_seq=None)
+
+    with CaptureQueriesContext(connection) as queries:
+        seq = store.put_sync(str(thread.pk), step(1), parent_seq=seq)
+    assert not [q for q in queries if "portal_interrupt" in q["sql"]]
+
+    seq = store.put_sync(str(thread.pk), pause(), parent_seq=seq)
+    assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.PENDING
+    # The step after the pause takes the request out of the queue...
+    seq = store.put_sync(str(thread.pk), step(2), parent_seq=seq)
+    assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.RESOLVED
+    # ...and a fresh instance, which knows nothing of the thread's past, checks anyway.
+    Interrupt.objects.filter(pk=REQUEST["id"]).update(status=Interrupt.Status.PENDING)
+    DjangoCheckpointer().put_sync(str(thread.pk), step(3), parent_seq=seq)
+    assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.RESOLVED

@@ -1,0 +1,74 @@
+"""Model invariants the database enforces: decisions are written once and never changed,
+one decision per interrupt, one checkpoint per (thread, seq)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from portal.models import Checkpoint, Decision, ImmutableRecordError, Thread
+from tests.factories import make_interrupt
+
+pytestmark = pytest.mark.django_db
+
+
+def record(interrupt, **fields) -> Decision:
+    return Decision.objects.create(
+        interrupt=interrupt, thread=interrupt.thread, outcome="approved", **fields
+    )
+
+
+def test_a_recorded_decision_cannot_be_saved_again():
+    decision = record(make_interrupt())
+    decision.note = "changed my mind"
+    with pytest.raises(ImmutableRecordError, match="never updated or deleted"):
+        decision.save()
+    assert Decision.objects.get(pk=decision.pk).note == ""
+
+
+def test_a_recorded_decision_cannot_be_deleted_one_by_one_or_in_bulk():
+    decision = record(make_interrupt())
+    with pytest.raises(ImmutableRecordError, match="cannot be deleted"):
+        decision.delete()
+    with pytest.raises(ImmutableRecordError, match=r"delete\(\) refused"):
+        Decision.objects.all().delete()
+    assert Decision.objects.filter(pk=decision.pk).exists()
+
+
+def test_decisions_cannot_be_updated_in_bulk():
+    decision = record(make_interrupt())
+    with pytest.raises(ImmutableRecordError, match=r"update\(\) refused"):
+        Decision.objects.filter(pk=decision.pk).update(outcome="rejected")
+    with pytest.raises(ImmutableRecordError), transaction.atomic():
+        Decision.objects.bulk_update([decision], ["outcome"])
+    assert Decision.objects.get(pk=decision.pk).outcome == "approved"
+
+
+def test_the_database_allows_only_one_decision_per_interrupt():
+    interrupt = make_interrupt()
+    record(interrupt)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        record(interrupt, value={"approved": False})
+    assert Decision.objects.filter(interrupt=interrupt).count() == 1
+
+
+def test_a_thread_with_decisions_cannot_be_deleted():
+    from django.db.models import ProtectedError
+
+    interrupt = make_interrupt()
+    record(interrupt)
+    with pytest.raises(ProtectedError):
+        interrupt.thread.delete()
+
+
+def test_the_database_allows_one_checkpoint_per_thread_and_seq():
+    thread = Thread.objects.create(agent="echo")
+    Checkpoint.objects.create(thread=thread, seq=1, status="running")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Checkpoint.objects.create(thread=thread, seq=1, status="done")
+
+
+def test_a_title_is_the_first_line_of_text_shortened_to_eighty_characters():
+    assert Thread.title_from("  Refund\n please  ") == "Refund please"
+    long = Thread.title_from("x" * 200)
+    assert len(long) == 80 and long.endswith("…")

@@ -1,0 +1,236 @@
+"""The worker, in process: claiming, outcomes, leases, attempts and refusals.
+
+Runs execute through ``Worker.run_forever(once=True)`` on the test's own connection, so
+these tests need no subprocess; the cross-process behaviour is in test_worker_processes.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal import services
+from portal.checkpointer import DjangoCheckpointer
+from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.worker import Worker
+from tests.portal.testagents import read_effects
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("test_agents")]
+
+
+def say(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def drain() -> int:
+    return Worker(name="test-worker").run_forever(once=True)
+
+
+def test_a_queued_start_runs_until_the_tool_asks_and_the_queue_shows_the_request(
+    support_agent, effects
+):
+    thread, run = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+
+    assert drain() == 1
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, run.attempts, run.error) == (Run.Status.INTERRUPTED, 1, "")
+    assert thread.status == Thread.Status.INTERRUPTED
+    request = Interrupt.objects.get(thread=thread)
+    assert (request.status, request.agent, request.reason) == (
+        "pending",
+        "approve",
+        "tool_approval",
+    )
+    assert request.value == {"amount": 42.0}
+    assert request.checkpoint_seq == thread.last_seq
+    assert set(Checkpoint.objects.filter(thread=thread).values_list("run", flat=True)) == {run.pk}
+    assert read_effects(effects, "pay") == []
+
+
+def test_a_resume_finishes_the_thread_and_runs_the_approved_tool_once(support_agent, effects):
+    thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    request.status = Interrupt.Status.RESOLVED
+    request.save()
+    resume = services.thread_resume(
+        thread=thread, value={"approved": True}, interrupt_id=request.pk
+    )
+
+    drain()
+
+    resume.refresh_from_db()
+    thread.refresh_from_db()
+    assert resume.status == Run.Status.SUCCEEDED
+    assert thread.status == Thread.Status.DONE
+    assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
+    snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
+    assert snapshot is not None
+    assert snapshot.messages[-1]["content"].startswith("Done. Paid $42.00")
+
+
+def test_a_run_for_an_unknown_agent_fails_readably_and_the_worker_goes_on(support_agent):
+    ghost = Thread.objects.create(agent="no-such-agent")
+    broken = Run.objects.create(thread=ghost, kind=Run.Kind.START, input=say("hi"))
+    _, fine = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+
+    assert drain() == 2
+
+    broken.refresh_from_db()
+    fine.refresh_from_db()
+    assert broken.status == Run.Status.FAILED
+    assert "unknown agent 'no-such-agent'" in broken.error
+    assert "echo" in broken.error  # it lists what is registered
+    assert Thread.objects.get(pk=ghost.pk).status == Thread.Status.FAILED
+    assert fine.status == Run.Status.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [["not", "an", "object"], {"messages": "hello"}, {"messages": [{"role": "user"}]}],
+)
+def test_a_run_with_bad_stored_input_fails_readably(stored):
+    thread = Thread.objects.create(agent="echo")
+    run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=stored)
+
+    drain()
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("the run's stored input is not valid")
+
+
+def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
+    support_agent,
+):
+    thread, _ = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
+    drain()
+    run = services.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_wrong")
+
+    drain()
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert "int_wrong" in run.error
+    assert thread.status == Thread.Status.INTERRUPTED
+
+
+def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=settings.PORTAL_RUN_MAX_ATTEMPTS,
+        lease_owner="dead-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    assert drain() == 0
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert f"gave up after {settings.PORTAL_RUN_MAX_ATTEMPTS} attempts" in run.error
+    assert run.thread.status == Thread.Status.FAILED
+
+
+def test_a_live_lease_is_not_taken_over(support_agent):
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=1,
+        lease_owner="busy-worker",
+        lease_expires_at=timezone.now() + timedelta(seconds=30),
+    )
+
+    assert Worker(name="other").claim() is None
+
+
+def test_a_recovered_run_that_already_paused_is_marked_interrupted_without_running_again(
+    support_agent, effects
+):
+    thread, run = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+    drain()
+    # As if the worker died after the pause was checkpointed but before it recorded it.
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        lease_owner="dead-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    seq = Thread.objects.get(pk=thread.pk).last_seq
+
+    assert drain() == 1
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts) == (Run.Status.INTERRUPTED, 2)
+    assert Thread.objects.get(pk=thread.pk).last_seq == seq  # nothing new was written
+    assert Interrupt.objects.filter(thread=thread).count() == 1
+
+
+def test_runs_of_one_thread_execute_one_at_a_time_in_order(support_agent):
+    thread, first = services.thread_start(agent="echo", input=say("one"), user=support_agent)
+    second = Run.objects.create(thread=thread, kind=Run.Kind.START, input=say("two"))
+
+    claimed = Worker(name="w1").claim()
+    assert claimed is not None and claimed.pk == first.pk
+    assert Worker(name="w2").claim() is None  # the thread is busy
+    Worker(name="w1").execute(claimed)  # w1's lease: it records the outcome
+    claimed = Worker(name="w2").claim()
+    assert claimed is not None and claimed.pk == second.pk
+
+
+def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
+    transactional_db, support_agent
+):
+    from portal.worker import start_embedded_worker, stop_embedded_worker
+    from tests.portal.conftest import wait_for
+
+    worker = start_embedded_worker()
+    try:
+        assert start_embedded_worker() is worker  # one per process
+        _, run = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+
+        def finished() -> bool:
+            run.refresh_from_db()
+            return run.status == Run.Status.SUCCEEDED
+
+        wait_for(finished, timeout=20, what="the embedded worker")
+    finally:
+        stop_embedded_worker()
+    assert run.lease_owner == worker.name
+
+
+async def test_a_send_from_the_embedded_workers_thread_wakes_in_memory_consumers_at_once(
+    settings,
+):
+    """The in-memory layer's queues belong to the consumers' loop; without bind_loop a
+    send from the worker's own loop sat unnoticed until something else woke that loop."""
+    import asyncio
+    import threading
+    import time
+
+    from channels.layers import channel_layers
+
+    from portal import broadcast
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    layer = channel_layers["default"]
+    broadcast.bind_loop()
+    channel = await layer.new_channel()
+    await layer.group_add(broadcast.thread_group("t1"), channel)
+    sent_at: list[float] = []
+
+    def worker_thread() -> None:
+        sent_at.append(time.monotonic())
+        broadcast.publish_thread_status("t1", "done")
+
+    threading.Thread(target=worker_thread).start()
+    message = await asyncio.wait_for(layer.receive(channel), timeout=5)
+
+    assert message["type"] == broadcast.THREAD_STATUS
+    assert time.monotonic() - sent_at[0] < 1.0
+    channel_layers.backends.clear()

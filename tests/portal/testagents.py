@@ -1,0 +1,144 @@
+"""Agents for the portal's worker tests, registered through PORTAL_AGENTS_EXTRA.
+
+Their side effects go to files under ``$PORTAL_TEST_EFFECTS`` (one line per execution,
+appended with O_APPEND so lines from several processes never interleave), so a test can
+count executions across processes that share nothing else.
+
+- ``approve``: "pay N" calls ``pay(amount)``, which asks a person first; the payment is
+  written to ``pay.log`` only after ``{"approved": true}``.
+- ``crash``: "crash" calls ``fast_step`` then ``slow_step`` in one turn. The slow one
+  writes ``slow_started.log``, then waits for the file ``release`` before finishing.
+- ``marker``: a one-node graph that appends the thread id to ``marker.log``.
+- ``echo``: answers "You said: ..." (scripted), or uses the given model with fast
+  retries, for the model-failure test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agents import END, AgentState, Message, ReactAgent, StateGraph, current_run, interrupt
+from agents.models import CallTool, ChatModel, OpenAIChatModel, Reply, RuleScript, ScriptedModel
+from agents.models.scripted import echo_script
+
+AGENTS = {
+    "approve": "tests.portal.testagents.build_approve",
+    "crash": "tests.portal.testagents.build_crash",
+    "marker": "tests.portal.testagents.build_marker",
+    "echo": "tests.portal.testagents.build_echo",
+}
+
+APPROVAL = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["approved"],
+}
+
+
+def effects_dir() -> Path:
+    path = Path(os.environ.get("PORTAL_TEST_EFFECTS") or "/tmp/portal-test-effects")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record(name: str, line: str) -> None:
+    fd = os.open(effects_dir() / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def read_effects(directory: Path, name: str) -> list[str]:
+    path = directory / f"{name}.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+# --- approve ----------------------------------------------------------------------------
+
+
+def pay(amount: float) -> str:
+    """Pay out an amount once a person approves.
+
+    Args:
+        amount: Dollars to pay.
+    """
+    decision = interrupt(
+        {"amount": amount},
+        message=f"Approve paying ${amount:.2f}?",
+        reason="tool_approval",
+        response_schema=APPROVAL,
+    )
+    if not (isinstance(decision, dict) and decision.get("approved") is True):
+        return json.dumps({"status": "declined", "reason": "not approved"})
+    record("pay", f"{current_run().thread_id} {amount}")
+    return f"Paid ${amount:.2f}."
+
+
+def _pay(match: Any) -> Reply:
+    return Reply("Asking for approval.", CallTool("pay", amount=float(match[1])))
+
+
+def build_approve(model: ChatModel | None = None) -> ReactAgent:
+    script = RuleScript([(r"pay (\d+)", _pay)])
+    return ReactAgent(model=model or ScriptedModel(script, name="scripted-approve"), tools=[pay])
+
+
+# --- crash ------------------------------------------------------------------------------
+
+
+def fast_step() -> str:
+    """A quick step that must run exactly once."""
+    record("fast", current_run().thread_id)
+    return "fast done"
+
+
+async def slow_step() -> str:
+    """A slow step: waits until the test releases it."""
+    record("slow_started", current_run().thread_id)
+    release = effects_dir() / "release"
+    for _ in range(600):  # at most 30 s
+        if release.exists():
+            break
+        await asyncio.sleep(0.05)
+    record("slow_finished", current_run().thread_id)
+    return "slow done"
+
+
+def build_crash(model: ChatModel | None = None) -> ReactAgent:
+    script = RuleScript(
+        [(r"crash", lambda m: Reply("", CallTool("fast_step"), CallTool("slow_step")))]
+    )
+    return ReactAgent(
+        model=model or ScriptedModel(script, name="scripted-crash"), tools=[fast_step, slow_step]
+    )
+
+
+# --- marker -----------------------------------------------------------------------------
+
+
+def _mark(state: AgentState) -> Message:
+    record("marker", current_run().thread_id)
+    return Message(role="assistant", content="marked")
+
+
+def build_marker(model: ChatModel | None = None) -> StateGraph:
+    graph = StateGraph(AgentState)
+    graph.add_node("MARK", _mark)
+    graph.add_edge("MARK", END)
+    graph.set_entry_point("MARK")
+    return graph
+
+
+# --- echo -------------------------------------------------------------------------------
+
+
+def build_echo(model: ChatModel | None = None) -> ReactAgent:
+    if isinstance(model, OpenAIChatModel):
+        # Fail fast in tests: two attempts, almost no backoff.
+        model.max_retries, model.backoff, model.backoff_max = 1, 0.01, 0.02
+    return ReactAgent(model=model or ScriptedModel(echo_script, name="scripted-echo"))
