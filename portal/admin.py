@@ -1,0 +1,370 @@
+"""The Django admin: a read-only window on the portal's tables, plus deciding interrupts.
+
+Services are the only writers, so nothing here edits a row directly. Threads, checkpoints,
+runs and decisions are read-only; decisions cannot be added, changed or deleted even by a
+superuser (they are the audit record). The one write is the decision form on an
+interrupt's change page, which goes through ``portal.decisions.decision_submit`` with the
+same form, validation and errors as the dashboard.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from portal.decisions import DecisionRefused
+from portal.forms import DecisionForm
+from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
+
+
+def pretty(value: Any) -> str:
+    """JSON, indented and escaped, for a read-only admin field."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="portal-json">{}</pre>', text)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Viewable by staff with the view permission; nobody adds, edits or deletes."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [str(name) for name in self.fields or []]
+
+
+class CheckpointInline(ReadOnlyInline):
+    model = Checkpoint
+    fields = ["seq", "node", "status", "next_node", "interrupt_id", "created_at"]
+    ordering = ["seq"]
+
+
+class InterruptInline(ReadOnlyInline):
+    model = Interrupt
+    fields = ["id", "reason", "node", "status", "message", "created_at", "resolved_at"]
+    ordering = ["created_at"]
+
+
+class DecisionInline(ReadOnlyInline):
+    model = Decision
+    fields = ["interrupt", "outcome", "reviewer", "note", "created_at"]
+    ordering = ["created_at"]
+
+
+@admin.register(Thread)
+class ThreadAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "agent", "status", "owner", "updated_at"]
+    list_filter = ["status", "agent"]
+    search_fields = ["id", "title", "owner__username"]
+    readonly_fields = [
+        "id",
+        "agent",
+        "status",
+        "owner",
+        "title",
+        "created_at",
+        "updated_at",
+        "last_seq",
+    ]
+    inlines = [CheckpointInline, InterruptInline, DecisionInline]
+
+
+@admin.register(Interrupt)
+class InterruptAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "agent",
+        "reason",
+        "status",
+        "short_message",
+        "claimed_by",
+        "created_at",
+        "expires_at",
+    ]
+    list_filter = ["status", "agent", "reason"]
+    search_fields = ["id", "message", "thread__id", "thread__title", "node"]
+    list_select_related = ["claimed_by"]
+    date_hierarchy = "created_at"
+    change_form_template = "admin/portal/interrupt/change_form.html"
+    fieldsets = [
+        (None, {"fields": ["id", "thread", "agent", "reason", "node", "key", "status"]}),
+        (
+            "What the agent asks",
+            {"fields": ["message_display", "payload", "schema", "tool_call_id"]},
+        ),
+        (
+            "Queue",
+            {
+                "fields": [
+                    "created_at",
+                    "expires_at",
+                    "claimed_by",
+                    "claimed_at",
+                    "resolved_at",
+                    "checkpoint_seq",
+                ]
+            },
+        ),
+    ]
+    readonly_fields = [
+        "id",
+        "thread",
+        "agent",
+        "reason",
+        "node",
+        "key",
+        "status",
+        "message_display",
+        "payload",
+        "schema",
+        "tool_call_id",
+        "created_at",
+        "expires_at",
+        "claimed_by",
+        "claimed_at",
+        "resolved_at",
+        "checkpoint_seq",
+    ]
+
+    @admin.display(description="Message")
+    def short_message(self, obj: Interrupt) -> str:
+        text = obj.message or ""
+        return text if len(text) <= 80 else text[:79] + "…"
+
+    @admin.display(description="Message")
+    def message_display(self, obj: Interrupt) -> str:
+        return format_html('<pre class="portal-json">{}</pre>', obj.message or "")
+
+    @admin.display(description="Payload")
+    def payload(self, obj: Interrupt) -> str:
+        return pretty(obj.value)
+
+    @admin.display(description="Response schema")
+    def schema(self, obj: Interrupt) -> str:
+        return pretty(obj.response_schema)
+
+    def get_urls(self) -> list[URLPattern]:
+        decide = path(
+            "<path:object_id>/decide/",
+            self.admin_site.admin_view(self.decide_view),
+            name="portal_interrupt_decide",
+        )
+        return [decide, *super().get_urls()]
+
+    def _decision_context(
+        self, request: HttpRequest, interrupt: Interrupt, form: DecisionForm | None
+    ) -> dict[str, Any]:
+        decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
+        if form is None and interrupt.is_pending:
+            form = DecisionForm(interrupt=interrupt)
+        return {
+            "interrupt": interrupt,
+            "decision": decision,
+            "decision_form": form if interrupt.is_pending else None,
+            # Admin URLs quote primary keys ("_" is its escape character).
+            "decide_url": reverse("admin:portal_interrupt_decide", args=[quote(interrupt.pk)]),
+        }
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        interrupt = Interrupt.objects.filter(pk=unquote(object_id)).first()
+        context = dict(extra_context or {})
+        if interrupt is not None and "decision_form" not in context:
+            context.update(self._decision_context(request, interrupt, None))
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST only: the decision form of the change page."""
+        if request.method != "POST":
+            return HttpResponse(status=405, headers={"Allow": "POST"})
+        interrupt = get_object_or_404(
+            Interrupt.objects.select_related("thread", "claimed_by"), pk=unquote(object_id)
+        )
+        if not self.has_view_permission(request, interrupt):
+            return HttpResponse("You cannot see this interrupt.", status=403)
+        form = DecisionForm(request.POST, interrupt=interrupt)
+        status = 422
+        if form.is_valid():
+            try:
+                decision = form.submit(request.user)
+            except DecisionRefused as refusal:
+                form.show_refusal(refusal)
+                status = refusal.status_code
+                interrupt.refresh_from_db()
+            else:
+                self.message_user(
+                    request,
+                    f"Recorded: {decision.get_outcome_display().lower()}; the thread resumes "
+                    "in the worker.",
+                    messages.SUCCESS,
+                )
+                change = reverse("admin:portal_interrupt_change", args=[quote(interrupt.pk)])
+                return HttpResponseRedirect(change)
+        # Show the change page again, as a GET, with the bound form and its errors.
+        page_request = copy.copy(request)
+        page_request.method = "GET"
+        context = self._decision_context(request, interrupt, form)
+        if not interrupt.is_pending:
+            # Someone else decided meanwhile: say so where the form was.
+            context["decision_refusal"] = form.non_field_errors()
+        response = self.change_view(page_request, quote(interrupt.pk), extra_context=context)
+        response.status_code = status
+        return response
+
+
+_DECISION_FIELDS: list[str] = [
+    "interrupt",
+    "thread",
+    "reviewer",
+    "outcome",
+    "note_display",
+    "answer",
+    "original",
+    "executed",
+    "created_at",
+    "payload_hash",
+    "prev_hash",
+    "hash",
+]
+
+
+@admin.register(Decision)
+class DecisionAdmin(ReadOnlyAdmin):
+    list_display = ["interrupt", "outcome", "reviewer", "thread", "created_at"]
+    list_filter = ["outcome"]
+    search_fields = ["interrupt__id", "thread__id", "reviewer__username", "note"]
+    list_select_related = ["reviewer", "interrupt", "thread"]
+    date_hierarchy = "created_at"
+    fields = tuple(_DECISION_FIELDS)
+    readonly_fields = _DECISION_FIELDS
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return {}  # no bulk delete, not even for superusers
+
+    @admin.display(description="Note")
+    def note_display(self, obj: Decision) -> str:
+        return format_html('<pre class="portal-json">{}</pre>', obj.note or "")
+
+    @admin.display(description="Answer")
+    def answer(self, obj: Decision) -> str:
+        return pretty(obj.value)
+
+    @admin.display(description="Original arguments")
+    def original(self, obj: Decision) -> str:
+        return pretty(obj.original_args)
+
+    @admin.display(description="Executed arguments")
+    def executed(self, obj: Decision) -> str:
+        return pretty(obj.executed_args)
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "thread", "kind", "status", "attempts", "created_at", "finished_at"]
+    list_filter = ["status", "kind"]
+    search_fields = ["id", "thread__id"]
+    readonly_fields = [
+        "id",
+        "thread",
+        "kind",
+        "status",
+        "input_display",
+        "attempts",
+        "lease_owner",
+        "lease_expires_at",
+        "error",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+    exclude = ["input"]
+
+    @admin.display(description="Input")
+    def input_display(self, obj: Run) -> str:
+        return pretty(obj.input)
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["thread", "seq", "node", "status", "next_node", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["thread__id", "interrupt_id"]
+    readonly_fields = [
+        "thread",
+        "seq",
+        "node",
+        "status",
+        "next_node",
+        "messages_display",
+        "meta_display",
+        "interrupt_display",
+        "interrupt_id",
+        "run",
+        "created_at",
+    ]
+    exclude = ["messages", "meta", "interrupt"]
+
+    @admin.display(description="Messages added")
+    def messages_display(self, obj: Checkpoint) -> str:
+        return pretty(obj.messages)
+
+    @admin.display(description="Meta")
+    def meta_display(self, obj: Checkpoint) -> str:
+        return pretty(obj.meta)
+
+    @admin.display(description="Interrupt")
+    def interrupt_display(self, obj: Checkpoint) -> str:
+        return pretty(obj.interrupt)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Tokens are created with ``manage.py create_api_token``; here they can be revoked."""
+
+    list_display = ["name", "user", "created_at", "last_used_at"]
+    search_fields = ["name", "user__username"]
+    readonly_fields = ["user", "name", "token_hash", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
+        return super().get_queryset(request).select_related("user")

@@ -1,0 +1,365 @@
+"""The JSON API (django-ninja), mounted at ``/api/``; OpenAPI at ``/api/openapi.json``, docs
+at ``/api/docs``.
+
+Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
+USER`` (``api_token_create``); only their SHA-256 is stored. With
+``settings.PORTAL_API_ENABLED`` off every endpoint answers 403, whatever the token.
+
+Every refusal has the same body: ``{"detail": "<readable message>", "errors": [lines]}``;
+``errors`` holds one line per problem for 422s (the runtime's wording for schema problems,
+e.g. ``$.approved: expected boolean, got str``) and is empty otherwise. Decisions go
+through ``portal.decisions`` like the dashboard and the admin, so the status codes are the
+service's: 401 bad token, 403 role/policy/API off, 404 not visible or not paused, 409 stale
+or already decided, 422 invalid.
+"""
+
+# No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
+import hashlib
+import secrets
+from datetime import datetime
+from typing import Any, Literal
+
+from django.conf import settings
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils import timezone
+from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.security import HttpBearer
+from pydantic import ConfigDict
+
+from agents.checkpoint import ThreadStatus
+from portal import access, roles
+from portal.checkpointer import DjangoCheckpointer
+from portal.decisions import DecisionRefused, decision_submit_for_thread
+from portal.errors import InputError
+from portal.models import ApiToken, Checkpoint, Interrupt, Thread
+from portal.registry import UnknownAgentError
+from portal.services import thread_start
+
+TOKEN_PREFIX = "prt_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def api_token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
+    """A new token for ``user``: (the stored row, the token itself). The token is not
+    stored, so this is the only time it can be shown."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(user=user, name=name, token_hash=hash_token(token))
+    return row, token
+
+
+class ApiProblem(HttpError):
+    """A refusal with error lines, answered in the common ``{"detail", "errors"}`` shape."""
+
+    def __init__(self, status_code: int, detail: str, errors: list[str] | None = None) -> None:
+        super().__init__(status_code, detail)
+        self.errors = list(errors or [])
+
+
+class ApiDisabled(HttpError):
+    def __init__(self) -> None:
+        super().__init__(
+            403, "The JSON API is turned off on this server (PORTAL_API_ENABLED is false)."
+        )
+
+
+class BearerToken(HttpBearer):
+    def __call__(self, request: HttpRequest) -> Any:
+        # Checked before the token, so a disabled API says so even to a bad token.
+        if not settings.PORTAL_API_ENABLED:
+            raise ApiDisabled()
+        return super().__call__(request)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        if not token:
+            return None
+        row = (
+            ApiToken.objects.select_related("user")
+            .filter(token_hash=hash_token(token.strip()))
+            .first()
+        )
+        if row is None or not row.user.is_active:
+            return None
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        request.user = row.user
+        return row.user
+
+
+api = NinjaAPI(
+    title="Reviewer portal API",
+    version="1",
+    description=(
+        "List and answer the requests agents raise, start threads and read them. "
+        "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`)."
+    ),
+    auth=BearerToken(),
+    urls_namespace="api",
+)
+
+
+def _user(request: HttpRequest) -> Any:
+    """The token's user (ninja puts what the auth returned on ``request.auth``)."""
+    return getattr(request, "auth", None)
+
+
+def _refusal(
+    request: HttpRequest, status: int, detail: str, errors: list[str] | None = None
+) -> HttpResponse:
+    body = {"detail": detail, "errors": errors or []}
+    response: HttpResponse = api.create_response(request, body, status=status)
+    return response
+
+
+@api.exception_handler(DecisionRefused)
+def _on_refused(request: HttpRequest, exc: DecisionRefused) -> HttpResponse:
+    return _refusal(request, exc.status_code, exc.message, exc.errors)
+
+
+@api.exception_handler(HttpError)
+def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    detail = exc.message
+    if isinstance(exc, ApiProblem):
+        return _refusal(request, exc.status_code, detail, exc.errors)
+    if isinstance(exc, AuthenticationError):
+        detail = "Send a valid token: Authorization: Bearer <token> (manage.py create_api_token)."
+    elif exc.status_code == 400 and detail.startswith("Cannot parse request body"):
+        detail = "The request body is not valid JSON."
+    return _refusal(request, exc.status_code, detail)
+
+
+def _error_line(error: dict[str, Any]) -> str:
+    loc = [str(part) for part in error.get("loc", ())]
+    if loc and loc[0] == "body":
+        loc = loc[2:]  # ("body", "<param name>", field, ...)
+    elif loc and loc[0] in ("query", "path"):
+        loc = loc[1:]
+    path = "$" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc)
+    kind = error.get("type", "")
+    if kind == "missing":
+        return f"{path}: required"
+    if kind == "extra_forbidden":
+        return f"{path}: unexpected field"
+    return f"{path}: {error.get('msg', 'invalid')}"
+
+
+@api.exception_handler(ValidationError)
+def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    lines = [_error_line(e) for e in exc.errors]
+    return _refusal(request, 422, "The request does not have the expected shape.", lines)
+
+
+# --- schemas ---------------------------------------------------------------------------
+
+
+class Problem(Schema):
+    detail: str
+    errors: list[str] = []
+
+
+def latest_user_message(interrupt: Interrupt) -> str | None:
+    """The user's words that led to ``interrupt`` (newest checkpoints first, so this stops
+    after a step or two however long the thread is)."""
+    chunks = (
+        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+        .order_by("-seq")
+        .values_list("messages", flat=True)
+    )
+    for chunk in chunks.iterator(chunk_size=20):
+        for message in reversed(chunk or []):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return str(message.get("content") or "")
+    return None
+
+
+class InterruptOut(Schema):
+    id: str
+    thread_id: str
+    agent: str
+    node: str
+    reason: str
+    message: str
+    value: Any = None
+    response_schema: dict[str, Any] | None = None
+    status: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    claimed_by: str | None = None
+    user_message: str | None = Field(
+        None, description="The latest user message before the request was raised."
+    )
+
+    @staticmethod
+    def resolve_user_message(obj: Interrupt) -> str | None:
+        return latest_user_message(obj)
+
+    @staticmethod
+    def resolve_thread_id(obj: Interrupt) -> str:
+        return str(obj.thread_id)
+
+    @staticmethod
+    def resolve_claimed_by(obj: Interrupt) -> str | None:
+        return obj.claimed_by.get_username() if obj.claimed_by else None
+
+
+class ThreadOut(Schema):
+    id: str
+    agent: str
+    status: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+    messages: list[dict[str, Any]]
+    pending_interrupt: InterruptOut | None = None
+
+
+class StartIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str
+    input: Any = Field(
+        ..., examples=[{"messages": [{"role": "user", "content": "Refund $42.50 for A-1001"}]}]
+    )
+
+
+class StartOut(Schema):
+    thread_id: str
+    run_id: str
+
+
+class ResumeIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    resume: Any = Field(..., description="The answer; it must fit the request's schema.")
+    resume_interrupt_id: str | None = Field(
+        None, description="The id of the request this answers (required)."
+    )
+    note: str = Field("", description="Recorded with the decision.")
+
+
+class ResumeOut(Schema):
+    thread_id: str
+    run_id: str
+    decision_id: int
+    outcome: str
+
+
+class InterruptFilter(Schema):
+    status: Literal["pending", "resolved", "cancelled", "expired"] | None = None
+
+
+# --- endpoints -------------------------------------------------------------------------
+
+
+def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
+    return Interrupt.objects.select_related("claimed_by").filter(
+        thread__in=access.visible_threads(user)
+    )
+
+
+@api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
+@paginate(LimitOffsetPagination)
+def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue."""
+    qs = _visible_interrupts(_user(request))
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    return qs.order_by("created_at", "id")
+
+
+@api.get(
+    "/interrupts/{interrupt_id}",
+    response={200: InterruptOut, 404: Problem},
+    tags=["interrupts"],
+)
+def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    interrupt = _visible_interrupts(_user(request)).filter(pk=interrupt_id).first()
+    if interrupt is None:
+        raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
+    return interrupt
+
+
+@api.post(
+    "/threads",
+    response={202: StartOut, 403: Problem, 422: Problem},
+    tags=["threads"],
+)
+def start_thread(request: HttpRequest, payload: StartIn) -> Any:
+    """Start a conversation with an agent; the worker runs it (202: queued)."""
+    user = _user(request)
+    if not (roles.can_start(user) or user.is_staff):
+        raise ApiProblem(403, "Your role cannot start conversations.")
+    try:
+        thread, run = thread_start(agent=payload.agent, input=payload.input, user=user)
+    except UnknownAgentError as exc:
+        raise ApiProblem(422, str(exc), [f"$.agent: {exc}"]) from None
+    except InputError as exc:
+        raise ApiProblem(422, str(exc), [f"$.input: {exc}"]) from None
+    return Status(202, {"thread_id": str(thread.pk), "run_id": str(run.pk)})
+
+
+def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
+    try:
+        return access.get_thread_for_user(request, thread_id)
+    except Http404 as exc:
+        raise ApiProblem(404, f"No thread {thread_id} that you can see.") from exc
+
+
+@api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
+def get_thread(request: HttpRequest, thread_id: str) -> Any:
+    """A thread's status, its messages and the request it waits on (if any)."""
+    thread = _thread_or_404(request, thread_id)
+    snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
+    messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
+    pending = None
+    if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
+        pending_id = (snapshot.interrupt or {}).get("id")
+        pending = _visible_interrupts(_user(request)).filter(pk=pending_id).first()
+    return {
+        "id": str(thread.pk),
+        "agent": thread.agent,
+        "status": thread.status,
+        "title": thread.title,
+        "created_at": thread.created_at,
+        "updated_at": thread.updated_at,
+        "messages": messages,
+        "pending_interrupt": pending,
+    }
+
+
+@api.post(
+    "/threads/{thread_id}/resume",
+    response={202: ResumeOut, 403: Problem, 404: Problem, 409: Problem, 422: Problem},
+    tags=["threads"],
+)
+def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Any:
+    """Answer the request a thread waits on; the worker resumes it (202: queued).
+
+    404 when the thread is not paused, 409 when ``resume_interrupt_id`` is stale or the
+    request was already decided, 422 with one line per problem when the answer breaks
+    the request's schema.
+    """
+    user = _user(request)
+    if not (roles.can_decide(user) or user.is_staff):
+        raise ApiProblem(403, "Your role cannot decide requests.")
+    thread = _thread_or_404(request, thread_id)
+    decision = decision_submit_for_thread(
+        thread=thread,
+        reviewer=user,
+        value=payload.resume,
+        resume_interrupt_id=payload.resume_interrupt_id,
+        note=payload.note,
+    )
+    return Status(
+        202,
+        {
+            "thread_id": str(thread.pk),
+            "run_id": str(decision.resume_run.pk),  # type: ignore[attr-defined]
+            "decision_id": decision.pk,
+            "outcome": decision.outcome,
+        },
+    )

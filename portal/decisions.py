@@ -1,0 +1,506 @@
+"""Deciding interrupts: the one path every decision takes (dashboard form, admin, JSON API).
+
+``decision_submit`` does everything in one transaction, all or nothing: lock the interrupt,
+check against the thread's newest checkpoint that it is still the request the thread waits
+on, check role, claim and policy, validate the answer with the runtime's own validator,
+record the ``Decision``, resolve the interrupt and queue the resume (the worker sees it
+only after commit). Any refusal raises a ``DecisionRefused`` subclass whose
+``status_code`` says how an HTTP caller should answer and whose message can be shown to
+the user as it is; nothing has been written when one is raised.
+
+Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
+(``interrupts_expire``, run by ``manage.py expire_interrupts`` and the worker).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.interrupt import validate_resume
+from agents.state import Message
+from portal import broadcast, policies, roles
+from portal.errors import InputError, Refused
+from portal.models import Checkpoint, Decision, Interrupt, Thread
+from portal.services import thread_resume
+
+__all__ = [
+    "AlreadyDecided",
+    "ClaimConflict",
+    "DecisionForbidden",
+    "DecisionRefused",
+    "InvalidDecision",
+    "StaleDecision",
+    "ThreadNotPaused",
+    "decision_submit",
+    "decision_submit_for_thread",
+    "interrupt_claim",
+    "interrupt_unclaim",
+    "interrupts_expire",
+]
+
+
+class DecisionRefused(Refused):
+    """A decision (or claim) was refused; nothing was written."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors: list[str] = list(errors or [])
+
+
+class AlreadyDecided(DecisionRefused):
+    status_code = 409
+
+
+class StaleDecision(DecisionRefused):
+    """The form answers a request the thread no longer waits on."""
+
+    status_code = 409
+
+
+class ThreadNotPaused(DecisionRefused):
+    status_code = 404
+
+
+class DecisionForbidden(DecisionRefused):
+    """Role, claim or policy: this user may not decide this request."""
+
+    status_code = 403
+
+
+class ClaimConflict(DecisionRefused):
+    status_code = 409
+
+
+class InvalidDecision(DecisionRefused):
+    """The answer breaks the request's schema (or the note/size limits); see ``errors``."""
+
+    status_code = 422
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "an unknown time"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _who(user: Any) -> str:
+    return user.get_username() if user is not None else "the system"
+
+
+def _already_decided(interrupt: Interrupt) -> DecisionRefused:
+    decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
+    if decision is not None:
+        return AlreadyDecided(
+            f"This request was already decided by {_who(decision.reviewer)} at "
+            f"{_when(decision.created_at)} ({decision.outcome}). Nothing was changed."
+        )
+    # Resolved without a decision: the thread moved past it (a newer pause superseded it).
+    return StaleDecision(
+        f"This request is no longer pending (it was {interrupt.status} at "
+        f"{_when(interrupt.resolved_at)}). Reload to see what the thread waits on now."
+    )
+
+
+def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
+    # The checkpoint is the source of truth; the Interrupt row is only the queue's index.
+    latest = (
+        Checkpoint.objects.filter(thread_id=interrupt.thread_id)
+        .order_by("-seq")
+        .values("status", "interrupt_id")
+        .first()
+    )
+    if latest is None or latest["status"] != Checkpoint.Status.INTERRUPTED:
+        raise ThreadNotPaused(
+            "This thread is not paused, so there is nothing to decide "
+            f"(its status is {interrupt.thread.status})."
+        )
+    if latest["interrupt_id"] != interrupt.pk:
+        raise StaleDecision(
+            f"This form answers request {interrupt.pk}, but the thread is now paused on "
+            f"request {latest['interrupt_id']}. Reload and decide the current request."
+        )
+
+
+def _check_may_decide(interrupt: Interrupt, reviewer: Any) -> None:
+    if reviewer is None or not reviewer.is_authenticated:
+        raise DecisionForbidden("Log in as a reviewer to decide requests.")
+    if not (roles.can_decide(reviewer) or reviewer.is_staff):
+        raise DecisionForbidden("Your role can read this request but not decide it.")
+    holder = interrupt.claimed_by
+    # Claims coordinate reviewers; they do not block an admin.
+    if holder is not None and holder.pk != reviewer.pk and not reviewer.is_staff:
+        raise DecisionForbidden(
+            f"{_who(holder)} claimed this request at {_when(interrupt.claimed_at)}; "
+            "ask them to release it first."
+        )
+    try:
+        policies.check_decider(interrupt=interrupt, user=reviewer)
+    except policies.PolicyViolation as exc:
+        raise DecisionForbidden(str(exc)) from None
+
+
+def _schema_has_note(schema: Any) -> bool:
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return isinstance(props, dict) and "note" in props
+
+
+def _validate(interrupt: Interrupt, value: Any, note: str) -> None:
+    errors: list[str] = []
+    limit = settings.PORTAL_MAX_NOTE_CHARS
+    if not isinstance(note, str):
+        errors.append(f"note: expected a string, got {type(note).__name__}")
+    elif len(note) > limit:
+        errors.append(f"note: {len(note)} characters, over the limit of {limit}")
+    inner = value.get("note") if isinstance(value, dict) else None
+    if isinstance(inner, str) and inner != note and len(inner) > limit:
+        errors.append(f"$.note: {len(inner)} characters, over the limit of {limit}")
+    try:
+        size = len(json.dumps(value, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidDecision("The answer is not JSON data.", errors=[f"$: {exc}"]) from None
+    if size > settings.PORTAL_MAX_INPUT_BYTES:
+        errors.append(
+            f"$: {size} bytes of JSON, over the limit of {settings.PORTAL_MAX_INPUT_BYTES}"
+        )
+    errors.extend(validate_resume(value, interrupt.response_schema))
+    if errors:
+        raise InvalidDecision(
+            "The answer does not fit this request; nothing was recorded.", errors=errors
+        )
+
+
+def _tool_calls(interrupt: Interrupt) -> list[dict[str, Any]]:
+    value = interrupt.value if isinstance(interrupt.value, dict) else {}
+    calls = value.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
+    """Arguments of the tool call an in-tool ``interrupt()`` belongs to, from the thread's
+    checkpoints (newest first: the call is in the step that paused or just before)."""
+    chunks = (
+        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+        .order_by("-seq")
+        .values_list("messages", flat=True)
+    )
+    for chunk in chunks.iterator(chunk_size=20):
+        for data in reversed(chunk or []):
+            if not isinstance(data, dict) or data.get("role") != "assistant":
+                continue
+            message = Message.from_dict(data)
+            for call_id, _name, args in message.tool_call_arguments():
+                if call_id == interrupt.tool_call_id:
+                    return args
+    return None
+
+
+def _outcome_and_args(
+    interrupt: Interrupt, value: Any
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """(outcome, original_args, executed_args), args keyed by tool call id.
+
+    Args are recorded when the request approves tool calls: the ToolNode's high-risk
+    approval (``value["tool_calls"]``, editable through ``value["args"]``), or an
+    ``interrupt()`` inside a tool (``tool_call_id`` set; its arguments cannot be edited).
+    Executed args are None unless approved.
+    """
+    if value is None:
+        outcome = Decision.Outcome.CANCELLED
+    elif isinstance(value, dict) and "approved" in value:
+        outcome = (
+            Decision.Outcome.APPROVED if value["approved"] is True else Decision.Outcome.REJECTED
+        )
+    else:
+        outcome = Decision.Outcome.APPROVED  # an answer to a question, not a yes/no
+    calls = _tool_calls(interrupt)
+    if calls:
+        original = {str(c.get("id")): c.get("arguments") for c in calls}
+    elif interrupt.tool_call_id:
+        original = {interrupt.tool_call_id: _asking_call_args(interrupt)}
+    else:
+        return outcome, None, None
+    if outcome != Decision.Outcome.APPROVED:
+        return outcome, original, None
+    executed = dict(original)
+    edits = value.get("args") if isinstance(value, dict) and calls else None
+    if isinstance(edits, dict):
+        for call_id, args in edits.items():
+            if call_id in executed and isinstance(args, dict):
+                executed[call_id] = args
+    if executed != original:
+        outcome = Decision.Outcome.EDITED
+    return outcome, original, executed
+
+
+def _publish_queue_change(interrupt: Interrupt) -> None:
+    # Leaving the queue carries the new status; a claim change re-announces "pending".
+    transaction.on_commit(
+        partial(
+            broadcast.publish_queue_change,
+            interrupt_id=interrupt.pk,
+            thread_id=interrupt.thread_id,
+            agent=interrupt.agent,
+            reason=interrupt.reason,
+            status=interrupt.status,
+        ),
+        robust=True,
+    )
+
+
+def decision_submit(
+    *,
+    interrupt: Interrupt | str,
+    reviewer: Any,
+    value: Any,
+    resume_interrupt_id: str | None,
+    note: str = "",
+) -> Decision:
+    """Record ``reviewer``'s answer ``value`` to ``interrupt`` and queue the resume.
+
+    ``resume_interrupt_id`` is the request the client saw (a hidden field in forms); it
+    must name this interrupt. When the schema has a ``note`` property and ``value`` has
+    none, ``note`` is copied into the value, so the agent sees it. Raises
+    ``AlreadyDecided``/``StaleDecision`` (409), ``ThreadNotPaused`` (404),
+    ``DecisionForbidden`` (403) or ``InvalidDecision`` (422, with ``errors``).
+    """
+    pk = interrupt.pk if isinstance(interrupt, Interrupt) else str(interrupt)
+    if note is None:
+        note = ""
+    with transaction.atomic():
+        # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
+        # the same request at once. Both read "pending"; without the lock both would record
+        # a decision and queue two resumes. With it the second waits here until the first
+        # commits, then reads "resolved" and is refused. (SQLite takes its write lock at
+        # BEGIN IMMEDIATE, which serialises the same way; Decision's one-to-one is the
+        # database's last word either way.)
+        try:
+            locked = (
+                Interrupt.objects.select_for_update(of=("self",))
+                .select_related("thread", "claimed_by")
+                .get(pk=pk)
+            )
+        except Interrupt.DoesNotExist:
+            raise ThreadNotPaused(f"There is no request {pk}.") from None
+        if locked.status != Interrupt.Status.PENDING:
+            raise _already_decided(locked)
+        if resume_interrupt_id != locked.pk:
+            raise StaleDecision(
+                f"This answer names request {resume_interrupt_id!r}, not {locked.pk!r}. "
+                "Reload and decide the request the thread waits on."
+            )
+        _check_pending_in_checkpoint(locked)
+        _check_may_decide(locked, reviewer)
+        if (
+            note
+            and isinstance(value, dict)
+            and "note" not in value
+            and _schema_has_note(locked.response_schema)
+        ):
+            value = {**value, "note": note}
+        _validate(locked, value, note)
+        outcome, original, executed = _outcome_and_args(locked, value)
+        if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
+            note = value["note"]
+        try:
+            # A savepoint, so a unique violation leaves the outer transaction usable.
+            with transaction.atomic():
+                decision = Decision.objects.create(
+                    interrupt=locked,
+                    thread=locked.thread,
+                    reviewer=reviewer,
+                    value=value,
+                    note=note,
+                    outcome=outcome,
+                    original_args=original,
+                    executed_args=executed,
+                )
+        except IntegrityError:
+            raise _already_decided(locked) from None
+        locked.status = Interrupt.Status.RESOLVED
+        locked.resolved_at = timezone.now()
+        locked.save(update_fields=["status", "resolved_at"])
+        try:
+            run = thread_resume(
+                thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
+            )
+        except InputError as exc:
+            raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
+        _publish_queue_change(locked)
+    # The queued run, for callers that report it (the API answers with its id).
+    decision.resume_run = run  # type: ignore[attr-defined]
+    if isinstance(interrupt, Interrupt):
+        interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
+    return decision
+
+
+def decision_submit_for_thread(
+    *,
+    thread: Thread,
+    reviewer: Any,
+    value: Any,
+    resume_interrupt_id: str | None,
+    note: str = "",
+) -> Decision:
+    """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
+
+    404 when the thread's newest checkpoint is not a pause; 409 when
+    ``resume_interrupt_id`` is missing or names anything but the pending request.
+    """
+    latest = (
+        Checkpoint.objects.filter(thread=thread)
+        .order_by("-seq")
+        .values("status", "interrupt_id")
+        .first()
+    )
+    if latest is None or latest["status"] != Checkpoint.Status.INTERRUPTED:
+        raise ThreadNotPaused(
+            f"Thread {thread.pk} is not paused (status {thread.status}); there is nothing "
+            "to resume."
+        )
+    if not resume_interrupt_id:
+        raise StaleDecision(
+            f"Name the request you answer: resume_interrupt_id is required (the thread "
+            f"waits on {latest['interrupt_id']!r})."
+        )
+    if not Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id).exists():
+        raise StaleDecision(
+            f"Thread {thread.pk} has no request {resume_interrupt_id!r}; it waits on "
+            f"{latest['interrupt_id']!r}."
+        )
+    return decision_submit(
+        interrupt=resume_interrupt_id,
+        reviewer=reviewer,
+        value=value,
+        resume_interrupt_id=resume_interrupt_id,
+        note=note,
+    )
+
+
+def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
+    """Mark ``interrupt`` as held by ``user`` so other reviewers see who is on it.
+
+    A claim held by someone else is refused (409) unless ``user`` is an admin, who takes
+    it over. Claiming your own claim again is a no-op.
+    """
+    if not (roles.can_decide(user) or user.is_staff):
+        raise DecisionForbidden("Your role can read this request but not claim it.")
+    with transaction.atomic():
+        # Row lock: two reviewers clicking "claim" together would both see it unclaimed.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("claimed_by")
+            .get(pk=interrupt.pk)
+        )
+        if locked.status != Interrupt.Status.PENDING:
+            raise _already_decided(locked)
+        holder = locked.claimed_by
+        if holder is not None and holder.pk != user.pk and not user.is_staff:
+            raise ClaimConflict(
+                f"{_who(holder)} already claimed this request at {_when(locked.claimed_at)}."
+            )
+        if holder is None or holder.pk != user.pk:
+            locked.claimed_by, locked.claimed_at = user, timezone.now()
+            locked.save(update_fields=["claimed_by", "claimed_at"])
+            _publish_queue_change(locked)
+            # live portal (issue 6): every open queue shows the new claimant.
+            transaction.on_commit(
+                partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
+            )
+    interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
+    return interrupt
+
+
+def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
+    """Release a claim. Only its holder or an admin may; releasing nothing is a no-op."""
+    with transaction.atomic():
+        # Row lock: a release racing a takeover must not clear the new holder's claim.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("claimed_by")
+            .get(pk=interrupt.pk)
+        )
+        holder = locked.claimed_by
+        if holder is not None:
+            if holder.pk != user.pk and not user.is_staff:
+                raise DecisionForbidden(
+                    f"{_who(holder)} holds this claim; only they or an admin can release it."
+                )
+            locked.claimed_by, locked.claimed_at = None, None
+            locked.save(update_fields=["claimed_by", "claimed_at"])
+            _publish_queue_change(locked)
+            # live portal (issue 6): every open queue shows the claim released.
+            transaction.on_commit(
+                partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
+            )
+    interrupt.claimed_by, interrupt.claimed_at = None, None
+    return interrupt
+
+
+def _decline_value(interrupt: Interrupt, now: datetime) -> Any:
+    # Fail closed: a yes/no request gets an explicit no with the reason, which the
+    # runtime hands back to the model; anything else gets None (cancelled).
+    schema = interrupt.response_schema
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(props, dict) and "approved" in props:
+        value: dict[str, Any] = {"approved": False}
+        if "note" in props:
+            value["note"] = f"The request expired at {_when(now)} without a decision."
+        if not validate_resume(value, schema):
+            return value
+    return None
+
+
+def interrupts_expire(now: datetime | None = None) -> list[Decision]:
+    """Resolve every pending interrupt whose ``expires_at`` has passed as expired and
+    queue a declining resume for its thread. Returns the decisions recorded."""
+    now = now or timezone.now()
+    due = list(
+        Interrupt.objects.filter(
+            status=Interrupt.Status.PENDING, expires_at__isnull=False, expires_at__lte=now
+        ).values_list("pk", flat=True)
+    )
+    recorded = []
+    for pk in due:
+        with transaction.atomic():
+            # Row lock, skipping rows a reviewer is deciding right now: the expiry and a
+            # last-second decision race for the same request, and whoever locks first
+            # wins; the other sees it is no longer pending.
+            locked = (
+                Interrupt.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("thread")
+                .filter(pk=pk, status=Interrupt.Status.PENDING)
+                .first()
+            )
+            if locked is None:
+                continue
+            try:
+                _check_pending_in_checkpoint(locked)
+            except DecisionRefused:
+                continue
+            value = _decline_value(locked, now)
+            decision = Decision.objects.create(
+                interrupt=locked,
+                thread=locked.thread,
+                reviewer=None,
+                value=value,
+                note=f"Expired at {_when(now)} without a decision.",
+                outcome=Decision.Outcome.EXPIRED,
+                original_args=_outcome_and_args(locked, None)[1],
+            )
+            locked.status = Interrupt.Status.EXPIRED
+            locked.resolved_at = now
+            locked.save(update_fields=["status", "resolved_at"])
+            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
+            _publish_queue_change(locked)
+            recorded.append(decision)
+    return recorded

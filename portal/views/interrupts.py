@@ -1,0 +1,195 @@
+"""One interrupt: what the agent asks, the conversation so far, and the decision form.
+
+The form posts to ``interrupt_decide`` (a plain POST, so it works without JavaScript),
+which goes through ``decision_submit`` like the admin and the API. A refusal re-renders
+the page with the errors next to their fields and the status the service gave it (422
+for a value that breaks the schema, 409 when someone else decided first, 403 for a
+policy). Claiming and releasing are POSTs that answer HTMX with 204 and redirect
+otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.middleware import HtmxDetails
+
+from agents.state import Message
+from portal import access, policies, roles
+from portal.decisions import (
+    DecisionRefused,
+    interrupt_claim,
+    interrupt_unclaim,
+)
+from portal.forms import DecisionForm
+from portal.models import Checkpoint, Decision, Interrupt
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _conversation(interrupt: Interrupt) -> list[dict[str, Any]]:
+    # The thread as the agent saw it when it asked: checkpoints up to the pause.
+    chunks = (
+        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+        .order_by("seq")
+        .values_list("messages", flat=True)
+    )
+    out = []
+    for chunk in chunks:
+        for data in chunk or []:
+            if not isinstance(data, dict) or data.get("role") == "system":
+                continue
+            message = Message.from_dict(data)
+            out.append(
+                {
+                    "id": message.id,
+                    "role": message.role,
+                    "content": message.content,
+                    "name": message.name,
+                    "tool_calls": [
+                        {"id": call_id, "name": name, "args": args}
+                        for call_id, name, args in message.tool_call_arguments()
+                    ],
+                }
+            )
+    return out
+
+
+def _asking_calls(interrupt: Interrupt, conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool call(s) this request is about."""
+    value = interrupt.value if isinstance(interrupt.value, dict) else {}
+    calls = value.get("tool_calls")
+    if isinstance(calls, list):  # the ToolNode's approval of high-risk calls
+        return [
+            {"id": c.get("id"), "name": c.get("name"), "args": c.get("arguments")}
+            for c in calls
+            if isinstance(c, dict)
+        ]
+    if interrupt.tool_call_id:  # a tool that asked from inside itself
+        for message in conversation:
+            for call in message["tool_calls"]:
+                if call["id"] == interrupt.tool_call_id:
+                    return [call]
+    return []
+
+
+def _blocked_reason(interrupt: Interrupt, user: Any) -> str:
+    """Why this user cannot decide this request right now ("" when they can)."""
+    if not (roles.can_decide(user) or user.is_staff):
+        return "Your role can read this request but not decide it."
+    try:
+        policies.check_decider(interrupt=interrupt, user=user)
+    except policies.PolicyViolation as exc:
+        return str(exc)
+    holder = interrupt.claimed_by
+    if holder is not None and holder.pk != user.pk and not user.is_staff:
+        return f"{holder.get_username()} has claimed this request."
+    return ""
+
+
+def _render(
+    request: HttpRequest,
+    interrupt: Interrupt,
+    *,
+    form: DecisionForm | None = None,
+    status: int = 200,
+    refusal: DecisionRefused | None = None,
+) -> HttpResponse:
+    conversation = _conversation(interrupt)
+    decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
+    can_decide = roles.can_decide(request.user) or request.user.is_staff
+    blocked = _blocked_reason(interrupt, request.user) if interrupt.is_pending else ""
+    if form is None and interrupt.is_pending and can_decide and not blocked:
+        form = DecisionForm(interrupt=interrupt)
+    context = {
+        "interrupt": interrupt,
+        "thread": interrupt.thread,
+        "conversation": conversation,
+        "asking_calls": _asking_calls(interrupt, conversation),
+        "decision": decision,
+        "form": form,
+        "can_decide": can_decide,
+        "blocked_reason": blocked,
+        "refusal": refusal,
+        # A refusal the form does not carry (a conflict): shown above the panel.
+        "refusal_notice": refusal.message if refusal and not (form and form.is_bound) else "",
+        "claimed_by_me": interrupt.claimed_by_id == request.user.pk,
+    }
+    return render(request, "portal/interrupt.html", context, status=status)
+
+
+@require_GET
+@login_required
+def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
+    interrupt = access.get_interrupt_for_user(request, interrupt_id)
+    return _render(request, interrupt)
+
+
+@require_POST
+@login_required
+def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    form = DecisionForm(request.POST, interrupt=interrupt)
+    if not form.is_valid():
+        return _render(request, interrupt, form=form, status=422)
+    try:
+        decision = form.submit(request.user)
+    except DecisionRefused as refusal:
+        interrupt.refresh_from_db()
+        if refusal.status_code in (404, 409):
+            # The form is moot (decided, or the thread moved on): say why, show the page.
+            return _render(request, interrupt, status=refusal.status_code, refusal=refusal)
+        form.show_refusal(refusal)
+        return _render(request, interrupt, form=form, status=refusal.status_code, refusal=refusal)
+    messages.success(
+        request,
+        f"Recorded: {decision.get_outcome_display().lower()}. "
+        "The agent continues in the background.",
+    )
+    return redirect("interrupt_detail", interrupt_id=interrupt.pk)
+
+
+def _claim_response(request: HtmxRequest, interrupt: Interrupt, action: Any) -> HttpResponse:
+    try:
+        action(interrupt=interrupt, user=request.user)
+    except DecisionRefused as refusal:
+        if request.htmx:
+            return HttpResponse(
+                refusal.message,
+                status=refusal.status_code,
+                content_type="text/plain; charset=utf-8",
+            )
+        messages.error(request, refusal.message)
+    if request.htmx:
+        return HttpResponse(status=204)
+    return redirect("interrupt_detail", interrupt_id=interrupt.pk)
+
+
+@require_POST
+@login_required
+def interrupt_claim_view(request: HtmxRequest, interrupt_id: str) -> HttpResponse:
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    return _claim_response(request, interrupt, interrupt_claim)
+
+
+@require_POST
+@login_required
+def interrupt_unclaim_view(request: HtmxRequest, interrupt_id: str) -> HttpResponse:
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    return _claim_response(request, interrupt, interrupt_unclaim)
+
+
+urlpatterns = [
+    path("interrupts/<str:interrupt_id>/", interrupt_detail, name="interrupt_detail"),
+    path("interrupts/<str:interrupt_id>/decide", interrupt_decide, name="interrupt_decide"),
+    path("interrupts/<str:interrupt_id>/claim", interrupt_claim_view, name="interrupt_claim"),
+    path("interrupts/<str:interrupt_id>/unclaim", interrupt_unclaim_view, name="interrupt_unclaim"),
+]

@@ -1,0 +1,228 @@
+"""The Django admin: read-only tables, and deciding through decision_submit."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin as django_admin
+from django.contrib.admin.utils import quote
+from django.test import RequestFactory
+from django.urls import reverse
+
+from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
+from tests.factories import make_decision, make_interrupt, make_tool_approval
+
+pytestmark = pytest.mark.django_db
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "amount": {"type": "number", "maximum": 100},
+    },
+    "required": ["approved", "amount"],
+}
+
+
+@pytest.fixture
+def admin_client(client, admin_user):
+    client.force_login(admin_user)
+    return client
+
+
+def change_url(interrupt):
+    return reverse("admin:portal_interrupt_change", args=[quote(interrupt.pk)])
+
+
+def decide_url(interrupt):
+    return reverse("admin:portal_interrupt_decide", args=[quote(interrupt.pk)])
+
+
+def test_the_thread_page_shows_checkpoints_interrupts_and_decisions_read_only(
+    admin_client, reviewer
+):
+    interrupt = make_interrupt()
+    make_decision(interrupt=interrupt, reviewer=reviewer)
+
+    response = admin_client.get(reverse("admin:portal_thread_change", args=[interrupt.thread_id]))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Checkpoints" in html and "Interrupts" in html and "Decisions" in html
+    assert interrupt.pk in html
+    inline_formsets = response.context["inline_admin_formsets"]
+    assert len(inline_formsets) == 3
+    for formset in inline_formsets:
+        assert not formset.has_add_permission
+        assert not formset.has_change_permission
+        assert not formset.has_delete_permission
+
+
+def test_the_interrupt_list_filters_by_status_agent_and_reason_and_searches(admin_client):
+    make_interrupt(agent="refunds", message="Approve a refund for A-1001?")
+    make_interrupt(agent="transfers", reason="input_required", message="Which account?")
+
+    page = admin_client.get(reverse("admin:portal_interrupt_changelist"))
+    assert [f.title for f in page.context["cl"].filter_specs] == ["status", "agent", "reason"]
+
+    by_agent = admin_client.get(
+        reverse("admin:portal_interrupt_changelist"), {"agent": "transfers"}
+    )
+    assert by_agent.context["cl"].result_count == 1
+    by_reason = admin_client.get(
+        reverse("admin:portal_interrupt_changelist"), {"reason": "tool_approval"}
+    )
+    assert by_reason.context["cl"].result_count == 1
+    searched = admin_client.get(
+        reverse("admin:portal_interrupt_changelist"), {"q": "Which account"}
+    )
+    assert searched.context["cl"].result_count == 1
+
+
+def test_the_interrupt_page_shows_payload_and_message_pretty_and_escaped(admin_client):
+    interrupt = make_interrupt(
+        value={"order": "<script>alert(1)</script>", "amount": 5},
+        message="<img src=x onerror=alert(2)>",
+    )
+
+    html = admin_client.get(change_url(interrupt)).content.decode()
+
+    assert "<script>alert(1)</script>" not in html
+    assert "<img src=x onerror=alert(2)>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert html.count(interrupt.pk) >= 2  # the right object, whatever its id looks like
+    assert "{\n  &quot;amount&quot;: 5,\n  &quot;order&quot;" in html  # indented JSON
+    assert 'id="admin-decision"' in html
+    assert f'action="{decide_url(interrupt)}"' in html
+
+
+def test_deciding_from_the_admin_records_the_decision_and_queues_the_resume(
+    admin_client, admin_user
+):
+    interrupt = make_interrupt()
+
+    response = admin_client.post(
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "action": "reject", "note": "no receipt"},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == change_url(interrupt)
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.reviewer == admin_user
+    assert decision.value == {"approved": False, "note": "no receipt"}
+    assert Run.objects.filter(thread=interrupt.thread, kind=Run.Kind.RESUME).count() == 1
+    page = admin_client.get(change_url(interrupt)).content.decode()
+    assert 'id="admin-decision-result"' in page and "Rejected" in page
+
+
+def test_the_admin_form_shows_schema_errors_next_to_the_field_and_records_nothing(admin_client):
+    interrupt = make_interrupt(schema=SCHEMA, reason="input_required")
+
+    response = admin_client.post(
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "value.approved": "true", "value.amount": "500"},
+    )
+
+    assert response.status_code == 422
+    form = response.context["decision_form"]
+    assert form.errors["value.amount"] == ["$.amount: 500 is greater than the maximum of 100"]
+    assert "$.amount: 500 is greater than the maximum of 100" in response.content.decode()
+    assert Decision.objects.count() == 0
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_the_admin_can_edit_tool_arguments(admin_client):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+
+    admin_client.post(
+        decide_url(interrupt),
+        {
+            "resume_interrupt_id": interrupt.pk,
+            "action": "edit",
+            f"args.{call_id}.amount": "50",
+            f"args.{call_id}.recipient": "Bob",
+        },
+    )
+
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.outcome == Decision.Outcome.EDITED
+    assert decision.executed_args == {call_id: {"amount": 50.0, "recipient": "Bob"}}
+
+
+def test_the_admin_is_told_who_decided_first(admin_client, reviewer):
+    interrupt = make_interrupt()
+    make_decision(interrupt=interrupt, reviewer=reviewer)
+
+    response = admin_client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+
+    assert response.status_code == 409
+    assert "already decided by rita-reviewer at" in response.content.decode()
+    assert Decision.objects.count() == 1
+
+
+def test_the_decide_url_only_accepts_post(admin_client):
+    interrupt = make_interrupt()
+
+    assert admin_client.get(decide_url(interrupt)).status_code == 405
+
+
+def test_staff_without_admin_rights_cannot_use_the_decide_url(client, reviewer):
+    interrupt = make_interrupt()
+    client.force_login(reviewer)  # a reviewer, but not staff
+
+    response = client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]
+    assert Decision.objects.count() == 0
+
+
+def test_decisions_cannot_be_added_changed_or_deleted_even_by_a_superuser(
+    admin_client, admin_user, reviewer
+):
+    interrupt = make_interrupt()
+    decision = make_decision(interrupt=interrupt, reviewer=reviewer)
+    model_admin = django_admin.site._registry[Decision]
+    request = RequestFactory().get("/")
+    request.user = admin_user
+
+    assert admin_user.is_superuser
+    assert model_admin.has_add_permission(request) is False
+    assert model_admin.has_change_permission(request, decision) is False
+    assert model_admin.has_delete_permission(request, decision) is False
+    assert model_admin.get_actions(request) == {}
+    assert admin_client.get(reverse("admin:portal_decision_add")).status_code == 403
+    delete = reverse("admin:portal_decision_delete", args=[decision.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    change = reverse("admin:portal_decision_change", args=[decision.pk])
+    assert admin_client.get(change).status_code == 200  # viewable
+    assert admin_client.post(change, {"note": "rewritten"}).status_code == 403
+    assert Decision.objects.get(pk=decision.pk).note == decision.note
+
+
+@pytest.mark.parametrize("model", [Run, Checkpoint, Thread, Interrupt])
+def test_runs_checkpoints_threads_and_interrupts_are_read_only(admin_user, model):
+    model_admin = django_admin.site._registry[model]
+    request = RequestFactory().get("/")
+    request.user = admin_user
+
+    assert model_admin.has_add_permission(request) is False
+    assert model_admin.has_change_permission(request) is False
+    assert model_admin.has_delete_permission(request) is False
+    assert model_admin.has_view_permission(request) is True
+
+
+def test_run_and_checkpoint_pages_render(admin_client):
+    interrupt = make_interrupt()
+    checkpoint = Checkpoint.objects.filter(thread=interrupt.thread).first()
+
+    assert admin_client.get(reverse("admin:portal_run_changelist")).status_code == 200
+    page = admin_client.get(reverse("admin:portal_checkpoint_change", args=[checkpoint.pk]))
+    assert page.status_code == 200

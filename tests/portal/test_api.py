@@ -1,0 +1,493 @@
+"""The JSON API: token auth, listing, starting, reading and resuming threads, bad input."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from portal.api import api_token_create, hash_token
+from portal.models import ApiToken, Decision, Interrupt, Run, Thread
+from tests.factories import (
+    make_decision,
+    make_interrupt,
+    make_thread,
+    make_tool_approval,
+    pause_again,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+class Api:
+    """A test client that sends a bearer token and JSON."""
+
+    def __init__(self, client, token: str | None) -> None:
+        self.client, self.token = client, token
+
+    def _headers(self):
+        return {"HTTP_AUTHORIZATION": f"Bearer {self.token}"} if self.token else {}
+
+    def get(self, url, **params):
+        return self.client.get(url, params, **self._headers())
+
+    def post(self, url, body=None, *, raw: str | None = None):
+        data = raw if raw is not None else json.dumps(body)
+        return self.client.post(url, data, content_type="application/json", **self._headers())
+
+
+def api_for(client, user) -> Api:
+    return Api(client, api_token_create(user=user, name="test")[1])
+
+
+def resume_body(interrupt, value, **extra):
+    return {"resume": value, "resume_interrupt_id": interrupt.pk, **extra}
+
+
+def resume_url(interrupt_or_thread):
+    thread = getattr(interrupt_or_thread, "thread", interrupt_or_thread)
+    return f"/api/threads/{thread.pk}/resume"
+
+
+# --- tokens ----------------------------------------------------------------------------
+
+
+def test_create_api_token_prints_the_token_last_and_stores_only_its_hash(reviewer, client):
+    out = StringIO()
+
+    call_command("create_api_token", "rita-reviewer", "--name", "ci", stdout=out)
+
+    token = out.getvalue().strip().splitlines()[-1]
+    row = ApiToken.objects.get()
+    assert row.user == reviewer and row.name == "ci"
+    assert row.token_hash == hash_token(token)
+    assert token not in row.token_hash
+    assert Api(client, token).get("/api/interrupts").status_code == 200
+    row.refresh_from_db()
+    assert row.last_used_at is not None
+
+
+def test_create_api_token_for_an_unknown_user_fails_clearly():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no user 'ghost'"):
+        call_command("create_api_token", "ghost")
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer ", "Basic abc", "Token x"])
+def test_a_missing_or_wrong_token_gets_401(client, reviewer, header):
+    api_token_create(user=reviewer)
+    headers = {"HTTP_AUTHORIZATION": header} if header else {}
+
+    response = client.get("/api/interrupts", **headers)
+
+    assert response.status_code == 401
+    assert "Bearer" in response.json()["detail"]
+
+
+def test_a_token_of_a_deactivated_user_gets_401(client, reviewer):
+    api = api_for(client, reviewer)
+    reviewer.is_active = False
+    reviewer.save()
+
+    assert api.get("/api/interrupts").status_code == 401
+
+
+def test_every_endpoint_answers_403_when_the_api_is_turned_off(client, reviewer, settings):
+    interrupt = make_interrupt()
+    api = api_for(client, reviewer)
+    settings.PORTAL_API_ENABLED = False
+
+    assert api.get("/api/interrupts").status_code == 403
+    assert (
+        api.post(resume_url(interrupt), resume_body(interrupt, {"approved": True})).status_code
+        == 403
+    )
+    assert Api(client, None).get("/api/interrupts").status_code == 403
+    assert "PORTAL_API_ENABLED" in api.get("/api/interrupts").json()["detail"]
+    assert Decision.objects.count() == 0
+
+
+def test_the_openapi_document_and_docs_are_served(client):
+    doc = client.get("/api/openapi.json")
+
+    assert doc.status_code == 200
+    paths = doc.json()["paths"]
+    assert {
+        "/api/interrupts",
+        "/api/interrupts/{interrupt_id}",
+        "/api/threads",
+        "/api/threads/{thread_id}",
+        "/api/threads/{thread_id}/resume",
+    } <= set(paths)
+    assert "BearerToken" in doc.json()["components"]["securitySchemes"]
+    assert client.get("/api/docs").status_code == 200
+
+
+# --- listing and reading -----------------------------------------------------------------
+
+
+def test_pending_interrupts_are_listed_with_their_fields_and_paginated(client, reviewer):
+    first = make_interrupt()
+    make_interrupt()
+    decided = make_interrupt()
+    make_decision(interrupt=decided, reviewer=reviewer)
+    api = api_for(client, reviewer)
+
+    page = api.get("/api/interrupts", status="pending", limit=1).json()
+
+    assert page["count"] == 2
+    [item] = page["items"]
+    assert item["id"] == first.pk
+    assert set(item) >= {
+        "id",
+        "thread_id",
+        "agent",
+        "node",
+        "reason",
+        "message",
+        "value",
+        "response_schema",
+        "created_at",
+        "expires_at",
+        "claimed_by",
+    }
+    assert item["thread_id"] == str(first.thread_id)
+    assert item["value"] == {"order_id": "A-1001", "amount": 42.5}
+    second = api.get("/api/interrupts", status="pending", limit=1, offset=1).json()
+    assert second["items"][0]["id"] != first.pk
+    assert api.get("/api/interrupts", status="resolved").json()["count"] == 1
+    assert api.get("/api/interrupts").json()["count"] == 3
+
+
+def test_an_unknown_status_filter_is_422(client, reviewer):
+    response = api_for(client, reviewer).get("/api/interrupts", status="bogus")
+
+    assert response.status_code == 422
+    assert response.json()["errors"][0].startswith("$.status:")
+
+
+def test_support_staff_list_only_their_own_threads_requests(client, support_agent):
+    mine = make_interrupt(owner=support_agent)
+    make_interrupt()
+
+    page = api_for(client, support_agent).get("/api/interrupts").json()
+
+    assert [i["id"] for i in page["items"]] == [mine.pk]
+
+
+def test_one_interrupt_is_returned_and_others_are_404(client, reviewer, outsider):
+    interrupt = make_interrupt()
+
+    ok = api_for(client, reviewer).get(f"/api/interrupts/{interrupt.pk}")
+    hidden = api_for(client, outsider).get(f"/api/interrupts/{interrupt.pk}")
+    missing = api_for(client, reviewer).get("/api/interrupts/int_nope")
+
+    assert ok.status_code == 200 and ok.json()["id"] == interrupt.pk
+    assert hidden.status_code == 404
+    assert missing.status_code == 404
+
+
+def test_a_thread_shows_status_messages_and_the_pending_interrupt(client, reviewer):
+    interrupt = make_interrupt()
+
+    body = api_for(client, reviewer).get(f"/api/threads/{interrupt.thread_id}").json()
+
+    assert body["status"] == "interrupted"
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
+    assert body["messages"][0]["content"] == "Refund $42.50 for order A-1001, it arrived broken."
+    assert body["pending_interrupt"]["id"] == interrupt.pk
+
+
+def test_a_thread_that_is_not_paused_has_no_pending_interrupt(client, reviewer):
+    thread = make_thread()
+
+    body = api_for(client, reviewer).get(f"/api/threads/{thread.pk}").json()
+
+    assert body["pending_interrupt"] is None
+
+
+@pytest.mark.parametrize("thread_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000"])
+def test_an_unknown_thread_is_404(client, reviewer, thread_id):
+    assert api_for(client, reviewer).get(f"/api/threads/{thread_id}").status_code == 404
+
+
+def test_a_stranger_gets_404_for_a_thread(client, support_agent, other_support_agent):
+    interrupt = make_interrupt(owner=support_agent)
+
+    response = api_for(client, other_support_agent).get(f"/api/threads/{interrupt.thread_id}")
+
+    assert response.status_code == 404
+
+
+# --- starting threads --------------------------------------------------------------------
+
+
+def test_starting_a_thread_answers_202_and_queues_a_run(client, support_agent):
+    body = {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "Refund $5"}]}}
+
+    response = api_for(client, support_agent).post("/api/threads", body)
+
+    assert response.status_code == 202
+    data = response.json()
+    thread = Thread.objects.get(pk=data["thread_id"])
+    assert thread.owner == support_agent and thread.agent == "refunds"
+    assert Run.objects.get(pk=data["run_id"]).kind == Run.Kind.START
+
+
+def test_a_role_that_cannot_start_gets_403(client, auditor):
+    body = {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+
+    response = api_for(client, auditor).post("/api/threads", body)
+
+    assert response.status_code == 403
+    assert Thread.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        ({"agent": "nope", "input": {"messages": [{"role": "user", "content": "x"}]}}, "$.agent:"),
+        ({"agent": "refunds", "input": {"messages": []}}, "$.input:"),
+        ({"agent": "refunds", "input": "hello"}, "$.input:"),
+        ({"input": {"messages": [{"role": "user", "content": "x"}]}}, "$.agent: required"),
+        ({"agent": "refunds", "input": {}, "extra": 1}, "$.extra: unexpected field"),
+    ],
+)
+def test_starting_with_bad_input_is_422_with_error_lines(client, support_agent, body, line):
+    response = api_for(client, support_agent).post("/api/threads", body)
+
+    assert response.status_code == 422
+    assert any(e.startswith(line) for e in response.json()["errors"]), response.json()
+    assert Thread.objects.count() == 0
+
+
+# --- resuming ------------------------------------------------------------------------------
+
+
+def test_resuming_records_the_decision_and_answers_202(client, reviewer):
+    interrupt = make_interrupt()
+
+    response = api_for(client, reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": True}, note="ok")
+    )
+
+    assert response.status_code == 202
+    data = response.json()
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert data["decision_id"] == decision.pk and data["outcome"] == "approved"
+    run = Run.objects.get(pk=data["run_id"])
+    assert run.input == {
+        "resume": {"approved": True, "note": "ok"},
+        "resume_interrupt_id": interrupt.pk,
+    }
+
+
+@pytest.mark.parametrize("persona", ["auditor", "support_agent"])
+def test_resuming_without_the_reviewer_permission_is_403(client, request, persona):
+    user = request.getfixturevalue(persona)
+    interrupt = make_interrupt(owner=user)
+
+    response = api_for(client, user).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": True})
+    )
+
+    assert response.status_code == 403
+    assert Decision.objects.count() == 0
+
+
+def test_resuming_a_thread_that_is_not_paused_is_404(client, reviewer):
+    thread = make_thread()
+
+    response = api_for(client, reviewer).post(
+        resume_url(thread), {"resume": {"approved": True}, "resume_interrupt_id": "int_x"}
+    )
+
+    assert response.status_code == 404
+    assert "not paused" in response.json()["detail"]
+
+
+def test_resuming_an_already_decided_request_is_409_naming_who_and_when(
+    client, reviewer, second_reviewer
+):
+    interrupt = make_interrupt()
+    make_decision(interrupt=interrupt, reviewer=reviewer)
+    # The resume has not run yet, so the checkpoint still says paused on this request.
+
+    response = api_for(client, second_reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": False})
+    )
+
+    assert response.status_code == 409
+    assert "already decided by rita-reviewer at" in response.json()["detail"]
+    assert Decision.objects.count() == 1
+
+
+def test_resuming_with_a_stale_interrupt_id_is_409(client, reviewer):
+    old = make_interrupt()
+    new = pause_again(old.thread)
+    api = api_for(client, reviewer)
+
+    stale = api.post(resume_url(old), resume_body(old, {"approved": True}))
+    unknown = api.post(
+        resume_url(old), {"resume": {"approved": True}, "resume_interrupt_id": "int_unknown"}
+    )
+    missing = api.post(resume_url(old), {"resume": {"approved": True}})
+
+    assert stale.status_code == 409
+    assert unknown.status_code == 409 and new.pk in unknown.json()["detail"]
+    assert missing.status_code == 409 and "resume_interrupt_id" in missing.json()["detail"]
+    assert Decision.objects.count() == 0
+
+
+def test_a_claim_by_another_reviewer_is_403_but_not_for_an_admin(
+    client, reviewer, second_reviewer, admin_user
+):
+    from portal.decisions import interrupt_claim
+
+    interrupt = make_interrupt()
+    interrupt_claim(interrupt=interrupt, user=reviewer)
+
+    blocked = api_for(client, second_reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": True})
+    )
+    admin = api_for(client, admin_user).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": True})
+    )
+
+    assert blocked.status_code == 403 and "claimed" in blocked.json()["detail"]
+    assert admin.status_code == 202
+
+
+# --- the bad-input matrix ------------------------------------------------------------------
+
+STRICT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "amount": {"type": "number", "maximum": 100},
+        "note": {"type": "string"},
+    },
+    "required": ["approved", "amount"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "errors"),
+    [
+        ({"approved": "yes", "amount": 5}, ["$.approved: expected boolean, got str"]),
+        ({"approved": True, "amount": "5"}, ["$.amount: expected number, got str"]),
+        ({"approved": True}, ["$.amount: required"]),
+        ({}, ["$.approved: required", "$.amount: required"]),
+        ({"approved": True, "amount": 5, "admin": True}, ["$: unexpected field 'admin'"]),
+        ({"approved": True, "amount": 500}, ["$.amount: 500 is greater than the maximum of 100"]),
+        ("approve", ["$: expected object, got str"]),
+        ([True], ["$: expected object, got list"]),
+    ],
+)
+def test_a_value_that_breaks_the_schema_is_422_with_the_error_lines(
+    client, reviewer, value, errors
+):
+    interrupt = make_interrupt(schema=STRICT_SCHEMA)
+
+    response = api_for(client, reviewer).post(resume_url(interrupt), resume_body(interrupt, value))
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == errors
+    assert Decision.objects.count() == 0
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not Run.objects.filter(kind=Run.Kind.RESUME).exists()
+
+
+def test_edited_arguments_of_the_wrong_type_are_422(client, reviewer):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+
+    response = api_for(client, reviewer).post(
+        resume_url(interrupt),
+        resume_body(interrupt, {"approved": True, "args": {call_id: {"amount": True}}}),
+    )
+
+    assert response.status_code == 422
+    assert f"$.args.{call_id}.amount: expected number, got bool" in response.json()["errors"]
+    assert f"$.args.{call_id}.recipient: required" in response.json()["errors"]
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        ({"resume_interrupt_id": "x"}, "$.resume: required"),
+        (
+            {"resume": {"approved": True}, "resume_interrupt_id": "x", "force": True},
+            "$.force: unexpected field",
+        ),
+        ({"resume": {"approved": True}, "resume_interrupt_id": 5}, "$.resume_interrupt_id:"),
+        ({"resume": {"approved": True}, "resume_interrupt_id": "x", "note": 7}, "$.note:"),
+    ],
+)
+def test_a_body_of_the_wrong_shape_is_422(client, reviewer, body, line):
+    interrupt = make_interrupt()
+
+    response = api_for(client, reviewer).post(resume_url(interrupt), body)
+
+    assert response.status_code == 422
+    assert any(e.startswith(line) for e in response.json()["errors"]), response.json()
+    assert Decision.objects.count() == 0
+
+
+def test_an_oversized_note_is_422(client, reviewer, settings):
+    settings.PORTAL_MAX_NOTE_CHARS = 50
+    interrupt = make_interrupt()
+
+    response = api_for(client, reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": False}, note="x" * 51)
+    )
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == ["note: 51 characters, over the limit of 50"]
+    assert Decision.objects.count() == 0
+
+
+def test_an_oversized_value_is_422(client, reviewer, settings):
+    settings.PORTAL_MAX_INPUT_BYTES = 1024
+    interrupt = make_interrupt(schema=None)
+
+    response = api_for(client, reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": True, "blob": "b" * 2000})
+    )
+
+    assert response.status_code == 422
+    assert "over the limit of 1024" in response.json()["errors"][0]
+
+
+@pytest.mark.parametrize("raw", ["{not json", "approved=true", ""])
+def test_a_body_that_is_not_json_is_refused(client, reviewer, raw):
+    interrupt = make_interrupt()
+
+    response = api_for(client, reviewer).post(resume_url(interrupt), raw=raw)
+
+    assert response.status_code in (400, 422)
+    assert response.json()["detail"]
+    assert Decision.objects.count() == 0
+
+
+def test_html_in_a_note_is_stored_as_text_and_rendered_escaped(client, reviewer):
+    interrupt = make_interrupt()
+    note = '<img src=x onerror="alert(1)"><script>steal()</script>'
+
+    response = api_for(client, reviewer).post(
+        resume_url(interrupt), resume_body(interrupt, {"approved": False}, note=note)
+    )
+
+    assert response.status_code == 202
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.note == note
+    assert decision.value["note"] == note
+    client.force_login(reviewer)
+    page = client.get(f"/interrupts/{interrupt.pk}/").content.decode()
+    assert note not in page
+    assert "&lt;script&gt;steal()&lt;/script&gt;" in page
