@@ -1,0 +1,145 @@
+"""The support chat: pick an agent, write, and watch the answer stream in.
+
+Starting a conversation or sending a follow-up only queues a run (services write, a
+worker runs the agent); the page then follows the thread over ``/ws/threads/<id>/``. A
+reload rebuilds the transcript from the checkpoints, so nothing lives only in the browser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_http_methods
+
+from portal import access, roles, services
+from portal.errors import InputError, ThreadNotRetryable
+from portal.registry import UnknownAgentError, agent_names
+from portal.setup import DEMO_CONVERSATIONS
+from portal.views.threads import transcript_context
+
+RECENT = 15
+MAX_MESSAGE_CHARS = 4000
+
+# What each shipped agent does; the example message comes from the demo's conversations.
+AGENT_HINTS: dict[str, str] = {
+    "refunds": "Refunds for orders; a reviewer approves each payout.",
+    "transfers": "Balances and money transfers; every transfer needs approval.",
+    "accounts": "Account deletion; a reviewer sees each call before it runs.",
+    "contact": "Messages for the owner; each one is approved before it is sent.",
+}
+
+
+class ChatStartForm(forms.Form):
+    agent = forms.ChoiceField(label="Agent")
+    message = forms.CharField(
+        label="Message",
+        max_length=MAX_MESSAGE_CHARS,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": "What does the customer need?"}),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ChoiceField)
+        agent.choices = [(name, name) for name in agent_names()]
+
+
+class ChatReplyForm(forms.Form):
+    message = forms.CharField(
+        label="Your message",
+        max_length=MAX_MESSAGE_CHARS,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+
+def _require_starter(request: HttpRequest) -> None:
+    if not (roles.can_start(request.user) or request.user.is_staff):
+        raise PermissionDenied("The support chat is for support staff.")
+
+
+def _recent(request: HttpRequest) -> Any:
+    return (
+        access.visible_threads(request.user)
+        .filter(owner_id=request.user.pk)
+        .order_by("-updated_at")[:RECENT]
+    )
+
+
+def _agents() -> list[dict[str, str]]:
+    return [
+        {"name": n, "about": AGENT_HINTS.get(n, ""), "example": DEMO_CONVERSATIONS.get(n, "")}
+        for n in agent_names()
+    ]
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def chat(request: HttpRequest) -> HttpResponse:
+    """A new conversation: GET shows the form (``?agent=`` and ``?example=1`` prefill it),
+    POST starts the thread and goes to it."""
+    _require_starter(request)
+    status = 200
+    if request.method == "POST":
+        form = ChatStartForm(request.POST)
+        if form.is_valid():
+            try:
+                thread, _run = services.thread_start(
+                    agent=form.cleaned_data["agent"],
+                    input={"messages": [{"role": "user", "content": form.cleaned_data["message"]}]},
+                    user=request.user,
+                )
+            except (InputError, UnknownAgentError) as exc:
+                form.add_error(None, str(exc))
+            else:
+                return redirect("chat_thread", thread_id=thread.pk)
+        status = 400
+    else:
+        agent = request.GET.get("agent", "")
+        initial: dict[str, str] = {}
+        if agent in settings.PORTAL_AGENTS:
+            initial["agent"] = agent
+            if request.GET.get("example"):
+                initial["message"] = DEMO_CONVERSATIONS.get(agent, "")
+        if not initial and "refunds" in settings.PORTAL_AGENTS:
+            initial["agent"] = "refunds"  # the demo's first stop
+        form = ChatStartForm(initial=initial)
+    context = {"form": form, "agents": _agents(), "recent": _recent(request)}
+    return render(request, "portal/chat.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
+    """One conversation, live. POST sends a follow-up once the previous turn is done."""
+    thread = access.get_thread_for_user(request, thread_id)
+    _require_starter(request)
+    status = 200
+    form = ChatReplyForm()
+    if request.method == "POST":
+        form = ChatReplyForm(request.POST)
+        if form.is_valid():
+            try:
+                services.thread_message(
+                    thread=thread, text=form.cleaned_data["message"], user=request.user
+                )
+            except (InputError, ThreadNotRetryable) as exc:
+                form.add_error("message", str(exc))
+            else:
+                return redirect("chat_thread", thread_id=thread.pk)
+        status = 400
+    context = transcript_context(thread)
+    context.update({"reply_form": form, "recent": _recent(request), "agents": _agents()})
+    return render(request, "portal/chat.html", context, status=status)
+
+
+urlpatterns = [
+    path("chat/", chat, name="chat"),
+    path("chat/<str:thread_id>/", chat_thread, name="chat_thread"),
+]

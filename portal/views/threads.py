@@ -1,0 +1,169 @@
+"""Threads: the list a user may see, one thread's transcript and timeline, and the
+transcript fragment the live pages re-fetch to catch up (rebuilt from the checkpoints)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
+
+from agents.state import Message
+from portal import access, roles
+from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+PAGE_SIZE = 30
+TIMELINE_LIMIT = 200
+
+
+def _display_message(data: dict[str, Any]) -> dict[str, Any]:
+    message = Message.from_dict(data)
+    return {
+        "id": message.id,
+        "role": message.role,
+        "content": message.content,
+        "name": message.name,
+        "tool_calls": [
+            {"id": call_id, "name": name, "args": args}
+            for call_id, name, args in message.tool_call_arguments()
+        ],
+    }
+
+
+def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
+    """What the transcript partial shows: the conversation rebuilt from the checkpoints
+    (each holds only the messages its step added; ``after_seq`` keeps only the steps
+    after that one), the pending request if paused, and whether a run is under way."""
+    transcript = [
+        _display_message(m)
+        for chunk in Checkpoint.objects.filter(thread=thread, seq__gt=after_seq)
+        .order_by("seq")
+        .values_list("messages", flat=True)
+        for m in (chunk or [])
+        if isinstance(m, dict) and m.get("role") != "system"
+    ]
+    pending = None
+    if thread.status == Thread.Status.INTERRUPTED:
+        pending = (
+            Interrupt.objects.filter(thread=thread, status=Interrupt.Status.PENDING)
+            .order_by("-created_at")
+            .first()
+        )
+    last_run = Run.objects.filter(thread=thread).order_by("-created_at").first()
+    working = thread.status == Thread.Status.RUNNING or (
+        last_run is not None and last_run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
+    )
+    return {
+        "thread": thread,
+        "transcript_messages": transcript,
+        "pending": pending,
+        "last_run": last_run,
+        "working": working,
+        "can_reply": thread.status == Thread.Status.DONE and not working,
+    }
+
+
+def _timeline(thread: Thread) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for cp in Checkpoint.objects.filter(thread=thread).order_by("-seq")[:TIMELINE_LIMIT]:
+        events.append({"kind": "checkpoint", "at": cp.created_at, "obj": cp})
+    for it in Interrupt.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
+        events.append({"kind": "interrupt", "at": it.created_at, "obj": it})
+    decisions = Decision.objects.filter(thread=thread).select_related("reviewer")
+    for d in decisions.order_by("-created_at")[:TIMELINE_LIMIT]:
+        events.append({"kind": "decision", "at": d.created_at, "obj": d})
+    for run in Run.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
+        events.append({"kind": "run", "at": run.created_at, "obj": run})
+    order = {"run": 0, "checkpoint": 1, "interrupt": 2, "decision": 3}
+    events.sort(key=lambda e: (e["at"], order[e["kind"]]))
+    return events
+
+
+@require_GET
+@login_required
+def threads(request: HttpRequest) -> HttpResponse:
+    qs = access.visible_threads(request.user).select_related("owner")
+    status = request.GET.get("status", "")
+    if status in Thread.Status.values:
+        qs = qs.filter(status=status)
+    else:
+        status = ""
+    cursor = _decode(request.GET.get("after"))
+    if cursor:
+        when, pk = cursor
+        qs = qs.filter(Q(updated_at__lte=when) & (Q(updated_at__lt=when) | Q(id__lt=pk)))
+    rows = list(qs.order_by("-updated_at", "-id")[: PAGE_SIZE + 1])
+    items = rows[:PAGE_SIZE]
+    next_cursor = (
+        f"{items[-1].updated_at.isoformat()}~{items[-1].pk}" if len(rows) > PAGE_SIZE else None
+    )
+    context = {
+        "items": items,
+        "status": status,
+        "statuses": Thread.Status.values,
+        "next_qs": urlencode({"status": status, "after": next_cursor}) if next_cursor else "",
+        "paged": cursor is not None,
+        "sees_all": roles.can_view_all(request.user) or request.user.is_staff,
+    }
+    return render(request, "portal/threads.html", context)
+
+
+def _decode(raw: str | None) -> tuple[datetime, str] | None:
+    if not raw or "~" not in raw:
+        return None
+    when, _, pk = raw.partition("~")
+    try:
+        parsed = parse_datetime(when)
+        uuid.UUID(pk)
+    except ValueError:
+        return None
+    return (parsed, pk) if parsed else None
+
+
+@require_GET
+@login_required
+def thread_detail(request: HtmxRequest, thread_id: str) -> HttpResponse:
+    thread = access.get_thread_for_user(request, thread_id)
+    context = transcript_context(thread)
+    context["timeline"] = _timeline(thread)
+    template = "portal/thread.html"
+    if request.htmx and not request.htmx.boosted:
+        template += "#thread-live"
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
+def thread_transcript_hx(request: HttpRequest, thread_id: str) -> HttpResponse:
+    """The transcript alone, for live pages catching up after a drop or a pause.
+    ``?after=<seq>`` shows only what happened after that checkpoint (the interrupt page
+    follows the run its decision resumed)."""
+    thread = access.get_thread_for_user(request, thread_id)
+    try:
+        after = max(0, int(request.GET.get("after", 0)))
+    except ValueError:
+        after = 0
+    return render(
+        request, "portal/partials/transcript.html", transcript_context(thread, after_seq=after)
+    )
+
+
+urlpatterns = [
+    path("threads/", threads, name="threads"),
+    path("threads/<str:thread_id>/", thread_detail, name="thread_detail"),
+    path("threads/<str:thread_id>/transcript/", thread_transcript_hx, name="thread_transcript_hx"),
+]

@@ -1,0 +1,137 @@
+"""The support chat: starting a conversation and following up queue runs (no request
+runs an agent), the page rebuilds the transcript from the checkpoints, and only support
+staff use it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from portal.models import Run, Thread
+from tests.factories import make_interrupt, make_thread
+
+pytestmark = pytest.mark.django_db
+REFUND = "Refund $42.50 for order A-1001, it arrived broken."
+
+
+def _finish(thread: Thread) -> None:
+    Run.objects.filter(thread=thread).update(status=Run.Status.SUCCEEDED)
+    Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.DONE)
+
+
+def test_the_chat_url_is_named_chat():
+    assert reverse("chat") == "/chat/"
+
+
+def test_a_support_user_sees_the_agents_to_pick_from(client, support_agent):
+    client.force_login(support_agent)
+    html = client.get("/chat/").content.decode()
+    for agent in ("refunds", "transfers", "accounts", "contact"):
+        assert f'value="{agent}"' in html
+    assert '<label for="id_message"' in html
+
+
+def test_the_example_link_prefills_the_form(client, support_agent):
+    client.force_login(support_agent)
+    html = client.get("/chat/", {"agent": "refunds", "example": "1"}).content.decode()
+    assert REFUND in html
+
+
+def test_posting_a_message_starts_a_thread_queues_its_run_and_opens_it(client, support_agent):
+    client.force_login(support_agent)
+    response = client.post("/chat/", {"agent": "refunds", "message": REFUND})
+    thread = Thread.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("chat_thread", args=[thread.pk])
+    assert (thread.owner, thread.agent, thread.title) == (support_agent, "refunds", REFUND)
+    run = Run.objects.get(thread=thread)
+    assert (run.kind, run.status) == (Run.Kind.START, Run.Status.QUEUED)
+    assert run.input == {"messages": [{"role": "user", "content": REFUND}]}
+
+
+def test_an_empty_message_or_unknown_agent_is_refused_and_nothing_is_written(client, support_agent):
+    client.force_login(support_agent)
+    assert client.post("/chat/", {"agent": "refunds", "message": "  "}).status_code == 400
+    response = client.post("/chat/", {"agent": "nope", "message": "hi"})
+    assert response.status_code == 400
+    assert "nope" in response.content.decode()
+    assert not Thread.objects.exists()
+
+
+@pytest.mark.parametrize("persona", ["reviewer", "auditor", "outsider"])
+def test_roles_that_cannot_start_conversations_get_403(client, request, persona):
+    client.force_login(request.getfixturevalue(persona))
+    assert client.get("/chat/").status_code == 403
+    assert client.post("/chat/", {"agent": "refunds", "message": "hi"}).status_code == 403
+    assert not Thread.objects.exists()
+
+
+def test_an_anonymous_user_is_sent_to_login(client):
+    response = client.get("/chat/")
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_the_chat_refuses_other_methods_with_405(client, support_agent):
+    client.force_login(support_agent)
+    assert client.put("/chat/").status_code == 405
+    thread = make_thread(owner=support_agent)
+    assert client.delete(f"/chat/{thread.pk}/").status_code == 405
+
+
+def test_a_paused_conversation_is_rebuilt_from_the_checkpoint_with_the_waiting_notice(
+    client, support_agent
+):
+    interrupt = make_interrupt(owner=support_agent, text=REFUND)
+    client.force_login(support_agent)
+    response = client.get(f"/chat/{interrupt.thread_id}/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert REFUND in html
+    assert "issue_refund" in html  # the tool call that asked
+    assert "Waiting for approval" in html
+    assert interrupt.message in html
+    assert f'data-live-thread="/ws/threads/{interrupt.thread_id}/"' in html
+    assert 'data-can-reply="0"' in html
+
+
+def test_another_support_users_conversation_is_404(client, support_agent, other_support_agent):
+    thread = make_thread(owner=support_agent)
+    client.force_login(other_support_agent)
+    assert client.get(f"/chat/{thread.pk}/").status_code == 404
+    assert client.post(f"/chat/{thread.pk}/", {"message": "hi"}).status_code == 404
+
+
+def test_a_reviewer_reads_conversations_on_the_thread_page_not_in_the_chat(
+    client, support_agent, reviewer
+):
+    thread = make_thread(owner=support_agent)
+    client.force_login(reviewer)
+    assert client.get(f"/chat/{thread.pk}/").status_code == 403
+
+
+@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid.uuid4())])
+def test_a_bad_or_unknown_thread_id_is_404(client, support_agent, bad):
+    client.force_login(support_agent)
+    assert client.get(f"/chat/{bad}/").status_code == 404
+
+
+def test_a_follow_up_on_a_finished_conversation_queues_a_new_turn(client, support_agent):
+    thread = make_thread(owner=support_agent)
+    _finish(thread)
+    client.force_login(support_agent)
+    response = client.post(f"/chat/{thread.pk}/", {"message": "And order A-1002 too."})
+    assert response.status_code == 302
+    run = Run.objects.filter(thread=thread, status=Run.Status.QUEUED).get()
+    assert run.input == {"messages": [{"role": "user", "content": "And order A-1002 too."}]}
+
+
+def test_a_follow_up_while_the_agent_waits_for_approval_is_refused(client, support_agent):
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    response = client.post(f"/chat/{interrupt.thread_id}/", {"message": "Hurry up"})
+    assert response.status_code == 400
+    assert "wait until it has finished" in response.content.decode()
+    assert not Run.objects.filter(thread_id=interrupt.thread_id).exists()
