@@ -1,0 +1,349 @@
+"""The decision history: one filtered queryset shared by the page and the exports.
+
+``HistoryFilter`` validates what the auditor asks for; ``filtered(...)`` turns it into a
+queryset of plain rows (``values()``, one join to the interrupt, one to the reviewer);
+``page(...)`` and ``iter_rows(...)`` read it by keyset on ``(created_at, id)``, newest first,
+so page 20 000 costs what page 1 costs and an export of a million rows holds one batch in
+memory at a time. ``COLUMNS`` is the one list of columns the page, the CSV and the JSON Lines
+export all show.
+
+Full-text search on PostgreSQL matches ``to_tsvector('simple', message || payload)``
+against a ``websearch_to_tsquery``, served by a GIN expression index (migration 0003); on
+SQLite it is a plain case-insensitive substring match.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField, Value
+from django.db.models.functions import Cast
+from django.http import Http404, HttpRequest
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from portal import access, roles
+from portal.models import Decision
+
+PAGE_SIZE = 50
+EXPORT_BATCH = 2000
+
+# Read straight from the database by the page and the exports (one query per page/batch).
+_VALUES = (
+    "id",
+    "created_at",
+    "thread_id",
+    "interrupt_id",
+    "interrupt__agent",
+    "interrupt__reason",
+    "interrupt__node",
+    "interrupt__message",
+    "interrupt__value",
+    "interrupt__created_at",
+    "value",
+    "note",
+    "outcome",
+    "reviewer__username",
+    "hash",
+)
+
+# (key, heading): the columns of the page and of both exports, in order.
+COLUMNS = [
+    ("decision_id", "Decision"),
+    ("decided_at", "Decided at"),
+    ("thread_id", "Thread"),
+    ("agent", "Agent"),
+    ("reason", "Reason"),
+    ("tools", "Tools"),
+    ("node", "Node"),
+    ("message", "Message"),
+    ("payload", "Payload"),
+    ("value", "Submitted value"),
+    ("note", "Note"),
+    ("outcome", "Outcome"),
+    ("decided_by", "Decided by"),
+    ("requested_at", "Requested at"),
+    ("time_to_decision_seconds", "Time to decision (s)"),
+    ("interrupt_id", "Interrupt"),
+    ("hash", "Chain hash"),
+]
+SYSTEM = "system"  # shown (and filterable) when no person decided: expiry, cancellation
+
+
+def tool_names(payload: Any) -> list[str]:
+    """Names of the tool calls an approval request is about (``value["tool_calls"]``)."""
+    if not isinstance(payload, dict):
+        return []
+    calls = payload.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [str(c["name"]) for c in calls if isinstance(c, dict) and c.get("name")]
+
+
+def row_from(values: dict[str, Any]) -> dict[str, Any]:
+    """One decision as the page and the exports show it."""
+    decided, requested = values["created_at"], values["interrupt__created_at"]
+    waited = (decided - requested).total_seconds() if decided and requested else None
+    return {
+        "decision_id": values["id"],
+        "decided_at": decided,
+        "thread_id": values["thread_id"],
+        "agent": values["interrupt__agent"],
+        "reason": values["interrupt__reason"],
+        "tools": tool_names(values["interrupt__value"]),
+        "node": values["interrupt__node"],
+        "message": values["interrupt__message"],
+        "payload": values["interrupt__value"],
+        "value": values["value"],
+        "note": values["note"],
+        "outcome": values["outcome"],
+        "decided_by": values["reviewer__username"] or SYSTEM,
+        "requested_at": requested,
+        "time_to_decision_seconds": round(waited, 3) if waited is not None else None,
+        "interrupt_id": values["interrupt_id"],
+        "hash": values["hash"],
+    }
+
+
+# --- who may look ---------------------------------------------------------------------
+
+
+def may_view_history(user: roles.User) -> bool:
+    return roles.can_view_history(user) or bool(getattr(user, "is_staff", False))
+
+
+def require_history_access(request: HttpRequest) -> None:
+    if not may_view_history(request.user):
+        raise PermissionDenied("Decision history is for reviewers and auditors.")
+
+
+def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
+    """The decision if its thread is visible to the user (404 otherwise); 403 for a user who
+    may see the thread but not the history (a support agent on their own thread)."""
+    try:
+        decision = Decision.objects.select_related("interrupt", "thread", "reviewer").get(
+            pk=decision_id, thread__in=access.visible_threads(request.user)
+        )
+    except Decision.DoesNotExist:
+        raise Http404("No such decision") from None
+    require_history_access(request)
+    return decision
+
+
+# --- filters --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cursor:
+    created_at: datetime
+    id: int
+
+    def encode(self) -> str:
+        raw = f"{self.created_at.isoformat()}|{self.id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            stamp, _, ident = raw.partition("|")
+            created_at = parse_datetime(stamp)
+            if created_at is None or timezone.is_naive(created_at):
+                raise ValueError(stamp)
+            return cls(created_at, int(ident))
+        except (ValueError, UnicodeDecodeError, binascii.Error):
+            raise forms.ValidationError(
+                "This page link is damaged; start from the first page."
+            ) from None
+
+
+class HistoryFilter(forms.Form):
+    date_from = forms.DateField(required=False, label="From")
+    date_to = forms.DateField(required=False, label="To")
+    agent = forms.CharField(required=False, max_length=64)
+    reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
+    reason = forms.CharField(required=False, max_length=64)
+    tool = forms.CharField(required=False, max_length=128)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    after = forms.CharField(required=False, max_length=200)
+
+    def clean_after(self) -> Cursor | None:
+        text = self.cleaned_data.get("after") or ""
+        return Cursor.decode(text) if text else None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("date_from"), data.get("date_to")
+        if start and end and start > end:
+            raise forms.ValidationError("“From” is after “To”.")
+        return data
+
+    def criteria(self) -> dict[str, Any]:
+        """The valid filters (invalid ones are dropped; the page shows their errors)."""
+        data = getattr(self, "cleaned_data", {}) if self.is_bound else {}
+        return {k: v for k, v in data.items() if v not in (None, "") and k != "after"}
+
+    def cursor(self) -> Cursor | None:
+        return (getattr(self, "cleaned_data", None) or {}).get("after")
+
+    def query_string(self, **extra: str) -> str:
+        """The current filters as a query string (for page links and export links)."""
+        from urllib.parse import urlencode
+
+        pairs = {k: str(v) for k, v in self.criteria().items()}
+        pairs.update(extra)
+        return urlencode(pairs)
+
+
+def _day_start(day: Any) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+class _FullText(Func):
+    """``message`` and ``payload`` match the web-search style query (PostgreSQL).
+
+    The document expression must stay the same as the GIN index in migration 0003: the
+    planner picks an expression index only when the expressions are equal.
+    """
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (message, p1), (payload, p2), (query, p3) = (
+            compiler.compile(e) for e in self.get_source_expressions()
+        )
+        sql = (
+            f"to_tsvector('simple'::regconfig, COALESCE({message}, '') || ' ' || "
+            f"COALESCE({payload}, '')) @@ websearch_to_tsquery('simple'::regconfig, {query})"
+        )
+        return sql, (*p1, *p2, *p3)
+
+
+class _HasToolCall(Func):
+    """SQLite: the payload's ``tool_calls`` array has an element named ``name``."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (payload, p1), (name, p2) = (compiler.compile(e) for e in self.get_source_expressions())
+        # Both pieces are compiled expressions; the name travels as a parameter.
+        sql = (
+            f"EXISTS (SELECT 1 FROM json_each({payload}, '$.tool_calls') AS call "  # noqa: S608
+            f"WHERE json_extract(call.value, '$.name') = {name})"
+        )
+        return sql, (*p1, *p2)
+
+
+def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
+    if connection.vendor == "postgresql":
+        payload_text = Cast("interrupt__value", TextField())
+        return qs.filter(_FullText(F("interrupt__message"), payload_text, Value(text)))
+    return qs.filter(Q(interrupt__message__icontains=text) | Q(interrupt__value__icontains=text))
+
+
+def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
+    by_node = Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
+    if connection.vendor == "postgresql":
+        # jsonb containment: an element of tool_calls whose name is `name` (GIN-indexable).
+        return qs.filter(Q(interrupt__value__contains={"tool_calls": [{"name": name}]}) | by_node)
+    return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
+
+
+def filtered(criteria: dict[str, Any]) -> QuerySet[Decision]:
+    """Decisions matching ``criteria`` (``HistoryFilter.criteria()``), newest first."""
+    qs: QuerySet[Decision] = Decision.objects.all()
+    if day := criteria.get("date_from"):
+        qs = qs.filter(created_at__gte=_day_start(day))
+    if day := criteria.get("date_to"):
+        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    if agent := criteria.get("agent"):
+        qs = qs.filter(interrupt__agent=agent)
+    if who := criteria.get("reviewer"):
+        qs = (
+            qs.filter(reviewer__isnull=True) if who == SYSTEM else qs.filter(reviewer__username=who)
+        )
+    if outcome := criteria.get("outcome"):
+        qs = qs.filter(outcome=outcome)
+    if reason := criteria.get("reason"):
+        qs = qs.filter(interrupt__reason=reason)
+    if tool := criteria.get("tool"):
+        qs = _tool(qs, tool)
+    if text := criteria.get("q"):
+        qs = _search(qs, text)
+    return qs.order_by("-created_at", "-id")
+
+
+def _after(qs: QuerySet[Decision], cursor: Cursor | None) -> QuerySet[Decision]:
+    if cursor is None:
+        return qs
+    # `created_at <= c` is implied by the OR but lets the index scan start at the cursor
+    # instead of filtering its way down from the newest row.
+    return qs.filter(created_at__lte=cursor.created_at).filter(
+        Q(created_at__lt=cursor.created_at) | Q(id__lt=cursor.id)
+    )
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: Cursor | None
+
+
+def page(
+    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
+) -> Page:
+    """One page of rows after ``cursor``: a single query whatever the page number."""
+    size = size or PAGE_SIZE
+    values = list(_after(filtered(criteria), cursor).values(*_VALUES)[: size + 1])
+    more = len(values) > size
+    rows = [row_from(v) for v in values[:size]]
+    last = values[size - 1] if more else None
+    return Page(rows, Cursor(last["created_at"], last["id"]) if last else None)
+
+
+def iter_rows(
+    criteria: dict[str, Any], *, batch_size: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every matching row, newest first, reading ``batch_size`` rows per query."""
+    batch_size = batch_size or EXPORT_BATCH
+    cursor = None
+    qs = filtered(criteria)
+    while True:
+        batch = list(_after(qs, cursor).values(*_VALUES)[:batch_size])
+        for values in batch:
+            yield row_from(values)
+        if len(batch) < batch_size:
+            return
+        cursor = Cursor(batch[-1]["created_at"], batch[-1]["id"])
+        del batch
+
+
+def filter_choices() -> dict[str, list[str]]:
+    """Suggestions for the filter inputs, from small tables and settings only (never a
+    scan of the decision table)."""
+    user_model = get_user_model()
+    reviewers = list(
+        user_model.objects.filter(
+            Q(groups__permissions__codename="decide_interrupt") | Q(is_staff=True)
+        )
+        .distinct()
+        .order_by("username")
+        .values_list("username", flat=True)[:200]
+    )
+    return {
+        "agents": sorted(getattr(settings, "PORTAL_AGENTS", {})),
+        "reviewers": [*reviewers, SYSTEM],
+        "reasons": ["tool_approval", "breakpoint", "input_required"],
+        "outcomes": [value for value, _ in Decision.Outcome.choices],
+    }

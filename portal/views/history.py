@@ -1,0 +1,258 @@
+"""Decision history for auditors and reviewers: the list, one decision, exports, metrics.
+
+Everything here is read-only (GET only). The list and both exports read the same filtered
+queryset (``portal.history``), so an export holds exactly the rows and columns the page
+shows; exports stream keyset batches, so their memory does not grow with the row count.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
+
+from portal import history, metrics
+from portal.history import COLUMNS, HistoryFilter
+from portal.models import Checkpoint, Decision
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# How much of the thread the decision page shows around the decision.
+CONTEXT_MESSAGES = 6
+NEXT_CHECKPOINTS = 8
+
+
+def _filter_form(request: HttpRequest) -> HistoryFilter:
+    form = HistoryFilter(request.GET or None)
+    if form.is_bound:
+        form.is_valid()  # errors are shown; valid fields still filter
+    return form
+
+
+@require_GET
+@login_required
+def history_list(request: HtmxRequest) -> HttpResponse:
+    history.require_history_access(request)
+    form = _filter_form(request)
+    page = history.page(form.criteria(), form.cursor())
+    context = {
+        "form": form,
+        "page": page,
+        "columns": COLUMNS,
+        "choices": history.filter_choices(),
+        "filters_qs": form.query_string(),
+        "next_qs": form.query_string(after=page.next_cursor.encode()) if page.next_cursor else "",
+        "is_first": form.cursor() is None,
+        "filtered": bool(form.criteria()),
+    }
+    template = "portal/history.html"
+    if request.htmx and not request.htmx.boosted:
+        template += "#history-results"
+    return render(request, template, context)
+
+
+# --- one decision ---------------------------------------------------------------------
+
+
+def _thread_url(thread_id: object) -> str | None:
+    try:
+        return reverse("thread_detail", kwargs={"thread_id": thread_id})
+    except NoReverseMatch:  # the threads pages are not installed in this build
+        return None
+
+
+def _state_lines(status: str, next_node: Any, interrupt: Any, messages: list[Any]) -> list[str]:
+    state = {"status": status, "next_node": next_node, "interrupt": interrupt}
+    lines = json.dumps(state, indent=2, sort_keys=True, default=str).splitlines()
+    for message in messages:
+        lines.append(json.dumps(message, sort_keys=True, default=str))
+    return lines
+
+
+def _diff(before: list[str], after: list[str]) -> list[tuple[str, str]]:
+    """(kind, line) pairs: kind is "add", "del" or "same"."""
+    import difflib
+
+    rows = []
+    for line in difflib.ndiff(before, after):
+        tag, text = line[:2], line[2:]
+        if tag == "? ":
+            continue
+        rows.append(({"+ ": "add", "- ": "del"}.get(tag, "same"), text))
+    return rows
+
+
+def _thread_context(decision: Decision) -> dict[str, Any]:
+    """The checkpoint holding the interrupt, the first one after the resume, their diff,
+    and what the agent did next. Reads a bounded number of rows whatever the thread's
+    length: the checkpoint before is fetched by seq, the message tail by a LIMIT."""
+    interrupt = decision.interrupt
+    seq = interrupt.checkpoint_seq
+    checkpoints = Checkpoint.objects.filter(thread_id=decision.thread_id)
+    paused = checkpoints.filter(seq=seq).first()
+    following = list(checkpoints.filter(seq__gt=seq).order_by("seq")[:NEXT_CHECKPOINTS])
+    resumed = following[0] if following else None
+    tail: list[Any] = []
+    for chunk in (
+        checkpoints.filter(seq__lte=seq)
+        .order_by("-seq")
+        .values_list("messages", flat=True)[:CONTEXT_MESSAGES]
+    ):
+        tail = list(chunk or []) + tail
+    tail = tail[-CONTEXT_MESSAGES:]
+    before = _state_lines(
+        paused.status if paused else "unknown",
+        paused.next_node if paused else None,
+        paused.interrupt if paused else None,
+        tail,
+    )
+    after = None
+    if resumed is not None:
+        added = list(resumed.messages or [])
+        after = _state_lines(resumed.status, resumed.next_node, resumed.interrupt, tail + added)
+    return {
+        "paused": paused,
+        "resumed": resumed,
+        "diff": _diff(before, after) if after is not None else None,
+        "next_steps": following,
+        "more_steps": len(following) == NEXT_CHECKPOINTS,
+    }
+
+
+@require_GET
+@login_required
+def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
+    decision = history.get_decision_for_user(request, decision_id)
+    interrupt = decision.interrupt
+    waited = (decision.created_at - interrupt.created_at).total_seconds()
+    context = {
+        "decision": decision,
+        "interrupt": interrupt,
+        "tools": history.tool_names(interrupt.value),
+        "time_to_decision": waited,
+        "thread_url": _thread_url(decision.thread_id),
+        "payload_json": json.dumps(interrupt.value, indent=2, sort_keys=True, default=str),
+        "schema_json": json.dumps(interrupt.response_schema, indent=2, sort_keys=True),
+        "value_json": json.dumps(decision.value, indent=2, sort_keys=True, default=str),
+        "args_json": json.dumps(
+            {"original": decision.original_args, "executed": decision.executed_args},
+            indent=2,
+            sort_keys=True,
+            default=str,
+        ),
+        **_thread_context(decision),
+    }
+    return render(request, "portal/decision.html", context)
+
+
+# --- exports --------------------------------------------------------------------------
+
+
+# A spreadsheet opening the CSV would run a cell that starts like a formula. Messages and
+# notes come from agents and users, so such cells get a leading apostrophe (the usual
+# defence); the JSON Lines export keeps every value exactly.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    """A file-like object whose ``write`` hands the line back (for csv.writer)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow([key for key, _ in COLUMNS])
+    for row in rows:
+        yield writer.writerow(
+            [";".join(row[k]) if k == "tools" else _cell(row[k]) for k, _ in COLUMNS]
+        )
+
+
+def _json_default(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)  # UUIDs
+
+
+def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    for row in rows:
+        record = {k: row[k] for k, _ in COLUMNS}
+        yield json.dumps(record, default=_json_default, ensure_ascii=False) + "\n"
+
+
+def _export(request: HttpRequest, kind: str) -> StreamingHttpResponse:
+    history.require_history_access(request)
+    form = _filter_form(request)
+    rows = history.iter_rows(form.criteria())
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    if kind == "csv":
+        response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+    else:
+        response = StreamingHttpResponse(
+            _jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8"
+        )
+    response["Content-Disposition"] = f'attachment; filename="decisions-{stamp}.{kind}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+@login_required
+def export_csv(request: HttpRequest) -> StreamingHttpResponse:
+    return _export(request, "csv")
+
+
+@require_GET
+@login_required
+def export_jsonl(request: HttpRequest) -> StreamingHttpResponse:
+    return _export(request, "jsonl")
+
+
+# --- metrics --------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def metrics_page(request: HttpRequest) -> HttpResponse:
+    history.require_history_access(request)
+    form = metrics.MetricsRange(request.GET or None)
+    start, end = form.bounds()
+    context = {
+        "form": form,
+        "start": start,
+        "end": end,
+        **metrics.charts(start, end),
+    }
+    return render(request, "portal/metrics.html", context)
+
+
+urlpatterns = [
+    path("history/", history_list, name="history"),
+    path("history/export.csv", export_csv, name="history_export_csv"),
+    path("history/export.jsonl", export_jsonl, name="history_export_jsonl"),
+    path("history/<int:decision_id>/", decision_detail, name="decision_detail"),
+    path("metrics/", metrics_page, name="metrics"),
+]

@@ -1,0 +1,248 @@
+"""The decision history page: what it shows, its filters and search, keyset pagination."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from portal import history
+from portal.models import Decision, Interrupt
+from tests.factories import make_interrupt, make_tool_approval
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+
+
+def record(
+    interrupt: Interrupt, *, reviewer=None, outcome="approved", value=None, at=None, note=""
+):
+    """A decision at a chosen time (the filters need dates); the chain is sealed as usual."""
+    if value is None and outcome in ("approved", "rejected"):
+        value = {"approved": outcome == "approved"}
+    Interrupt.objects.filter(pk=interrupt.pk).update(status=Interrupt.Status.RESOLVED)
+    fields = {"created_at": at} if at is not None else {}
+    return Decision.objects.create(
+        interrupt=interrupt,
+        thread=interrupt.thread,
+        reviewer=reviewer,
+        value=value,
+        note=note,
+        outcome=outcome,
+        **fields,
+    )
+
+
+@pytest.fixture
+def decisions(reviewer, second_reviewer):
+    """Five decisions that differ in every filterable way."""
+    refund = make_interrupt(agent="refunds", message="Approve a refund for the broken kettle?")
+    transfer = make_tool_approval(
+        agent="transfers", name="transfer_funds", args={"amount": 9000.0, "recipient": "Mallory"}
+    )
+    account = make_tool_approval(
+        agent="accounts", name="delete_account", args={"account_id": "acct-77"}
+    )
+    question = make_interrupt(
+        agent="contact",
+        reason="input_required",
+        message="Which address should we use?",
+        value={"question": "address"},
+    )
+    breakpoint_ = make_interrupt(
+        agent="refunds", reason="breakpoint", message="Continue after MAIN?", value=None
+    )
+    return {
+        "refund": record(refund, reviewer=reviewer, at=T0),
+        "transfer": record(
+            transfer, reviewer=second_reviewer, outcome="rejected", at=T0 + timedelta(days=1)
+        ),
+        "account": record(
+            account,
+            reviewer=reviewer,
+            outcome="edited",
+            value={"approved": True, "args": {}},
+            at=T0 + timedelta(days=2),
+        ),
+        "question": record(question, reviewer=None, outcome="expired", at=T0 + timedelta(days=3)),
+        "breakpoint": record(
+            breakpoint_, reviewer=None, outcome="cancelled", at=T0 + timedelta(days=4)
+        ),
+    }
+
+
+def ids(criteria: dict) -> set[int]:
+    return {row["decision_id"] for row in history.page(criteria).rows}
+
+
+def test_the_page_shows_each_decision_with_everything_an_auditor_needs(client, auditor, decisions):
+    client.force_login(auditor)
+    response = client.get(reverse("history"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    transfer = decisions["transfer"]
+    assert f"#{transfer.pk}" in html
+    assert "transfers" in html and "tool_approval" in html and "transfer_funds" in html
+    assert "Approve transfer_funds(" in html  # the message
+    assert "Mallory" in html  # the payload as the reviewer saw it
+    assert "&quot;approved&quot;: false" in html  # the submitted value
+    assert "rejected" in html and "rob-reviewer" in html  # outcome, who decided
+    assert "system" in html  # expiries and cancellations have no person
+    assert transfer.created_at.strftime("%Y-%m-%d %H:%M:%S") in html
+    row = next(r for r in response.context["page"].rows if r["decision_id"] == transfer.pk)
+    waited = (transfer.created_at - transfer.interrupt.created_at).total_seconds()
+    assert row["time_to_decision_seconds"] == pytest.approx(waited, abs=0.001)
+    assert [r["decision_id"] for r in response.context["page"].rows] == [
+        decisions[k].pk for k in ("breakpoint", "question", "account", "transfer", "refund")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("criteria", "expected"),
+    [
+        ({"agent": "refunds"}, {"refund", "breakpoint"}),
+        ({"reviewer": "rita-reviewer"}, {"refund", "account"}),
+        ({"reviewer": "system"}, {"question", "breakpoint"}),
+        ({"outcome": "edited"}, {"account"}),
+        ({"reason": "breakpoint"}, {"breakpoint"}),
+        ({"reason": "tool_approval"}, {"refund", "transfer", "account"}),
+        ({"tool": "transfer_funds"}, {"transfer"}),
+        ({"tool": "delete_account"}, {"account"}),
+        ({"tool": "TOOL"}, {"refund", "transfer", "account", "question", "breakpoint"}),
+        ({"tool": "no_such_tool"}, set()),
+        ({"q": "kettle"}, {"refund"}),  # in the message
+        ({"q": "Mallory"}, {"transfer"}),  # in the payload
+        ({"q": "acct"}, {"account"}),
+        ({"agent": "refunds", "reason": "breakpoint"}, {"breakpoint"}),
+    ],
+)
+def test_each_filter_keeps_exactly_the_matching_decisions(decisions, criteria, expected):
+    assert ids(criteria) == {decisions[k].pk for k in expected}
+
+
+def test_the_date_range_includes_both_end_days(decisions):
+    day = T0.date()
+    criteria = {"date_from": day + timedelta(days=1), "date_to": day + timedelta(days=3)}
+    assert ids(criteria) == {decisions[k].pk for k in ("transfer", "account", "question")}
+
+
+def test_filters_arrive_from_the_query_string_and_bad_ones_are_reported(client, auditor, decisions):
+    client.force_login(auditor)
+    response = client.get(reverse("history"), {"outcome": "rejected", "agent": "transfers"})
+    assert [r["decision_id"] for r in response.context["page"].rows] == [decisions["transfer"].pk]
+    response = client.get(reverse("history"), {"outcome": "maybe", "date_from": "yesterday"})
+    assert response.status_code == 200
+    assert response.context["form"].errors.keys() == {"outcome", "date_from"}
+    assert len(response.context["page"].rows) == 5  # invalid filters are dropped, not guessed
+
+
+def test_search_on_sqlite_and_postgres_finds_words_in_the_tool_arguments(decisions):
+    # The payload's JSON is searched too: the recipient is only in tool_calls[0].arguments.
+    assert ids({"q": "Mallory"}) == {decisions["transfer"].pk}
+
+
+@pytest.mark.postgres
+def test_postgres_search_uses_the_full_text_index(decisions):
+    from django.db import connection
+
+    qs = history.filtered({"q": "kettle"}).values("id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = qs.query.sql_with_params()
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "portal_interrupt_fulltext" in plan
+
+
+def _walk(criteria: dict, size: int) -> list[list[int]]:
+    pages, cursor = [], None
+    while True:
+        page = history.page(criteria, cursor, size=size)
+        pages.append([r["decision_id"] for r in page.rows])
+        if page.next_cursor is None:
+            return pages
+        cursor = page.next_cursor
+
+
+def test_keyset_pages_cover_every_decision_once_newest_first_even_with_equal_times(reviewer):
+    # Seven decisions, four of them in the same microsecond: the id breaks the tie.
+    made = [
+        record(make_interrupt(), reviewer=reviewer, at=T0 + timedelta(minutes=m))
+        for m in (0, 5, 5, 5, 5, 9, 12)
+    ]
+    pages = _walk({}, size=3)
+    assert [len(p) for p in pages] == [3, 3, 1]
+    flat = [pk for page in pages for pk in page]
+    newest_first = sorted(made, key=lambda d: (d.created_at, d.pk), reverse=True)
+    assert flat == [d.pk for d in newest_first]
+
+
+def test_keyset_pages_respect_the_filters(decisions):
+    pages = _walk({"reviewer": "system"}, size=1)
+    assert pages == [[decisions["breakpoint"].pk], [decisions["question"].pk]]
+
+
+def test_the_next_page_link_carries_the_filters_and_the_cursor(
+    client, auditor, decisions, monkeypatch
+):
+    monkeypatch.setattr(history, "PAGE_SIZE", 2)
+    client.force_login(auditor)
+    first = client.get(reverse("history"), {"reason": "tool_approval"})
+    assert [r["decision_id"] for r in first.context["page"].rows] == [
+        decisions["account"].pk,
+        decisions["transfer"].pk,
+    ]
+    next_qs = first.context["next_qs"]
+    assert "reason=tool_approval" in next_qs and "after=" in next_qs
+    second = client.get(reverse("history") + "?" + next_qs)
+    assert [r["decision_id"] for r in second.context["page"].rows] == [decisions["refund"].pk]
+    assert second.context["page"].next_cursor is None
+    assert 'rel="next"' not in second.content.decode()
+
+
+def test_a_damaged_page_link_shows_the_first_page_with_a_message(client, auditor, decisions):
+    client.force_login(auditor)
+    response = client.get(reverse("history"), {"after": "not-a-cursor!"})
+    assert response.status_code == 200
+    assert "damaged" in response.content.decode()
+    assert len(response.context["page"].rows) == 5
+
+
+def test_a_page_costs_the_same_queries_at_five_rows_and_at_fifty_and_deep_in_the_list(
+    client, auditor, reviewer, django_assert_num_queries
+):
+    client.force_login(auditor)
+    for _ in range(5):
+        record(make_interrupt(), reviewer=reviewer)
+    response = client.get(reverse("history"))  # warm the session and permission caches
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as small:
+        client.get(reverse("history"))
+    for _ in range(50):
+        record(make_interrupt(), reviewer=reviewer)
+    with CaptureQueriesContext(connection) as large:
+        response = client.get(reverse("history"))
+    assert len(response.context["page"].rows) == history.PAGE_SIZE
+    with CaptureQueriesContext(connection) as deep:
+        client.get(reverse("history") + "?" + response.context["next_qs"])
+    assert len(small) == len(large) == len(deep)
+    assert len(large) <= 8
+
+
+def test_htmx_requests_get_only_the_results_region(client, auditor, decisions):
+    client.force_login(auditor)
+    response = client.get(reverse("history"), {"agent": "refunds"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="history-results"')
+    assert "<html" not in html
+
+
+def test_the_results_region_links_to_exports_of_the_same_filters(client, auditor, decisions):
+    client.force_login(auditor)
+    html = client.get(reverse("history"), {"agent": "refunds"}).content.decode()
+    assert reverse("history_export_csv") + "?agent=refunds" in html
+    assert reverse("history_export_jsonl") + "?agent=refunds" in html
