@@ -269,6 +269,7 @@ async def test_an_auditors_socket_messages_change_nothing_and_the_queue_socket_i
     closed = await queue_socket.receive_output(timeout=2)
     assert closed["type"] == "websocket.close"
     assert closed.get("code") == 4403
+    await queue_socket.disconnect()  # as a browser does; see tests/portal/test_consumers.py
 
     assert await sync_to_async(_snapshot)() == before
     # sync_to_async ran the ORM in its own thread; close that thread's connection so the
