@@ -49,7 +49,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode
+from agents.tools import ToolNode, call_text
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -221,15 +221,19 @@ def _as_message(item: Any) -> Message:
 def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
     last = state.context[-1] if state.context else None
     value = None
+    # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
+    message = f"Paused {when} `{node}`: approve to go on, or decline."
     if last is not None and last.role == "assistant" and last.tools_calls:
         calls = last.tool_call_arguments()
         value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
+        wanted = ", ".join(call_text(n, a or {}) for _, n, a in calls)
+        message = f"Approve {wanted}? (paused {when} `{node}`)"
     return Interrupt(
         id=new_id("int"),
         key=f"{node}:{when}",
         node=node,
         value=value,
-        message=f"Paused {when} `{node}`. Answer {{'approved': true}} to go on, or decline.",
+        message=message,
         reason="breakpoint",
         response_schema=BREAKPOINT_SCHEMA,
     )

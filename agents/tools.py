@@ -169,7 +169,7 @@ def _result(payload: dict[str, Any]) -> str:
     return json.dumps(payload)
 
 
-def _call_text(name: str, args: dict[str, Any]) -> str:
+def call_text(name: str, args: dict[str, Any]) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
 
@@ -264,7 +264,7 @@ class ToolNode:
                     "parameters": {c.id: t.parameters for c, t in risky},
                 },
                 message="Approve "
-                + ", ".join(_call_text(c.name, c.args or {}) for c, _ in risky)
+                + ", ".join(call_text(c.name, c.args or {}) for c, _ in risky)
                 + "?",
                 reason="tool_approval",
                 response_schema=_approval_schema(risky),
