@@ -20,7 +20,7 @@ Run (PostgreSQL at ``BENCH_HISTORY_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/portal_bench_history``, a database of its own that the
 benchmark creates and migrates; ``DATABASE_URL`` is not used):
 
-    .venv/bin/python -m bench.history
+    .venv-bench/bin/python -m bench.history
 
 ``BENCH_HISTORY_N`` (default 1,000,000) sets the number of decisions (the tables are
 regenerated only when the count differs); ``BENCH_HISTORY_PARTS=pages`` or ``exports``
@@ -363,7 +363,7 @@ ORDER = [
 
 def _about(pg_version: str, generated: float | None) -> str:
     return (
-        "Command: `.venv/bin/python -m bench.history` (its own database, "
+        "Command: `.venv-bench/bin/python -m bench.history` (its own database, "
         f"`{DB_URL.rsplit('/', 1)[1]}` on 127.0.0.1, created and migrated by the benchmark; "
         "`BENCH_HISTORY_PARTS=pages` or `=exports` runs one of the two sections).\n\n"
         f"Machine: {machine()}; PostgreSQL {pg_version} on the same machine, default "

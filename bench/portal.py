@@ -19,7 +19,7 @@ Three parts, each writing its own section of docs/benchmarks.md:
   client; a websocket client follows each thread. Latency per token: from the fake server
   flushing the chunk (``FakeOpenAI.sent_at``) to the client receiving its delta.
 
-Run: ``.venv/bin/python -m bench.portal [queue] [fanout] [tokens]`` (all three when none is
+Run: ``.venv-bench/bin/python -m bench.portal [queue] [fanout] [tokens]`` (all three when none is
 named). PostgreSQL at ``BENCH_LIVE_DATABASE_URL`` (default
 ``postgres://postgres@127.0.0.1:5432/portal_bench_live``, created and migrated if needed)
 and Redis at ``BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/3``). Each part runs in
@@ -254,7 +254,7 @@ def bench_queue() -> None:
     all_counts = sorted(set().union(*queries.values()))
     p95 = percentile(everything, 95)
     body = f"""
-Command: `.venv/bin/python -m bench.portal queue`.
+Command: `.venv-bench/bin/python -m bench.portal queue`.
 
 Machine: {machine()}.
 Load average {_load()} at the end (other jobs shared the cores).
@@ -543,7 +543,7 @@ def write_fanout_section() -> None:
     lost = sum(r["missing"] for r in results.values())
     rounds = len(core.get("decision_all", []))
     body = f"""
-Command: `.venv/bin/python -m bench.portal fanout`.
+Command: `.venv-bench/bin/python -m bench.portal fanout`.
 
 Machine: {machine()}.
 Load average {_load()} at the end (other jobs shared the cores).
@@ -665,7 +665,7 @@ def bench_tokens() -> None:
             latencies.append((arrived - sent[delta]) * 1000)
     p50, p95, p99 = (percentile(latencies, p) for p in (50, 95, 99))
     body = f"""
-Command: `.venv/bin/python -m bench.portal tokens`.
+Command: `.venv-bench/bin/python -m bench.portal tokens`.
 
 Machine: {machine()}.
 Load average {_load()} at the end (other jobs shared the cores).

@@ -20,7 +20,6 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from agents.state import Message
 from portal import access, policies, roles
 from portal.decisions import (
     DecisionRefused,
@@ -29,6 +28,7 @@ from portal.decisions import (
 )
 from portal.forms import DecisionForm
 from portal.models import Checkpoint, Decision, Interrupt
+from portal.views.threads import display_message
 
 
 class HtmxRequest(HttpRequest):
@@ -47,19 +47,7 @@ def _conversation(interrupt: Interrupt) -> list[dict[str, Any]]:
         for data in chunk or []:
             if not isinstance(data, dict) or data.get("role") == "system":
                 continue
-            message = Message.from_dict(data)
-            out.append(
-                {
-                    "id": message.id,
-                    "role": message.role,
-                    "content": message.content,
-                    "name": message.name,
-                    "tool_calls": [
-                        {"id": call_id, "name": name, "args": args}
-                        for call_id, name, args in message.tool_call_arguments()
-                    ],
-                }
-            )
+            out.append(display_message(data))
     return out
 
 

@@ -30,7 +30,8 @@ PAGE_SIZE = 30
 TIMELINE_LIMIT = 200
 
 
-def _display_message(data: dict[str, Any]) -> dict[str, Any]:
+def display_message(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored message as the transcript partials show it (tool calls parsed)."""
     message = Message.from_dict(data)
     return {
         "id": message.id,
@@ -49,7 +50,7 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
     (each holds only the messages its step added; ``after_seq`` keeps only the steps
     after that one), the pending request if paused, and whether a run is under way."""
     transcript = [
-        _display_message(m)
+        display_message(m)
         for chunk in Checkpoint.objects.filter(thread=thread, seq__gt=after_seq)
         .order_by("seq")
         .values_list("messages", flat=True)

@@ -26,6 +26,8 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.processes import database_env
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
@@ -56,19 +58,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _database_env() -> dict[str, str]:
-    from django.db import connection
-
-    db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        auth = quote(db["USER"] or "")
-        if db.get("PASSWORD"):
-            auth += ":" + quote(db["PASSWORD"])
-        host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
-        return {"DATABASE_URL": f"postgres://{auth}@{host}/{db['NAME']}"}
-    return {"SQLITE_PATH": str(db["NAME"])}
-
-
 def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -93,7 +82,7 @@ def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     with django_db_blocker.unblock():
         skip = ("DATABASE_URL", "SQLITE_PATH", "PORTAL_NO_WORKER", "PORTAL_EMBEDDED_WORKER")
         env = {k: v for k, v in os.environ.items() if k not in skip}
-        env.update(_database_env())
+        env.update(database_env())
     env.update({"PYTHONUNBUFFERED": "1", "PORTAL_MODEL": "scripted", "DEBUG": "1"})
     logs = tmp_path_factory.mktemp("live")
     port = _free_port()

@@ -11,11 +11,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
 from tests.portal.testagents import AGENTS
+from tests.processes import database_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,24 +55,11 @@ def test_agents(settings) -> dict[str, str]:
     return AGENTS
 
 
-def _database_env() -> dict[str, str]:
-    from django.db import connection
-
-    db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        auth = quote(db["USER"] or "")
-        if db.get("PASSWORD"):
-            auth += ":" + quote(db["PASSWORD"])
-        host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
-        return {"DATABASE_URL": f"postgres://{auth}@{host}/{db['NAME']}"}
-    return {"SQLITE_PATH": str(db["NAME"])}
-
-
 @pytest.fixture
 def worker_env(effects: Path, transactional_db) -> dict[str, str]:
     """The environment of a worker process on the test database."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SQLITE_PATH")}
-    env.update(_database_env())
+    env.update(database_env())
     env.update(
         {
             "PORTAL_AGENTS_EXTRA": json.dumps(AGENTS),

@@ -1,0 +1,19 @@
+"""Helpers for tests that start real processes (workers, servers) on the test database."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def database_env() -> dict[str, str]:
+    """Environment that points a child process at this test run's database."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        auth = quote(db["USER"] or "")
+        if db.get("PASSWORD"):
+            auth += ":" + quote(db["PASSWORD"])
+        host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+        return {"DATABASE_URL": f"postgres://{auth}@{host}/{db['NAME']}"}
+    return {"SQLITE_PATH": str(db["NAME"])}
