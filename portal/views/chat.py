@@ -11,15 +11,17 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from portal import access, roles, services
-from portal.errors import InputError, ThreadNotRetryable
+from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
+from portal.models import Interrupt
 from portal.registry import UnknownAgentError, agent_names
 from portal.setup import DEMO_CONVERSATIONS
 from portal.views.threads import transcript_context
@@ -139,7 +141,37 @@ def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
     return render(request, "portal/chat.html", context, status=status)
 
 
+@require_POST
+@login_required
+def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
+    """The person who started the conversation withdraws the request waiting for approval.
+    The agent resumes with a decline (fail closed) and tells the customer so in the chat;
+    the withdrawal is recorded as a cancelled decision."""
+    thread = access.get_thread_for_user(request, thread_id)
+    if thread.owner_id != request.user.pk and not request.user.is_staff:
+        raise PermissionDenied(
+            "Only the person who started this conversation can withdraw its request; "
+            "reviewers reject it from the review queue instead."
+        )
+    pending = (
+        Interrupt.objects.filter(thread=thread, status=Interrupt.Status.PENDING)
+        .order_by("-created_at")
+        .first()
+    )
+    if pending is None:
+        messages.warning(request, "Nothing is waiting for approval here, so nothing was withdrawn.")
+    else:
+        try:
+            services.thread_cancel(interrupt=pending, user=request.user)
+        except InterruptNotPending as exc:  # a reviewer decided a moment earlier
+            messages.warning(request, f"Not withdrawn: {exc}.")
+        else:
+            messages.success(request, "Request withdrawn. The agent will say it was not done.")
+    return redirect("chat_thread", thread_id=thread.pk)
+
+
 urlpatterns = [
     path("chat/", chat, name="chat"),
     path("chat/<str:thread_id>/", chat_thread, name="chat_thread"),
+    path("chat/<str:thread_id>/withdraw", chat_withdraw, name="chat_withdraw"),
 ]

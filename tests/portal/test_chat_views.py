@@ -135,3 +135,72 @@ def test_a_follow_up_while_the_agent_waits_for_approval_is_refused(client, suppo
     assert response.status_code == 400
     assert "wait until it has finished" in response.content.decode()
     assert not Run.objects.filter(thread_id=interrupt.thread_id).exists()
+
+
+# --- withdrawing a request ---------------------------------------------------------------
+
+
+def test_the_waiting_notice_offers_its_owner_a_way_to_withdraw(client, support_agent, reviewer):
+    interrupt = make_interrupt(owner=support_agent)
+    withdraw = f"/chat/{interrupt.thread_id}/withdraw"
+    client.force_login(support_agent)
+    assert f'action="{withdraw}"' in client.get(f"/chat/{interrupt.thread_id}/").content.decode()
+    client.force_login(reviewer)
+    page = client.get(f"/threads/{interrupt.thread_id}/").content.decode()
+    assert f'action="{withdraw}"' not in page
+
+
+def test_the_owner_withdraws_a_pending_request_and_the_agent_resumes_with_a_decline(
+    client, support_agent
+):
+    from portal.models import Decision, Interrupt
+
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", follow=True)
+
+    assert response.status_code == 200
+    assert "Request withdrawn" in response.content.decode()
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.CANCELLED
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert (decision.outcome, decision.reviewer) == (Decision.Outcome.CANCELLED, support_agent)
+    run = Run.objects.get(thread_id=interrupt.thread_id, kind=Run.Kind.RESUME)
+    assert run.input == {"resume": None, "resume_interrupt_id": interrupt.pk}
+
+
+def test_withdrawing_twice_records_one_cancellation_and_says_why(client, support_agent):
+    from portal.models import Decision
+
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    client.post(f"/chat/{interrupt.thread_id}/withdraw")
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", follow=True)
+
+    assert "nothing was withdrawn" in response.content.decode()
+    assert Decision.objects.filter(interrupt=interrupt).count() == 1
+    assert Run.objects.filter(thread_id=interrupt.thread_id, kind=Run.Kind.RESUME).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("reviewer", 403), ("auditor", 403), ("other_support_agent", 404), ("outsider", 404)],
+)
+def test_only_the_owner_may_withdraw(client, request, support_agent, persona, status):
+    from portal.models import Interrupt
+
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(request.getfixturevalue(persona))
+    assert client.post(f"/chat/{interrupt.thread_id}/withdraw").status_code == status
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_withdraw_needs_post_a_login_and_a_real_thread(client, support_agent):
+    interrupt = make_interrupt(owner=support_agent)
+    url = f"/chat/{interrupt.thread_id}/withdraw"
+    assert client.post(url).status_code == 302  # anonymous: to the login page
+    client.force_login(support_agent)
+    assert client.get(url).status_code == 405
+    assert client.post("/chat/not-a-uuid/withdraw").status_code == 404
+    assert client.post(f"/chat/{uuid.uuid4()}/withdraw").status_code == 404
