@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,23 @@ def publish_queue_change(
             # live portal (issue 6): the row rendered once here, not once per watcher.
             "html": render_queue_row(interrupt_id) if status == "pending" else "",
         },
+    )
+
+
+def queue_change_on_commit(interrupt: Any) -> None:
+    """Announce ``interrupt``'s current status to every open queue once the transaction
+    commits (a rollback announces nothing). Leaving the queue carries the new status; a
+    claim change re-announces "pending"."""
+    transaction.on_commit(
+        partial(
+            publish_queue_change,
+            interrupt_id=interrupt.pk,
+            thread_id=interrupt.thread_id,
+            agent=interrupt.agent,
+            reason=interrupt.reason,
+            status=interrupt.status,
+        ),
+        robust=True,
     )
 
 

@@ -242,21 +242,6 @@ def _outcome_and_args(
     return outcome, original, executed
 
 
-def _publish_queue_change(interrupt: Interrupt) -> None:
-    # Leaving the queue carries the new status; a claim change re-announces "pending".
-    transaction.on_commit(
-        partial(
-            broadcast.publish_queue_change,
-            interrupt_id=interrupt.pk,
-            thread_id=interrupt.thread_id,
-            agent=interrupt.agent,
-            reason=interrupt.reason,
-            status=interrupt.status,
-        ),
-        robust=True,
-    )
-
-
 def decision_submit(
     *,
     interrupt: Interrupt | str,
@@ -335,7 +320,7 @@ def decision_submit(
             )
         except InputError as exc:
             raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
-        _publish_queue_change(locked)
+        broadcast.queue_change_on_commit(locked)
     # The queued run, for callers that report it (the API answers with its id).
     decision.resume_run = run  # type: ignore[attr-defined]
     if isinstance(interrupt, Interrupt):
@@ -411,7 +396,7 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         if holder is None or holder.pk != user.pk:
             locked.claimed_by, locked.claimed_at = user, timezone.now()
             locked.save(update_fields=["claimed_by", "claimed_at"])
-            _publish_queue_change(locked)
+            broadcast.queue_change_on_commit(locked)
             # live portal (issue 6): every open queue shows the new claimant.
             transaction.on_commit(
                 partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
@@ -437,7 +422,7 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
                 )
             locked.claimed_by, locked.claimed_at = None, None
             locked.save(update_fields=["claimed_by", "claimed_at"])
-            _publish_queue_change(locked)
+            broadcast.queue_change_on_commit(locked)
             # live portal (issue 6): every open queue shows the claim released.
             transaction.on_commit(
                 partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
@@ -501,6 +486,6 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
             locked.resolved_at = now
             locked.save(update_fields=["status", "resolved_at"])
             thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
-            _publish_queue_change(locked)
+            broadcast.queue_change_on_commit(locked)
             recorded.append(decision)
     return recorded

@@ -9,7 +9,6 @@ Refusals raise the exceptions of ``portal.errors`` with readable messages.
 from __future__ import annotations
 
 import json
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -143,17 +142,7 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
             outcome=Decision.Outcome.CANCELLED,
         )
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
-        transaction.on_commit(
-            partial(
-                broadcast.publish_queue_change,
-                interrupt_id=locked.pk,
-                thread_id=locked.thread_id,
-                agent=locked.agent,
-                reason=locked.reason,
-                status=locked.status,
-            ),
-            robust=True,
-        )
+        broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return run
 
