@@ -36,7 +36,7 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bench.report import machine, percentile, table, write_section
+from bench.report import ensure_database, machine, percentile, table, write_section
 
 DB_URL = os.environ.get(
     "BENCH_HISTORY_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench_history"
@@ -224,14 +224,7 @@ def export_peak(client: Any, url: str) -> tuple[int, int, int, float]:
 
 
 def _setup() -> None:
-    import psycopg
-
-    dbname = DB_URL.rsplit("/", 1)[1].split("?")[0]
-    admin = DB_URL.replace("postgres://", "postgresql://", 1).rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{dbname}"')
+    ensure_database(DB_URL)
     os.environ.update(
         {
             "DATABASE_URL": DB_URL,

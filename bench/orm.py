@@ -48,7 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import runtime as rt
-from bench.report import machine, percentile, summary_ms, table, write_section
+from bench.report import (
+    ensure_database,
+    load_note,
+    machine,
+    percentile,
+    summary_ms,
+    table,
+    write_section,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_URL = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal_bench")
@@ -92,11 +100,7 @@ def setup() -> None:
         raise SystemExit(
             f"BENCH_DATABASE_URL must name a dedicated *bench* database, not {dbname!r}"
         )
-    admin = _pg_conninfo().rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{dbname}"')
+    ensure_database(DB_URL)
     os.environ.update(_env())
     import django
 
@@ -693,15 +697,6 @@ def _row(name: str, one: dict[str, Any], four: dict[str, Any] | None) -> list[ob
     return [*cols, f"{one['xacts']:.1f}", f"{one['rows']:.1f}"]
 
 
-def _load(start: tuple[float, float, float]) -> str:
-    """The 1-minute load average at the start and the end: other jobs shared the machine."""
-    return (
-        f"1-min load average {start[0]:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
-        f"end on {os.cpu_count()} cores (a higher load than the core count means the machine "
-        "was shared with other jobs, and every figure here is slower and noisier for it)"
-    )
-
-
 def main() -> None:
     """Run in a child process: this benchmark points Django at its own database and
     environment, which must not leak into the benchmarks ``python -m bench`` runs next."""
@@ -847,7 +842,7 @@ def _main() -> None:
         [
             "Command: `.venv-bench/bin/python -m bench orm` (PostgreSQL database "
             f"`{DB_URL.rsplit('/', 1)[1]}` on 127.0.0.1, migrated by the benchmark).",
-            f"Machine: {machine()}; {_load(load_start)}. PostgreSQL on the same machine. "
+            f"Machine: {machine()}; {load_note(load_start)}. PostgreSQL on the same machine. "
             f"langgraph-checkpoint-postgres {lg_version}. N = {N:,} threads per "
             f"implementation (after {WARMUP} warm-up threads), the four implementations taking "
             f"turns in blocks of 50 threads in one process; with {PROCS} processes (one "

@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.report import machine, percentile, table, write_section
+from bench.report import ensure_database, machine, percentile, table, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 FANOUT_RESULTS = ROOT / "artifacts" / "bench"
@@ -87,14 +87,7 @@ def _env() -> dict[str, str]:
 
 
 def _setup() -> None:
-    import psycopg
-
-    dbname = DB_URL.rsplit("/", 1)[1].split("?")[0]
-    admin = DB_URL.replace("postgres://", "postgresql://", 1).rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{dbname}"')
+    ensure_database(DB_URL)
     os.environ.update(_env())
     import django
 

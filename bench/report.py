@@ -50,6 +50,28 @@ def machine() -> str:
     )
 
 
+def load_note(start: tuple[float, float, float]) -> str:
+    """The 1-minute load average at the start and the end: other jobs shared the machine."""
+    return (
+        f"1-min load average {start[0]:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
+        f"end on {os.cpu_count()} cores (a higher load than the core count means the machine "
+        "was shared with other jobs, and every figure here is slower and noisier for it)"
+    )
+
+
+def ensure_database(url: str) -> str:
+    """Create the PostgreSQL database ``url`` names unless it exists; return its name."""
+    import psycopg
+
+    dbname = url.rsplit("/", 1)[1].split("?")[0]
+    admin = url.replace("postgres://", "postgresql://", 1).rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{dbname}"')
+    return dbname
+
+
 def table(headers: list[str], rows: list[list[object]]) -> str:
     def cell(value: object) -> str:
         if isinstance(value, float):

@@ -43,7 +43,7 @@ from agents import (
     ThreadStatus,
     interrupt,
 )
-from bench.report import machine, summary_ms, table, write_section
+from bench.report import load_note, machine, summary_ms, table, write_section
 
 N = int(os.environ.get("BENCH_N", "1000"))
 WARMUP = 50
@@ -444,15 +444,6 @@ def profile(n: int = N) -> str:
     return out.getvalue()
 
 
-def _load(start: tuple[float, float, float]) -> str:
-    """The 1-minute load average at the start and the end: other jobs shared the machine."""
-    return (
-        f"1-min load average {start[0]:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
-        f"end on {os.cpu_count()} cores (a higher load than the core count means the machine "
-        "was shared with other jobs, and every figure here is slower and noisier for it)"
-    )
-
-
 def main() -> None:
     load_start = os.getloadavg()
     from importlib.metadata import version
@@ -518,7 +509,7 @@ def main() -> None:
     body = "\n\n".join(
         [
             "Command: `.venv-bench/bin/python -m bench runtime` (from `make .venv-bench/.synced`).",
-            f"Machine: {machine()}; {_load(load_start)}. LangGraph {lg_version}. "
+            f"Machine: {machine()}; {load_note(load_start)}. LangGraph {lg_version}. "
             f"N = {N:,} threads per implementation "
             f"(after {WARMUP} warm-up threads), the four taking turns in blocks of 50 threads "
             "in one process; each "
