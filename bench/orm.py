@@ -5,8 +5,9 @@ Part 1 (checkpointers, driven directly). The scenario of ``bench.runtime`` (user
 ``agent`` appends a message -> ``approve`` calls ``interrupt()`` -> resumed with
 ``{"approved": True}`` naming the interrupt id -> END), N threads, by:
 
-- ours: the ``agents`` graph on ``portal.checkpointer.DjangoCheckpointer``, each call made
-  the way the worker makes it (``async_to_sync(graph.ainvoke)`` from a sync thread);
+- ours: the ``agents`` graph on ``portal.checkpointer.DjangoCheckpointer``, run the way the
+  worker runs it on PostgreSQL: on one event loop kept for the process's life, with the
+  checkpointer on its own autocommit async connection (one statement per step);
 - LangGraph: the same graph on ``PostgresSaver`` (sync ``invoke``) and on
   ``AsyncPostgresSaver`` (``ainvoke``); the faster is the one compared;
 - floor: psycopg alone, autocommit: one INSERT of the paused state (history included,
@@ -159,38 +160,53 @@ class Impl:
         raise NotImplementedError
 
 
+class _Counting:
+    """An async connection that counts the statements sent through it."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.autocommit, self.statements = conn, conn.autocommit, 0
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self.statements += 1
+        return await self.conn.execute(*args, **kwargs)
+
+
 class Ours(Impl):
     name = "ours (DjangoCheckpointer)"
 
-    def __init__(self) -> None:
-        self._graph: Any = None
-
-    def graph(self) -> Any:
-        if self._graph is None:
-            from portal.checkpointer import DjangoCheckpointer
-
-            self._graph = rt.build_ours(DjangoCheckpointer())
-        return self._graph
+    def __init__(self, counting: bool = False) -> None:
+        self.counting: _Counting | None = None
+        self._count = counting
 
     def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
-        from asgiref.sync import async_to_sync
-        from django.db import connections
+        # As the worker runs a graph: one event loop kept for the process's life, and the
+        # checkpointer on its own autocommit async connection (portal.worker).
+        from portal.checkpointer import DjangoCheckpointer, aconnect
 
-        graph = self.graph()
-        pause_async, resume_async = async_to_sync(rt.ours_pause), async_to_sync(rt.ours_resume)
+        loop = asyncio.new_event_loop()
+        conn = loop.run_until_complete(aconnect())
+        used: Any = conn
+        if self._count:
+            used = self.counting = _Counting(conn)
+        graph = rt.build_ours(DjangoCheckpointer(connection=used))
 
-        def pause(tid: str) -> str:
-            return str(pause_async(graph, tid))
+        def close() -> None:
+            loop.run_until_complete(graph.aclose())
+            loop.run_until_complete(conn.close())
+            loop.close()
 
-        def resume(tid: str, iid: str) -> None:
-            resume_async(graph, tid, iid)
-
-        return pause, resume, connections.close_all
+        return (
+            lambda tid: str(loop.run_until_complete(rt.ours_pause(graph, tid))),
+            lambda tid, iid: loop.run_until_complete(rt.ours_resume(graph, tid, iid)),
+            close,
+        )
 
     def seed(self, thread_id: str, messages: list[dict[str, Any]]) -> None:
         from asgiref.sync import async_to_sync
 
-        async_to_sync(rt.ours_seed)(self.graph().checkpointer, thread_id, messages)
+        from portal.checkpointer import DjangoCheckpointer
+
+        async_to_sync(rt.ours_seed)(DjangoCheckpointer(), thread_id, messages)
 
 
 class LangGraphSync(Impl):
@@ -313,21 +329,21 @@ def db_counters() -> dict[str, int]:
 
 
 def count_statements() -> dict[str, int]:
-    """SQL statements ours sends for one pause and one resume (BEGIN/COMMIT included)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    pause, resume, close = Ours().open()
+    """SQL statements ours sends for one pause and one resume (each its own transaction)."""
+    ours = Ours(counting=True)
+    pause, resume, close = ours.open()
+    assert ours.counting is not None
     try:
         resume(*(lambda t: (t, pause(t)))(new_ids(1)[0]))
         tid = new_ids(1)[0]
-        with CaptureQueriesContext(connection) as paused:
-            iid = pause(tid)
-        with CaptureQueriesContext(connection) as resumed:
-            resume(tid, iid)
+        before = ours.counting.statements
+        iid = pause(tid)
+        paused = ours.counting.statements - before
+        resume(tid, iid)
+        resumed = ours.counting.statements - before - paused
     finally:
         close()
-    return {"pause": len(paused.captured_queries), "resume": len(resumed.captured_queries)}
+    return {"pause": paused, "resume": resumed}
 
 
 def new_ids(n: int) -> list[str]:
@@ -850,12 +866,13 @@ def _main() -> None:
             f"{PROCS} forked processes drives N/{PROCS} threads through its own connections. "
             "Scenario as in the runtime section (pause = new user message -> `agent` -> "
             "`approve` interrupts; resume = answer naming the interrupt id -> END). Ours is "
-            "called as the worker calls it (`async_to_sync(graph.ainvoke)`); the floor is one "
+            "run as the worker runs it (one long-lived event loop, the checkpointer on its own "
+            "autocommit async connection, one statement per step); the floor is one "
             "autocommit INSERT at the pause and one UPDATE at the resume. Commits and rows "
             "written per cycle are `pg_stat_database` deltas (`xact_commit`; tuples inserted + "
             "updated + deleted) over a separate run of 100 cycles of each implementation alone. "
             f"Ours issues {statements['pause']} SQL statements for a pause and "
-            f"{statements['resume']} for a resume (captured with Django's query log).",
+            f"{statements['resume']} for a resume (counted at the connection).",
             table(headers, rows),
             f"Bytes per thread: {BYTES_THREADS} threads per size, each pre-seeded with that "
             "many ~200-byte messages and then run through one cycle; `sum(pg_column_size(row))` "

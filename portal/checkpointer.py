@@ -1,16 +1,30 @@
-"""``DjangoCheckpointer``: the runtime's checkpointer protocol on the Django ORM.
+"""``DjangoCheckpointer``: the runtime's checkpointer protocol on the portal's tables.
 
-Writing a step costs two statements whatever the thread's length: a conditional
-``UPDATE thread SET last_seq = n + 1 WHERE id = X AND last_seq = n`` and one INSERT of the
-step's delta. The UPDATE is the commit point and the lock: on PostgreSQL it row-locks the
-thread, and a concurrent writer that built on the same ``n`` re-checks the WHERE after the
-first commits, matches nothing and gets ``CheckpointConflict``; SQLite serialises writers
-outright. Earlier rows are never touched.
+Writing a step costs the same whatever the thread's length: a compare-and-swap on the
+thread (``UPDATE thread SET last_seq = n + 1 WHERE id = X AND last_seq = n``) and one
+INSERT of the step's delta. The UPDATE is the commit point and the lock: on PostgreSQL it
+row-locks the thread, and a concurrent writer that built on the same ``n`` re-checks the
+WHERE after the first commits, matches nothing and gets ``CheckpointConflict``; SQLite
+serialises writers outright. Earlier rows are never touched.
 
 When a step pauses, the ``Interrupt`` row (the reviewers' queue) is inserted in the same
 transaction, so the queue can never show a request the checkpoint does not; pending rows
 of the same thread that the new checkpoint no longer names leave the queue in that
-transaction too. Queue broadcasts go out on commit.
+transaction too. Queue broadcasts go out after the commit.
+
+Two executors, one set of rules:
+
+- On PostgreSQL each write is one SQL statement (``_pg_write``: the compare-and-swap, the
+  insert and the queue's changes as data-modifying CTEs, atomic as any statement) and a
+  load is one SELECT. Round trips, not rows, are what a step costs, so this is the path
+  that keeps a pause and a resume within a few milliseconds.
+- On SQLite (the embedded demo) the same steps are ORM calls in one transaction.
+
+The protocol is async. Given ``connection=`` (a psycopg ``AsyncConnection`` in
+autocommit mode, see ``aconnect``), the async methods run their statements on it directly,
+with no thread hop: the worker does this. Without one they run the synchronous halves
+through ``sync_to_async(thread_sensitive=True)``, on the caller's Django connection, so a
+caller that holds a transaction (a test, a script) keeps its writes inside it.
 
 Thread ids are strings in the runtime and UUIDs here. A UUID string maps to itself; any
 other string (the contract suite's ``"t1"``) maps to a stable ``uuid5``, so every method
@@ -20,20 +34,22 @@ by ``services.thread_start``, so only tests and scripts reach that path.
 
 ``adelete`` removes the thread with its checkpoints, interrupts and runs; a thread with
 recorded decisions is kept (``ProtectedError``), because decisions are an audit record.
-
-The protocol is async; the ORM is sync. Each method runs its ORM work through
-``sync_to_async(thread_sensitive=True)``: under the worker (which drives the graph with
-``async_to_sync``) that is the worker's own thread and database connection, so a run's
-reads and writes share one connection and one transaction discipline.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connection as django_connection
 from django.db import transaction
 from django.utils import timezone
 
@@ -48,6 +64,8 @@ from portal import broadcast
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.policies import expires_at_for
 
+log = logging.getLogger(__name__)
+
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
 
@@ -59,38 +77,186 @@ def thread_pk(thread_id: str) -> uuid.UUID:
         return uuid.uuid5(_THREAD_NAMESPACE, str(thread_id))
 
 
+@dataclass
+class _Known:
+    """What one checkpointer instance last read or wrote of a thread."""
+
+    status: ThreadStatus | None  # the newest checkpoint's status; None: none yet
+    agent: str | None = None  # None: not read (the ORM path does not need it)
+    title: str = ""
+
+
+# --- PostgreSQL: one statement per load and per step --------------------------------------
+# (The tables are the models' default names; tests/portal/test_checkpointer.py checks.)
+# The whole history up to the thread's last_seq, in one consistent snapshot, with the
+# newest row's fields. A thread with no checkpoint gives one row of NULLs; no thread, none.
+_PG_LOAD = """
+SELECT t.agent, t.title, c.seq, c.status, c.next_node, c.messages::text,
+       CASE WHEN c.seq = t.last_seq THEN c.meta::text END,
+       CASE WHEN c.seq = t.last_seq THEN c.interrupt::text END
+FROM portal_thread t LEFT JOIN portal_checkpoint c ON c.thread_id = t.id AND c.seq <= t.last_seq
+WHERE t.id = %(thread)s
+ORDER BY c.seq
+"""
+
+# The compare-and-swap, as `moved`: the thread's row if it was still at the seq the step
+# built on, else nothing (another writer moved it on). A thread's first step
+# (parent_seq=None) creates the row or takes one still at 0, in the same statement.
+_PG_MOVE = """
+WITH moved AS (
+    UPDATE portal_thread SET last_seq = %(seq)s, status = %(status)s, updated_at = %(now)s
+    WHERE id = %(thread)s AND last_seq = %(expected)s
+    RETURNING id, agent, title
+)"""
+_PG_MOVE_FIRST = """
+WITH moved AS (
+    INSERT INTO portal_thread (id, agent, status, owner_id, title, created_at, updated_at,
+                               last_seq)
+    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, 1)
+    ON CONFLICT (id) DO UPDATE SET last_seq = 1, status = EXCLUDED.status,
+                                   updated_at = EXCLUDED.updated_at
+    WHERE portal_thread.last_seq = 0
+    RETURNING id, agent, title
+)"""
+
+# The step's row, inserted only if `moved` has the thread: a conflict writes nothing and
+# reports 0 steps.
+_PG_STEP = """, step AS (
+    INSERT INTO portal_checkpoint (thread_id, seq, node, status, next_node, messages, meta,
+                                   interrupt, interrupt_id, run_id, created_at)
+    SELECT id, %(seq)s, %(node)s, %(status)s, %(next_node)s, %(messages)s::jsonb,
+           %(meta)s::jsonb, %(interrupt)s::jsonb, %(pending_id)s, %(run)s, %(now)s
+    FROM moved
+    RETURNING seq
+)"""
+
+_PG_RESULT = " SELECT (SELECT count(*) FROM step), NULL, NULL, '[]', 0"
+
+# Keeping the queue equal to the checkpoint: pending requests of the thread that the step
+# no longer names leave it, and the step's own request enters it.
+_PG_QUEUE_AND_RESULT = """, stale AS (
+    UPDATE portal_interrupt SET status = %(resolved)s, resolved_at = %(now)s
+    WHERE thread_id = %(thread)s AND status = %(pending)s AND id <> %(pending_key)s
+      AND EXISTS (SELECT 1 FROM moved)
+    RETURNING id, reason
+), entered AS (
+    INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
+                                  response_schema, tool_call_id, status, created_at, expires_at,
+                                  claimed_by_id, claimed_at, resolved_at, checkpoint_seq)
+    SELECT %(pending_key)s, id, agent, %(key)s, %(request_node)s, %(value)s::jsonb,
+           %(message)s, %(reason)s, %(schema)s::jsonb, %(tool_call_id)s, %(pending)s,
+           %(now)s, %(expires_at)s, NULL, NULL, NULL, %(seq)s
+    FROM moved WHERE %(pending_key)s <> ''
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved), (SELECT title FROM moved),
+       (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),
+       (SELECT count(*) FROM entered)
+"""
+
+# The four statements a step can be: (first step?, queue part?) -> SQL. Constant strings
+# joined, no input in them.
+_PG_WRITES = {
+    (first, queue): (_PG_MOVE_FIRST if first else _PG_MOVE)
+    + _PG_STEP
+    + (_PG_QUEUE_AND_RESULT if queue else _PG_RESULT)
+    for first in (False, True)
+    for queue in (False, True)
+}
+
+_PG_LAST_SEQ = "SELECT last_seq FROM portal_thread WHERE id = %(thread)s"
+_PG_AGENT = "SELECT agent, title FROM portal_thread WHERE id = %(thread)s"
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+@dataclass(frozen=True)
+class _PgStep:
+    """One step's statement and parameters, and what to make of its result."""
+
+    sql: str
+    params: dict[str, Any]
+    pending: dict[str, Any] | None
+
+
 class DjangoCheckpointer:
     """Checkpoints in the portal's tables. ``run``, when given, is recorded on every
-    checkpoint this instance writes (the worker uses it to recover crashed runs)."""
+    checkpoint this instance writes (the worker uses it to recover crashed runs).
+    ``connection``: a psycopg ``AsyncConnection`` (autocommit) for the async methods to
+    use directly on PostgreSQL; see the module docstring."""
 
-    def __init__(self, *, run: Run | None = None) -> None:
+    def __init__(self, *, run: Run | None = None, connection: Any = None) -> None:
+        if connection is not None and not connection.autocommit:
+            raise ValueError(
+                "DjangoCheckpointer(connection=...) needs an autocommit connection: each "
+                "write is its own transaction (open it with portal.checkpointer.aconnect())"
+            )
         self.run_id = run.pk if run is not None else None
-        # Status of each thread's newest checkpoint as this instance last read or wrote
-        # it. A write that follows a step that was not a pause, and pauses nothing itself,
-        # cannot change the queue, so it skips the queue's query (most steps are such).
-        self._known_status: dict[uuid.UUID, ThreadStatus] = {}
+        self._aconn = connection
+        # What this instance last read or wrote of each thread. A write that follows a
+        # step that was not a pause, and pauses nothing itself, cannot change the queue,
+        # so it skips the queue's part (most steps are such).
+        self._known: dict[uuid.UUID, _Known] = {}
+        # Queue broadcasts scheduled by the async path (awaited by aclose).
+        self._announcing: set[asyncio.Task[None]] = set()
+
+    # --- the async protocol -------------------------------------------------------------
 
     async def aget(self, thread_id: str) -> Snapshot | None:
-        return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
+        if self._aconn is None:
+            return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
+        pk = thread_pk(thread_id)
+        cursor = await self._aconn.execute(_PG_LOAD, {"thread": pk})
+        return self._snapshot(thread_id, pk, await cursor.fetchall())
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
-        put = partial(self.put_sync, thread_id, write, parent_seq=parent_seq)
-        return await sync_to_async(put, thread_sensitive=True)()
+        if self._aconn is None:
+            put = partial(self.put_sync, thread_id, write, parent_seq=parent_seq)
+            return await sync_to_async(put, thread_sensitive=True)()
+        pk = thread_pk(thread_id)
+        conn = self._aconn
+        known = self._known.get(pk)
+        if write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None):
+            cursor = await conn.execute(_PG_AGENT, {"thread": pk})
+            known = self._remember(pk, await cursor.fetchone(), known)
+        step = self._pg_step(pk, write, parent_seq)
+        cursor = await conn.execute(step.sql, step.params)
+        row = await cursor.fetchone()
+        if not row or not row[0]:
+            cursor = await conn.execute(_PG_LAST_SEQ, {"thread": pk})
+            raise CheckpointConflict(thread_id, parent_seq, _first(await cursor.fetchone()))
+        changes = self._pg_done(pk, step, row)
+        if changes:
+            entered = self._entered(pk, step) if row[4] else None
+            task = asyncio.get_running_loop().create_task(_announce(changes, entered))
+            self._announcing.add(task)
+            task.add_done_callback(self._announcing.discard)
+        return int(step.params["seq"])
 
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:
         return await sync_to_async(self.list_sync, thread_sensitive=True)(thread_id)
 
     async def adelete(self, thread_id: str) -> None:
+        self._known.pop(thread_pk(thread_id), None)
         await sync_to_async(self.delete_sync, thread_sensitive=True)(thread_id)
 
     async def aclose(self) -> None:
-        # Connections belong to Django (closed by close_old_connections in the worker).
-        return None
+        # The connection belongs to whoever passed it (the worker keeps one for its life);
+        # Django's own are closed by close_old_connections. Finish the announcements.
+        if self._announcing:
+            await asyncio.gather(*self._announcing, return_exceptions=True)
 
     # --- the synchronous halves, usable directly from sync code -----------------------
 
     def get_sync(self, thread_id: str) -> Snapshot | None:
         pk = thread_pk(thread_id)
+        if django_connection.vendor == "postgresql":
+            with django_connection.cursor() as cursor:
+                cursor.execute(_PG_LOAD, {"thread": pk})
+                return self._snapshot(thread_id, pk, cursor.fetchall())
         last = Checkpoint.objects.filter(thread_id=pk).order_by("-seq").first()
         if last is None:
             return None
@@ -102,7 +268,7 @@ class DjangoCheckpointer:
             .values_list("messages", flat=True)
         ):
             messages.extend(chunk or [])
-        self._known_status[pk] = ThreadStatus(last.status)
+        self._known[pk] = _Known(ThreadStatus(last.status))
         return Snapshot(
             thread_id=thread_id,
             seq=last.seq,
@@ -114,6 +280,8 @@ class DjangoCheckpointer:
         )
 
     def put_sync(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
+        if django_connection.vendor == "postgresql":
+            return self._put_pg_sync(thread_id, write, parent_seq)
         pk = thread_pk(thread_id)
         expected = parent_seq or 0
         seq = expected + 1
@@ -142,11 +310,152 @@ class DjangoCheckpointer:
                 interrupt_id=(pending or {}).get("id"),
                 run_id=self.run_id,
             )
-            previous = self._known_status.get(pk)
-            if pending is not None or previous in (None, ThreadStatus.INTERRUPTED):
+            if self._queue_may_change(pk, pending):
                 self._sync_queue(pk, seq, pending)
-        self._known_status[pk] = status
+        self._known[pk] = _Known(status)
         return seq
+
+    def _put_pg_sync(self, thread_id: str, write: CheckpointWrite, parent_seq: int | None) -> int:
+        pk = thread_pk(thread_id)
+        known = self._known.get(pk)
+        # Alone, the statement is its own transaction. Inside a caller's transaction it
+        # gets a savepoint, so a refused step leaves that transaction usable.
+        scope = transaction.atomic() if django_connection.in_atomic_block else nullcontext()
+        with scope, django_connection.cursor() as cursor:
+            if write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None):
+                cursor.execute(_PG_AGENT, {"thread": pk})
+                known = self._remember(pk, cursor.fetchone(), known)
+            step = self._pg_step(pk, write, parent_seq)
+            cursor.execute(step.sql, step.params)
+            row = cursor.fetchone()
+            if not row or not row[0]:
+                cursor.execute(_PG_LAST_SEQ, {"thread": pk})
+                raise CheckpointConflict(thread_id, parent_seq, _first(cursor.fetchone()))
+        for change in self._pg_done(pk, step, row):
+            transaction.on_commit(partial(broadcast.publish_queue_change, **change), robust=True)
+        return int(step.params["seq"])
+
+    # --- shared by both PostgreSQL executors --------------------------------------------
+
+    def _snapshot(self, thread_id: str, pk: uuid.UUID, rows: Sequence[Any]) -> Snapshot | None:
+        if not rows:
+            self._known.pop(pk, None)  # no thread row: a first write creates it
+            return None
+        agent, title = rows[0][0], rows[0][1]
+        if rows[0][2] is None:
+            self._known[pk] = _Known(None, agent, title)
+            return None
+        messages: list[dict[str, Any]] = []
+        for row in rows:
+            messages.extend(json.loads(row[5]) or [])
+        _agent, _title, seq, status, next_node, _messages, meta, interrupt = rows[-1]
+        self._known[pk] = _Known(ThreadStatus(status), agent, title)
+        return Snapshot(
+            thread_id=thread_id,
+            seq=seq,
+            status=ThreadStatus(status),
+            next_node=next_node,
+            messages=messages,
+            meta=json.loads(meta) if meta else {},
+            interrupt=json.loads(interrupt) if interrupt else None,
+        )
+
+    def _remember(self, pk: uuid.UUID, row: Any, known: _Known | None) -> _Known:
+        """Record the thread's agent and title (``row``) next to what was known."""
+        agent, title = row if row else ("", "")
+        fresh = _Known(known.status if known else None, agent, title)
+        self._known[pk] = fresh
+        return fresh
+
+    def _queue_may_change(self, pk: uuid.UUID, pending: dict[str, Any] | None) -> bool:
+        known = self._known.get(pk)
+        previous = known.status if known is not None else None
+        return pending is not None or previous in (None, ThreadStatus.INTERRUPTED)
+
+    def _pg_step(self, pk: uuid.UUID, write: CheckpointWrite, parent_seq: int | None) -> _PgStep:
+        status = ThreadStatus(write.status)
+        pending = write.interrupt if status is ThreadStatus.INTERRUPTED else None
+        expected = parent_seq or 0
+        now = timezone.now()
+        params: dict[str, Any] = {
+            "thread": pk,
+            "expected": expected,
+            "seq": expected + 1,
+            "status": status.value,
+            "now": now,
+            "node": write.node,
+            "next_node": write.next_node,
+            "messages": json.dumps(list(write.new_messages)),
+            "meta": json.dumps(dict(write.meta)),
+            "interrupt": _dump(pending),
+            "pending_id": (pending or {}).get("id"),
+            "run": self.run_id,
+        }
+        first = parent_seq is None
+        if not self._queue_may_change(pk, pending):
+            return _PgStep(_PG_WRITES[first, False], params, pending)
+        request = pending or {}
+        reason = request.get("reason") or "input_required"
+        known = self._known.get(pk)
+        agent = known.agent if known is not None and known.agent is not None else ""
+        params.update(
+            pending_key=request.get("id") or "",
+            resolved=Interrupt.Status.RESOLVED.value,
+            pending=Interrupt.Status.PENDING.value,
+            key=request.get("key") or "",
+            request_node=request.get("node") or "",
+            value=_dump(request.get("value")),
+            message=request.get("message") or "",
+            reason=reason,
+            schema=_dump(request.get("response_schema")),
+            tool_call_id=request.get("tool_call_id"),
+            expires_at=expires_at_for(agent, reason, now=now) if pending else None,
+        )
+        return _PgStep(_PG_WRITES[first, True], params, pending)
+
+    def _pg_done(self, pk: uuid.UUID, step: _PgStep, row: Sequence[Any]) -> list[dict[str, Any]]:
+        """Remember the step; the queue changes to announce once it is committed."""
+        _count, agent, title, stale_json, entered = row
+        known = self._known.get(pk)
+        if agent is None:  # the queue's part did not run: the thread is as it was
+            agent, title = (known.agent, known.title) if known is not None else (None, "")
+        self._known[pk] = _Known(ThreadStatus(step.params["status"]), agent, title or "")
+        base = {"thread_id": pk, "agent": agent or ""}
+        changes = [
+            {**base, "interrupt_id": i, "reason": reason, "status": Interrupt.Status.RESOLVED.value}
+            for i, reason in json.loads(stale_json)
+        ]
+        if entered and step.pending is not None:
+            changes.append(
+                {
+                    **base,
+                    "interrupt_id": step.params["pending_key"],
+                    "reason": step.params["reason"],
+                    "status": Interrupt.Status.PENDING.value,
+                }
+            )
+        return changes
+
+    def _entered(self, pk: uuid.UUID, step: _PgStep) -> Interrupt:
+        """The queue row the step inserted, as an unsaved instance (for rendering)."""
+        known = self._known.get(pk) or _Known(None)
+        params = step.params
+        return Interrupt(
+            id=params["pending_key"],
+            thread=Thread(id=pk, agent=known.agent or "", title=known.title),
+            agent=known.agent or "",
+            key=params["key"],
+            node=params["request_node"],
+            message=params["message"],
+            reason=params["reason"],
+            tool_call_id=params["tool_call_id"],
+            status=Interrupt.Status.PENDING,
+            created_at=params["now"],
+            expires_at=params["expires_at"],
+            checkpoint_seq=params["seq"],
+        )
+
+    # --- SQLite: the ORM ----------------------------------------------------------------
 
     def _sync_queue(self, pk: uuid.UUID, seq: int, pending: dict[str, Any] | None) -> None:
         # Keep the queue equal to what the checkpoint says: requests the new step no longer
@@ -217,3 +526,36 @@ class DjangoCheckpointer:
 
     def delete_sync(self, thread_id: str) -> None:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
+
+
+def _first(row: Any) -> int | None:
+    return (row[0] or None) if row else None
+
+
+async def _announce(changes: list[dict[str, Any]], entered: Interrupt | None) -> None:
+    """Queue broadcasts for a step written on the async path (already committed). A task
+    on the run's own loop, so it goes out while the run waits on its next statement. It
+    neither queries nor leaves the loop: the new row renders from what the step wrote
+    (work in another thread would fight the run for the GIL)."""
+    from django.template.loader import render_to_string
+
+    for change in changes:
+        html = ""
+        if entered is not None and change["interrupt_id"] == entered.pk:
+            try:
+                html = render_to_string("portal/partials/queue_row.html", {"item": entered})
+            except Exception:  # the watchers re-fetch their queue instead
+                log.warning("rendering the queue row of %s failed", entered.pk, exc_info=True)
+        event = {"type": broadcast.QUEUE_CHANGED, **change, "html": html}
+        event["thread_id"] = str(change["thread_id"])
+        await broadcast.agroup_send(broadcast.QUEUE_GROUP, event)
+
+
+async def aconnect() -> Any:
+    """A new autocommit psycopg ``AsyncConnection`` to Django's PostgreSQL database, for
+    ``DjangoCheckpointer(connection=...)``. The caller closes it."""
+    import psycopg
+
+    from portal.pg import connect_kwargs
+
+    return await psycopg.AsyncConnection.connect(**connect_kwargs(), autocommit=True)

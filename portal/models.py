@@ -46,6 +46,9 @@ class Thread(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="threads",
+        # thread_owner_recent (owner, -updated_at) serves every lookup by owner; a second
+        # index would only cost each checkpoint's UPDATE of the thread.
+        db_index=False,
     )
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -83,7 +86,10 @@ class Checkpoint(models.Model):
         INTERRUPTED = "interrupted"
         DONE = "done"
 
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="checkpoints")
+    # No index of its own: the unique (thread, seq) constraint's index serves it.
+    thread = models.ForeignKey(
+        Thread, on_delete=models.CASCADE, related_name="checkpoints", db_index=False
+    )
     seq = models.PositiveIntegerField()
     # None and "" differ in the runtime (None: no node / the end), so these are nullable.
     node = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001

@@ -27,12 +27,19 @@ Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQ
 ``LISTEN`` for; in-process, a ``threading.Event`` set on commit. A short poll covers lost
 wake-ups and expired leases.
 
+Executing. On PostgreSQL a worker keeps one event loop and one autocommit async connection
+for its life, and the checkpointer writes each step through that connection in one
+statement (``portal.checkpointer``). When the caller holds a transaction (a test driving
+the loop inside its own), or on SQLite, the graph runs through ``async_to_sync`` and the
+checkpointer uses this thread's Django connection instead.
+
 Run it: ``python manage.py run_worker [--once] [--id NAME] [--poll SECONDS]``; the demo
 runs the same loop in a daemon thread (``start_embedded_worker``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -63,6 +70,8 @@ EXPIRY_CHECK_SECONDS = 5.0
 # have nothing but the poll.
 POLL_WITH_NOTIFY = 1.0
 POLL_WITHOUT_NOTIFY = 0.2
+# Seconds the worker's async connection may sit idle before a run pings it first.
+NATIVE_HEALTH_CHECK_SECONDS = 10.0
 
 _wake = threading.Event()
 
@@ -143,6 +152,12 @@ class Worker:
         self.stopping = threading.Event()
         self._listener: Any = None
         self._last_expiry = -EXPIRY_CHECK_SECONDS
+        # One event loop for the worker's life (a loop per run costs a thread and a new
+        # channel-layer connection each time), and on PostgreSQL one async connection the
+        # checkpointer writes through without hopping threads.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pg: Any = None
+        self._pg_checked = 0.0  # time.monotonic() of its last proof of life
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -174,6 +189,7 @@ class Worker:
                 self._wait()
         finally:
             self._close_listener()
+            self._close_loop()
             _refresh_connections()
         log.info("worker %s stopped after %d runs", self.name, done)
         return done
@@ -305,8 +321,9 @@ class Worker:
         problem = _input_problem(payload)
         if problem:
             return Outcome(Run.Status.FAILED, f"the run's stored input is not valid: {problem}")
+        native = self._native_connection()
         try:
-            graph = compile_agent(thread.agent, DjangoCheckpointer(run=run))
+            graph = compile_agent(thread.agent, DjangoCheckpointer(run=run, connection=native))
         except UnknownAgentError as exc:
             return Outcome(Run.Status.FAILED, str(exc))
         except Exception as exc:
@@ -320,10 +337,74 @@ class Worker:
             "run_id": str(run.pk),
         }
         try:
-            paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+            if native is not None:
+                paused = self._event_loop().run_until_complete(
+                    _stream(graph, payload, config, thread.pk)
+                )
+            else:
+                paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
         except Exception as exc:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    def _native_connection(self) -> Any:
+        """The checkpointer's own async connection, on PostgreSQL when the caller holds no
+        transaction; else None, and the checkpointer goes through Django's connection of
+        this thread (a test that runs the loop inside its transaction sees the writes
+        there). A broken connection is replaced, and one that cannot be opened falls back
+        to Django's: slower, never wrong."""
+        if not _using_postgres() or connection.in_atomic_block:
+            return None
+        if self._pg is not None and not self._native_usable():
+            self._close_native()
+        if self._pg is None:
+            from portal.checkpointer import aconnect
+
+            try:
+                self._pg = self._event_loop().run_until_complete(aconnect())
+                self._pg_checked = time.monotonic()
+            except Exception:
+                log.warning(
+                    "worker %s: no async connection; using Django's", self.name, exc_info=True
+                )
+                return None
+        return self._pg
+
+    def _native_usable(self) -> bool:
+        # A connection idle for a while may have been cut (a database restart, a proxy's
+        # timeout): ping it before trusting a run to it, as CONN_HEALTH_CHECKS would.
+        conn = self._pg
+        if conn.closed or conn.broken:
+            return False
+        if time.monotonic() - self._pg_checked < NATIVE_HEALTH_CHECK_SECONDS:
+            return True
+        try:
+            self._event_loop().run_until_complete(conn.execute("SELECT 1"))
+        except Exception:
+            log.warning("worker %s: the async connection is gone; reconnecting", self.name)
+            return False
+        self._pg_checked = time.monotonic()
+        return True
+
+    def _close_native(self) -> None:
+        conn, self._pg = self._pg, None
+        if conn is not None and self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.run_until_complete(conn.close())
+            except Exception:
+                log.warning("worker %s: closing the async connection failed", self.name)
+
+    def _close_loop(self) -> None:
+        self._close_native()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+        self._loop = None
 
     def _recover(self, run: Run) -> dict[str, Any] | Outcome:
         """The input to run with, or the outcome an earlier attempt already reached."""
@@ -411,17 +492,10 @@ class Worker:
         if self._listener is None:
             import psycopg
 
-            db = connection.settings_dict
+            from portal.pg import connect_kwargs
+
             try:
-                self._listener = psycopg.connect(
-                    dbname=db["NAME"],
-                    user=db.get("USER") or None,
-                    password=db.get("PASSWORD") or None,
-                    host=db.get("HOST") or None,
-                    port=db.get("PORT") or None,
-                    autocommit=True,
-                    **(db.get("OPTIONS") or {}),
-                )
+                self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
             except Exception:
                 log.warning("worker %s: cannot LISTEN; polling", self.name, exc_info=True)

@@ -4,10 +4,11 @@ two writers racing on PostgreSQL cannot both win."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import DataError, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
@@ -36,7 +37,8 @@ def step(n: int = 0, **fields) -> CheckpointWrite:
 
 
 def pause(**fields) -> CheckpointWrite:
-    return step(status=ThreadStatus.INTERRUPTED, next_node="TOOL", interrupt=REQUEST, **fields)
+    fields.setdefault("interrupt", REQUEST)
+    return step(status=ThreadStatus.INTERRUPTED, next_node="TOOL", **fields)
 
 
 @pytest.fixture
@@ -74,16 +76,23 @@ def test_a_failure_after_the_checkpoint_insert_leaves_neither_checkpoint_nor_req
 ):
     store = DjangoCheckpointer()
     store.put_sync(str(thread.pk), step(1), parent_seq=None)
-    original = DjangoCheckpointer._sync_queue
+    if connection.vendor == "postgresql":
+        # One statement writes the step and the queue row: a queue row the database
+        # refuses (tool_call_id is at most 128 characters) takes the step down with it.
+        request = {**REQUEST, "tool_call_id": "x" * 200}
+        with pytest.raises(DataError):
+            store.put_sync(str(thread.pk), pause(interrupt=request), parent_seq=1)
+    else:
+        original = DjangoCheckpointer._sync_queue
 
-    def then_fail(self, *args):
-        original(self, *args)
-        assert Interrupt.objects.filter(pk="int_abc").exists()  # written, not committed
-        raise RuntimeError("disk full")
+        def then_fail(self, *args):
+            original(self, *args)
+            assert Interrupt.objects.filter(pk="int_abc").exists()  # written, not committed
+            raise RuntimeError("disk full")
 
-    monkeypatch.setattr(DjangoCheckpointer, "_sync_queue", then_fail)
-    with pytest.raises(RuntimeError, match="disk full"):
-        store.put_sync(str(thread.pk), pause(), parent_seq=1)
+        monkeypatch.setattr(DjangoCheckpointer, "_sync_queue", then_fail)
+        with pytest.raises(RuntimeError, match="disk full"):
+            store.put_sync(str(thread.pk), pause(), parent_seq=1)
 
     thread.refresh_from_db()
     assert (thread.last_seq, thread.status) == (1, Thread.Status.RUNNING)
@@ -136,8 +145,13 @@ def test_writing_a_step_costs_the_same_queries_at_any_history_length(thread):
         costs.append(len(queries))
         assert not any(q["sql"].lstrip().upper().startswith("DELETE") for q in queries)
     assert len(set(costs[1:])) == 1, costs
-    updates = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("UPDATE")]
-    assert len(updates) == 1 and "portal_thread" in updates[0]  # never an earlier checkpoint
+    sql = " ".join(q["sql"] for q in queries)
+    assert re.search(r'UPDATE\s+"?portal_thread"?\s+SET', sql)  # the compare-and-swap
+    assert not re.search(r'UPDATE\s+"?portal_checkpoint', sql)  # never an earlier checkpoint
+    if connection.vendor == "postgresql":
+        # (The test's transaction adds a savepoint around it.)
+        work = [q for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+        assert len(work) == 1, "on PostgreSQL a step is one statement"
 
 
 @pytest.mark.postgres
@@ -187,3 +201,67 @@ def test_a_step_between_pauses_skips_the_queue_but_a_step_after_a_pause_syncs_it
     Interrupt.objects.filter(pk=REQUEST["id"]).update(status=Interrupt.Status.PENDING)
     DjangoCheckpointer().put_sync(str(thread.pk), step(3), parent_seq=seq)
     assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.RESOLVED
+
+
+def test_an_own_connection_must_commit_each_statement(db):
+    class Manual:
+        autocommit = False
+
+    with pytest.raises(ValueError, match="autocommit"):
+        DjangoCheckpointer(connection=Manual())
+
+
+@pytest.mark.postgres
+def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_commit(
+    transactional_db, monkeypatch
+):
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from portal.checkpointer import aconnect
+
+    thread = Thread.objects.create(agent="refunds", title="Broken mug")
+    announced = []
+
+    async def send(group, message):
+        # Sent after the statement committed: another connection already sees the row.
+        seen = await sync_to_async(Interrupt.objects.filter(pk=message["interrupt_id"]).exists)()
+        announced.append((group, message, seen))
+
+    monkeypatch.setattr(broadcast, "agroup_send", send)
+
+    async def scenario():
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn)
+        try:
+            await store.aput(str(thread.pk), step(0), parent_seq=None)
+            await store.aput(str(thread.pk), pause(), parent_seq=1)
+            snapshot = await store.aget(str(thread.pk))
+            await store.aput(str(thread.pk), step(2), parent_seq=2)  # leaves the queue
+        finally:
+            await store.aclose()  # waits for the announcements
+            await conn.close()
+        return snapshot
+
+    snapshot = async_to_sync(scenario)()
+    assert (snapshot.seq, snapshot.status, snapshot.interrupt["id"]) == (
+        2,
+        ThreadStatus.INTERRUPTED,
+        "int_abc",
+    )
+    assert [m["id"] for m in snapshot.messages] == ["m0", "m0"]
+    request = Interrupt.objects.get(pk="int_abc")
+    assert (request.agent, request.checkpoint_seq, request.status) == ("refunds", 2, "resolved")
+    assert [(g, m["interrupt_id"], m["status"], m["agent"], seen) for g, m, seen in announced] == [
+        (broadcast.QUEUE_GROUP, "int_abc", "pending", "refunds", True),
+        (broadcast.QUEUE_GROUP, "int_abc", "resolved", "refunds", True),
+    ]
+    entered, left = announced[0][1], announced[1][1]
+    # The new row comes rendered (from what the step wrote), the leaving one bare.
+    assert 'id="q-int_abc"' in entered["html"] and "Broken mug" in entered["html"]
+    assert "Approve?" in entered["html"] and left["html"] == ""
+    thread.refresh_from_db()
+    assert (thread.last_seq, thread.status, thread.title) == (
+        3,
+        Thread.Status.RUNNING,
+        "Broken mug",
+    )

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from agents.testing.checkpointer_contract import CheckpointerContract
-from portal.checkpointer import DjangoCheckpointer
+from portal.checkpointer import DjangoCheckpointer, aconnect
 
 
 class TestDjangoCheckpointer(CheckpointerContract):
@@ -21,4 +21,18 @@ class TestDjangoCheckpointer(CheckpointerContract):
         yield store
         await store.aclose()
         # Close that thread's connection, or PostgreSQL cannot drop the test database.
+        await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+
+@pytest.mark.postgres
+class TestDjangoCheckpointerOnItsOwnConnection(CheckpointerContract):
+    """The worker's way: statements on an async psycopg connection, no thread hops."""
+
+    @pytest.fixture
+    async def checkpointer(self, transactional_db):
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn)
+        yield store
+        await store.aclose()
+        await conn.close()
         await sync_to_async(connections.close_all, thread_sensitive=True)()

@@ -72,3 +72,14 @@ def test_a_title_is_the_first_line_of_text_shortened_to_eighty_characters():
     assert Thread.title_from("  Refund\n please  ") == "Refund please"
     long = Thread.title_from("x" * 200)
     assert len(long) == 80 and long.endswith("…")
+
+
+def test_the_migrations_match_the_models():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    # Exits non-zero (SystemExit) when a model change has no migration.
+    call_command("makemigrations", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()

@@ -234,3 +234,59 @@ async def test_a_send_from_the_embedded_workers_thread_wakes_in_memory_consumers
     assert message["type"] == broadcast.THREAD_STATUS
     assert time.monotonic() - sent_at[0] < 1.0
     channel_layers.backends.clear()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_agent, effects):
+    from django.db import transaction
+
+    worker = Worker(name="own-connection")
+    try:
+        conn = worker._native_connection()
+        assert conn is not None and conn.autocommit
+        assert worker._native_connection() is conn  # kept from run to run
+        with transaction.atomic():
+            # A caller's transaction must see the run's writes: Django's connection then.
+            assert worker._native_connection() is None
+
+        thread, _ = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+        assert worker.run_forever(once=True) == 1
+        request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+        Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
+        services.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
+        assert worker.run_forever(once=True) == 1
+        assert worker._pg is None and conn.closed  # closed when the loop ended
+    finally:
+        worker._close_loop()
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert read_effects(effects, "pay") == [f"{thread.pk} 7.0"]
+    assert set(Run.objects.filter(thread=thread).values_list("status", flat=True)) == {
+        Run.Status.INTERRUPTED,
+        Run.Status.SUCCEEDED,
+    }
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next_run(
+    support_agent, monkeypatch
+):
+    from django.db import connection
+
+    from portal import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "NATIVE_HEALTH_CHECK_SECONDS", 0.0)
+    worker = Worker(name="cut")
+    try:
+        first = worker._native_connection()
+        with connection.cursor() as cursor:  # as a database restart would
+            cursor.execute("SELECT pg_terminate_backend(%s)", [first.info.backend_pid])
+        thread, _ = services.thread_start(agent="approve", input=say("pay 3"), user=support_agent)
+        second = worker._native_connection()
+        assert second is not None and second is not first and first.closed
+        assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
+    finally:
+        worker._close_loop()
+    assert Interrupt.objects.filter(thread=thread, status=Interrupt.Status.PENDING).exists()
