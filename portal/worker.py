@@ -12,8 +12,11 @@ once. On SQLite the claiming transaction is ``BEGIN IMMEDIATE`` (see settings), 
 serialises writers, and the claim itself is a conditional UPDATE.
 
 Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
-renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Each
-claim counts an attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails.
+renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
+are set and compared with the database's clock, never a worker's. Each claim counts an
+attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
+heartbeat finds the lease gone (another worker took the run over) stops its graph at the
+next await, so it takes no further step on a run that is no longer its own.
 
 Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
 earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
@@ -46,6 +49,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -53,8 +57,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import Exists, OuterRef
-from django.db.models.functions import Coalesce
+from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from portal import broadcast
@@ -72,6 +76,10 @@ POLL_WITH_NOTIFY = 1.0
 POLL_WITHOUT_NOTIFY = 0.2
 # Seconds the worker's async connection may sit idle before a run pings it first.
 NATIVE_HEALTH_CHECK_SECONDS = 10.0
+LEASE_LOST = (
+    "stopped: this worker's lease expired and another worker took the run over; that "
+    "worker's outcome is the one recorded"
+)
 
 _wake = threading.Event()
 
@@ -98,6 +106,13 @@ def _using_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+def _lease_until(seconds: float) -> Any:
+    """The database's now() plus ``seconds``. Leases are set and compared on that one
+    clock: on each worker's own, a worker whose clock ran ahead would take over runs
+    whose workers are alive."""
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str  # a Run.Status value
@@ -108,9 +123,12 @@ class _Heartbeat(threading.Thread):
     """Renews a run's lease until stopped. Its own thread (and database connection), so
     it keeps beating even while a tool blocks the event loop."""
 
-    def __init__(self, run_id: Any, owner: str, lease: float) -> None:
+    def __init__(
+        self, run_id: Any, owner: str, lease: float, on_lost: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.run_id, self.owner, self.lease = run_id, owner, lease
+        self.on_lost = on_lost
         self.halt = threading.Event()
         self.lost = False
 
@@ -119,10 +137,12 @@ class _Heartbeat(threading.Thread):
             while not self.halt.wait(max(self.lease / 3, 0.2)):
                 renewed = Run.objects.filter(
                     pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
-                ).update(lease_expires_at=timezone.now() + timedelta(seconds=self.lease))
+                ).update(lease_expires_at=_lease_until(self.lease))
                 if not renewed:
                     self.lost = True
                     log.warning("run %s: lease lost to another worker", self.run_id)
+                    if self.on_lost is not None:
+                        self.on_lost()
                     return
         except Exception:
             log.exception("run %s: heartbeat failed", self.run_id)
@@ -158,6 +178,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pg: Any = None
         self._pg_checked = 0.0  # time.monotonic() of its last proof of life
+        self._running: asyncio.Task[bool] | None = None  # the graph now executing
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -228,7 +249,7 @@ class Worker:
 
     def _claim_one(self) -> tuple[Run | None, Run | None]:
         now = timezone.now()
-        expired = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+        expired = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=Now())
         earlier_unfinished = Run.objects.filter(
             thread_id=OuterRef("thread_id"),
             status__in=[Run.Status.QUEUED, Run.Status.RUNNING],
@@ -278,7 +299,7 @@ class Worker:
             status=Run.Status.RUNNING,
             attempts=attempts,
             lease_owner=self.name,
-            lease_expires_at=now + timedelta(seconds=self.lease),
+            lease_expires_at=_lease_until(self.lease),
             started_at=Coalesce("started_at", now),
         )
         if not claimed:
@@ -297,7 +318,7 @@ class Worker:
         log.info(
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
-        heartbeat = _Heartbeat(run.pk, self.name, self.lease)
+        heartbeat = _Heartbeat(run.pk, self.name, self.lease, on_lost=self._abandon)
         heartbeat.start()
         try:
             outcome = self._execute(run)
@@ -338,14 +359,29 @@ class Worker:
         }
         try:
             if native is not None:
-                paused = self._event_loop().run_until_complete(
-                    _stream(graph, payload, config, thread.pk)
-                )
+                loop = self._event_loop()
+                self._running = loop.create_task(_stream(graph, payload, config, thread.pk))
+                try:
+                    paused = loop.run_until_complete(self._running)
+                except asyncio.CancelledError:
+                    return Outcome(Run.Status.FAILED, LEASE_LOST)
+                finally:
+                    self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
         except Exception as exc:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
+
+    def _abandon(self) -> None:
+        """Another worker owns the run now (our lease expired): stop the graph at its next
+        await, so it takes no further step, tool call included, on a run that is not ours.
+        Called from the heartbeat thread. (Under async_to_sync, on SQLite or inside a
+        caller's transaction, there is no handle to stop it; the compare-and-swap still
+        refuses its next checkpoint.)"""
+        task, loop = self._running, self._loop
+        if task is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():

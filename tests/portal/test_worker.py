@@ -290,3 +290,72 @@ def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next
     finally:
         worker._close_loop()
     assert Interrupt.objects.filter(thread=thread, status=Interrupt.Status.PENDING).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(support_agent, effects):
+    """Fail closed: once another worker owns the run, the old one must not go on."""
+    import threading
+    import time
+
+    from django.db import connections
+
+    from portal.worker import LEASE_LOST
+    from tests.portal.testagents import read_effects
+
+    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
+    claimed = worker.claim()
+    outcome = {}
+
+    def execute() -> None:
+        try:
+            outcome["run"] = worker.execute(claimed)
+        finally:
+            worker._close_loop()
+            connections.close_all()
+
+    runner = threading.Thread(target=execute)
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not read_effects(effects, "slow_started") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert read_effects(effects, "slow_started") == [str(thread.pk)]
+    # Another worker took the run over (as after an expired lease).
+    Run.objects.filter(pk=run.pk).update(lease_owner="thief")
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    (effects / "release").touch()
+    time.sleep(0.3)
+
+    assert outcome["run"].status == Run.Status.FAILED and outcome["run"].error == LEASE_LOST
+    assert read_effects(effects, "slow_finished") == []  # stopped inside the slow step
+    assert read_effects(effects, "fast") == [str(thread.pk)]
+    run.refresh_from_db()
+    # The loser recorded nothing: the run is the thief's to finish.
+    assert (run.status, run.lease_owner) == (Run.Status.RUNNING, "thief")
+
+
+def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypatch):
+    """A worker whose clock runs an hour ahead must not take over a live lease, and the
+    lease it sets itself must not be an hour long."""
+    from portal import worker as worker_module
+
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=1,
+        lease_owner="busy-worker",
+        lease_expires_at=timezone.now() + timedelta(seconds=30),
+    )
+    ahead = timezone.now() + timedelta(hours=1)
+    monkeypatch.setattr(worker_module.timezone, "now", lambda: ahead)
+    assert Worker(name="clock-ahead").claim() is None
+
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.localtime() - timedelta(1))
+    claimed = Worker(name="clock-ahead", lease_seconds=30).claim()
+    assert claimed is not None and claimed.pk == run.pk
+    monkeypatch.undo()
+    lease = Run.objects.get(pk=run.pk).lease_expires_at
+    assert timedelta(seconds=20) < lease - timezone.now() < timedelta(seconds=40)
