@@ -5,6 +5,7 @@ models. The embedded worker (the demo's in-process run loop) starts here, and on
 so management commands and tests never start one by accident.
 """
 
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -32,3 +33,9 @@ if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1"
     from portal.worker import start_embedded_worker
 
     start_embedded_worker()
+
+# live portal (issue 6): everything imported and built above lives as long as the process,
+# yet each full garbage collection walks it again: about 100 ms on the 2-core benchmark
+# machine, during which no websocket of this process gets anything (the fan-out
+# benchmark's slowest rounds). Frozen objects are left out of collections.
+gc.freeze()

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from functools import partial
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
@@ -77,12 +78,57 @@ async def agroup_send(group: str, message: dict[str, Any]) -> None:
         log.warning("broadcast to %s failed", group, exc_info=True)
 
 
+# Sync publishes (on_commit callbacks) all run on one event loop in a daemon thread.
+# async_to_sync would start a new loop in a new thread for every call, and channels-redis
+# keeps its Redis connections per loop, so each publish paid for a thread, a loop and a
+# fresh connection (about 7 ms on the benchmark machine) before its message left; a
+# long-lived loop keeps one connection open. Issue 6's fan-out benchmark measures this.
+PUBLISH_TIMEOUT = 2.0  # seconds a sync caller waits for its publish before moving on
+_publisher: asyncio.AbstractEventLoop | None = None
+_publisher_lock = threading.Lock()
+
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="broadcast", daemon=True).start()
+            _publisher = loop
+        return _publisher
+
+
+def _forget_publisher() -> None:
+    # A forked child has the parent's loop object but not its thread: start afresh.
+    global _publisher, _publisher_lock
+    _publisher, _publisher_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_publisher)
+
+
 def group_send(group: str, message: dict[str, Any]) -> None:
-    """Synchronous publish, for on_commit callbacks in sync code."""
+    """Synchronous publish, for on_commit callbacks in sync code.
+
+    Waits (up to ``PUBLISH_TIMEOUT``) until the message is handed to the layer, so one
+    thread's publishes keep their order, except in a thread that runs an event loop:
+    blocking it would stall that loop's consumers (and, with the in-memory layer, the
+    send itself, which is handed to the consumers' loop)."""
     try:
-        async_to_sync(agroup_send)(group, message)
-    except Exception:  # e.g. no usable event loop in this thread
+        future = asyncio.run_coroutine_threadsafe(agroup_send(group, message), _publisher_loop())
+    except Exception:
         log.warning("broadcast to %s failed", group, exc_info=True)
+        return
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass  # a plain thread: wait
+    try:
+        future.result(timeout=PUBLISH_TIMEOUT)
+    except TimeoutError:
+        future.cancel()
+        log.warning("broadcast to %s timed out after %s s", group, PUBLISH_TIMEOUT)
 
 
 async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:

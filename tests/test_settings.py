@@ -83,3 +83,16 @@ def test_database_urls_are_parsed_into_django_settings():
     assert pg["OPTIONS"] == {"sslmode": "require"}
     assert database_from_url("sqlite:///demo.db")["NAME"] == "demo.db"
     assert database_from_url("sqlite:////tmp/demo.db")["NAME"] == "/tmp/demo.db"
+
+
+def test_redis_url_selects_the_pub_sub_channel_layer():
+    # Issue 6: broadcast-only groups fan out faster over Redis pub/sub (see settings.py).
+    result = run_manage(
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.CHANNEL_LAYERS['default'])",
+        env={"REDIS_URL": "redis://127.0.0.1:6379/0"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "channels_redis.pubsub.RedisPubSubChannelLayer" in result.stdout
+    assert "'address': 'redis://127.0.0.1:6379/0'" in result.stdout

@@ -1,0 +1,133 @@
+"""Publishing from sync code (``broadcast.group_send``, used by on_commit callbacks): one
+long-lived event loop for every call, so the channel layer keeps one connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from portal import broadcast
+
+
+class RecordingLayer:
+    """A stand-in channel layer: notes each message and the loop that sent it."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.sent: list[tuple[str, dict[str, Any], asyncio.AbstractEventLoop]] = []
+        self.hang = hang
+        self.cancelled = threading.Event()
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if self.hang:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        self.sent.append((group, message, asyncio.get_running_loop()))
+
+
+@pytest.fixture
+def layer(monkeypatch: pytest.MonkeyPatch) -> RecordingLayer:
+    recording = RecordingLayer()
+    monkeypatch.setattr(broadcast, "get_channel_layer", lambda: recording)
+    return recording
+
+
+def test_repeated_sync_publishes_share_one_running_loop(layer: RecordingLayer) -> None:
+    for n in range(3):
+        broadcast.group_send("queue", {"type": "queue.changed", "n": n})
+
+    assert [message["n"] for _, message, _ in layer.sent] == [0, 1, 2]
+    loops = {loop for _, _, loop in layer.sent}
+    assert len(loops) == 1
+    assert next(iter(loops)).is_running()  # not a loop made (and closed) for one call
+
+
+def test_a_publish_from_a_thread_with_no_event_loop_arrives(layer: RecordingLayer) -> None:
+    worker = threading.Thread(target=broadcast.publish_thread_status, args=("t1", "done"))
+    worker.start()
+    worker.join(5)
+
+    assert [(group, message["status"]) for group, message, _ in layer.sent] == [
+        ("thread.t1", "done")
+    ]
+
+
+def test_a_hung_layer_holds_a_sync_caller_only_until_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hung = RecordingLayer(hang=True)
+    monkeypatch.setattr(broadcast, "get_channel_layer", lambda: hung)
+    monkeypatch.setattr(broadcast, "PUBLISH_TIMEOUT", 0.2)
+
+    started = time.monotonic()
+    broadcast.group_send("queue", {"type": "queue.changed"})
+
+    assert time.monotonic() - started < 2
+    assert hung.cancelled.wait(2), "the abandoned publish was left running"
+
+
+def test_a_forked_child_publishes_on_a_loop_of_its_own(layer: RecordingLayer) -> None:
+    broadcast.group_send("queue", {"type": "queue.changed"})  # the parent's loop exists
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's loop thread did not survive the fork
+        try:
+            broadcast.group_send("queue", {"type": "queue.changed", "child": True})
+            os._exit(0 if any(m.get("child") for _, m, _ in layer.sent) else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+async def test_a_sync_publish_inside_a_running_loop_neither_blocks_nor_is_lost(
+    settings: Any,
+) -> None:
+    """Sync code called straight from a coroutine must not wait on its publish: with the
+    in-memory layer the send is handed to this very loop, so waiting would stall it."""
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    try:
+        memory = channel_layers["default"]
+        broadcast.bind_loop()
+        channel = await memory.new_channel()
+        await memory.group_add(broadcast.QUEUE_GROUP, channel)
+
+        started = time.monotonic()
+        broadcast.group_send(broadcast.QUEUE_GROUP, {"type": "queue.changed", "n": 1})
+        assert time.monotonic() - started < 0.5
+
+        message = await asyncio.wait_for(memory.receive(channel), timeout=2)
+        assert message["n"] == 1
+    finally:
+        channel_layers.backends.clear()
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a Redis channel layer)")
+def test_repeated_sync_publishes_reuse_one_redis_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from redis.asyncio.connection import Connection
+
+    broadcast.group_send("queue", {"type": "queue.changed"})  # opens the connection once
+    connects: list[object] = []
+    original = Connection._connect
+
+    async def counting_connect(self: Connection) -> None:
+        connects.append(self)
+        await original(self)
+
+    monkeypatch.setattr(Connection, "_connect", counting_connect)
+    for _ in range(10):
+        broadcast.group_send("queue", {"type": "queue.changed"})
+
+    assert connects == []
