@@ -9,11 +9,13 @@ Three parts, each writing its own section of docs/benchmarks.md:
   (with their decisions) come from ``bench.history.generate_decisions``; the pending rows
   from one more ``generate_series`` insert.
 - ``fanout``: 200 websocket clients on ``/ws/queue/`` of a real server (``manage.py
-  runserver``, i.e. daphne) in a subprocess, with the Redis channel layer. Each round
+  runserver``, i.e. daphne) in a subprocess, with a Redis channel layer. Each round
   records one decision in this process and takes the time from its commit (an
   ``on_commit`` callback registered before the decision's own) until each client has the
-  update. The clients run in a process of their own, so they do not share a GIL with the
-  publisher; times are wall-clock times of one machine.
+  update. The clients run in processes of their own (``BENCH_FANOUT_CLIENT_PROCS``, 4), so
+  they share a GIL neither with the publisher nor with 199 other clients; times are
+  wall-clock times of one machine. ``BENCH_FANOUT_SERVERS=N`` starts N servers and spreads
+  the client processes over them (a deployment option; not part of the written section).
 - ``tokens``: a fake OpenAI-compatible server (``agents.testing.fake_openai``) streams
   answers to a ``manage.py run_worker`` process running the refunds agent on an OpenAI
   client; a websocket client follows each thread. Latency per token: from the fake server
@@ -42,7 +44,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.report import ensure_database, machine, percentile, table, write_section
+from bench.report import ensure_database, load_note, machine, percentile, table, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 FANOUT_RESULTS = ROOT / "artifacts" / "bench"
@@ -55,11 +57,14 @@ PENDING = int(os.environ.get("BENCH_QUEUE_PENDING", "100000"))
 DECIDED = int(os.environ.get("BENCH_QUEUE_DECIDED", "1000000"))
 REQUESTS = int(os.environ.get("BENCH_QUEUE_REQUESTS", "300"))
 CLIENTS = int(os.environ.get("BENCH_FANOUT_CLIENTS", "200"))
+CLIENT_PROCS = int(os.environ.get("BENCH_FANOUT_CLIENT_PROCS", "4"))
 ROUNDS = int(os.environ.get("BENCH_FANOUT_ROUNDS", "40"))
 TOKEN_THREADS = int(os.environ.get("BENCH_TOKEN_THREADS", "5"))
 TOKENS_PER_ANSWER = int(os.environ.get("BENCH_TOKENS_PER_ANSWER", "200"))
 PARTS = ["queue", "fanout", "tokens"]
-FANOUT_RUNS = [("core", CLIENTS), ("pubsub", CLIENTS), ("core", 1)]
+# The portal's layer first; RedisChannelLayer (its layer until issue 6) for comparison.
+FANOUT_RUNS = [("pubsub", CLIENTS), ("core", CLIENTS), ("pubsub", 1), ("core", 1)]
+SERVERS = int(os.environ.get("BENCH_FANOUT_SERVERS", "1"))
 PENDING_FIRST = 5_000_000  # row numbers of pending rows, clear of the decided ones
 
 
@@ -298,23 +303,21 @@ async def _collect(urls: list[str], headers: dict[str, str], ready: Any, stop: A
                 await asyncio.sleep(0.5)
         return None
 
-    async def client(n: int, url: str) -> None:
-        async with await open_one(url) as ws:
-            opened.append(n)
-            if len(opened) == len(urls):
-                ready()
-            while not stop.is_set():
-                try:
-                    raw = await asyncio.wait_for(ws.recv(), timeout=0.5)
-                except TimeoutError:
-                    continue
-                except Exception as exc:  # counted as lost messages, reported
-                    print(f"client {n}: {exc!r}", file=sys.stderr, flush=True)
-                    return
+    async def client(n: int, ws: Any) -> None:
+        # A plain read loop: a timeout per read (to notice ``stop``) cost a task and a
+        # timer per message, a third of this process's time with 200 clients.
+        try:
+            async for raw in ws:
                 received.append((n, json.loads(raw), time.time()))
+        except Exception as exc:  # counted as lost messages, reported
+            print(f"client {n}: {exc!r}", file=sys.stderr, flush=True)
 
-    opened: list[int] = []
-    await asyncio.gather(*(client(n, url) for n, url in enumerate(urls)), return_exceptions=True)
+    sockets = await asyncio.gather(*(open_one(url) for url in urls))
+    readers = [asyncio.create_task(client(n, ws)) for n, ws in enumerate(sockets)]
+    ready()
+    await stop.wait()
+    await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+    await asyncio.gather(*readers)
     return received
 
 
@@ -375,6 +378,15 @@ class _Server:
             self.proc.kill()
 
 
+def _flush_redis() -> None:
+    """Empty the bench's Redis database: a server stopped at the end of an earlier run
+    leaves its websockets in the queue group, and ``RedisChannelLayer`` would go on
+    copying every message to them for a day (its ``group_expiry``)."""
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+
+
 def _session_cookie(user: Any) -> str:
     from django.conf import settings
     from django.test import Client
@@ -396,28 +408,37 @@ def bench_fanout() -> None:
     from tests.factories import make_interrupt
 
     reviewer, _ = _ensure_data()
-    server = _Server()
-    clients = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.portal",
-            "clients",
-            server.base.replace("http", "ws") + "/ws/queue/",
-            str(CLIENTS),
-            _session_cookie(reviewer),
-            server.base,
-        ],
-        cwd=ROOT,
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    _flush_redis()
+    servers = [_Server() for _ in range(SERVERS)]
+    # The clients are spread over a few processes: one process reading 200 sockets
+    # timestamps the last of them only after parsing the 199 before it.
+    shares = [CLIENTS // CLIENT_PROCS + (k < CLIENTS % CLIENT_PROCS) for k in range(CLIENT_PROCS)]
+    groups = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.portal",
+                "clients",
+                servers[k % SERVERS].base.replace("http", "ws") + "/ws/queue/",
+                str(share),
+                _session_cookie(reviewer),
+                servers[k % SERVERS].base,
+            ],
+            cwd=ROOT,
+            env=_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k, share in enumerate(shares)
+        if share
+    ]
     try:
-        assert clients.stdout is not None and clients.stdin is not None
-        if clients.stdout.readline().strip() != "ready":
-            raise RuntimeError("the websocket clients did not connect")
+        for clients in groups:
+            assert clients.stdout is not None
+            if clients.stdout.readline().strip() != "ready":
+                raise RuntimeError("the websocket clients did not connect")
         appeared: dict[str, float] = {}
         committed: dict[str, float] = {}
         targets = []
@@ -442,14 +463,18 @@ def bench_fanout() -> None:
                 )
             time.sleep(0.15)
         time.sleep(1)
-        clients.stdin.write("stop\n")
-        clients.stdin.flush()
-        out, _ = clients.communicate(timeout=60)
+        received = []
+        for k, clients in enumerate(groups):
+            out, _ = clients.communicate("stop\n", timeout=60)
+            received += [
+                [f"{k}-{n}", *rest] for n, *rest in json.loads(out.strip().splitlines()[-1])
+            ]
     finally:
-        if clients.poll() is None:
-            clients.kill()
-        server.stop()
-    received = json.loads(out.strip().splitlines()[-1])
+        for clients in groups:
+            if clients.poll() is None:
+                clients.kill()
+        for server in servers:
+            server.stop()
     warmup = {i.pk for i in targets[:5]}
 
     def latencies(marks: dict[str, float], entering: bool) -> tuple[list, list, int]:
@@ -484,7 +509,7 @@ def bench_fanout() -> None:
     per_client, until_all, missing = latencies(committed, entering=False)
     new_client, new_all, new_missing = latencies(appeared, entering=True)
     missing += new_missing
-    layer = os.environ.get("BENCH_CHANNEL_LAYER", "core")
+    layer = os.environ.get("BENCH_CHANNEL_LAYER", "pubsub")
     FANOUT_RESULTS.mkdir(parents=True, exist_ok=True)
     (FANOUT_RESULTS / f"fanout-{layer}-{CLIENTS}.json").write_text(
         json.dumps(
@@ -502,7 +527,7 @@ def bench_fanout() -> None:
     print(f"fan-out with the {layer} layer: {len(until_all)} rounds, {missing} lost", flush=True)
 
 
-def write_fanout_section() -> None:
+def write_fanout_section(load_at_start: tuple[float, float, float]) -> None:
     results = {
         (layer, clients): json.loads(path.read_text())
         for layer, clients in FANOUT_RUNS
@@ -518,6 +543,8 @@ def write_fanout_section() -> None:
             ("new_first", "new request: commit -> the first client has the row"),
             ("new_all", "new request: commit -> every client has the row"),
         ):
+            if clients == 1 and key not in ("decision", "new"):
+                continue  # with one client, first and every are the same figures
             ms = r.get(key, [])
             rows.append(
                 [
@@ -531,24 +558,26 @@ def write_fanout_section() -> None:
                     max(ms) if ms else float("nan"),
                 ]
             )
-    core = results.get(("core", CLIENTS), {})
-    p99 = percentile(core.get("decision", []), 99)
+    ours = results.get(("pubsub", CLIENTS), {})
+    p99 = percentile(ours.get("decision", []), 99)
     lost = sum(r["missing"] for r in results.values())
-    rounds = len(core.get("decision_all", []))
+    rounds = len(ours.get("decision_all", []))
     body = f"""
 Command: `.venv-bench/bin/python -m bench.portal fanout`.
 
-Machine: {machine()}.
-Load average {_load()} at the end (other jobs shared the cores).
-One server process (`manage.py runserver`, daphne) with a Redis
-channel layer, {CLIENTS} websocket clients on `/ws/queue/` in a separate process, each logged
-in as a reviewer. {rounds} rounds after 5 warm-up rounds, 150 ms apart: this process writes a
-new paused thread (checkpoint and queue row in one transaction), then records a decision on
-it (`decision_submit`, PostgreSQL), noting each commit's time; each client notes when the
-"new row" and the "left the queue" messages arrive. Wall-clock times on one machine. Run
-once with each channel layer: the portal's `RedisChannelLayer` and, for comparison,
-channels-redis's `RedisPubSubChannelLayer` (`bench/live_settings.py`), and once with a
-single client as the baseline.
+Machine: {machine()}; {load_note(load_at_start)}.
+One server process (`manage.py runserver`, daphne) with a Redis channel layer;
+{CLIENTS} websocket clients on `/ws/queue/`, each logged in as a reviewer, spread over
+{CLIENT_PROCS} client processes (one process reading 200 sockets would itself be late to
+note the last of them). The bench's Redis database is emptied before each run (a server
+stopped at the end of an earlier run leaves its sockets in the group). {rounds} rounds after
+5 warm-up rounds, 150 ms apart: this process writes a new paused thread (checkpoint and
+queue row in one transaction), then records a decision on it (`decision_submit`,
+PostgreSQL), noting each commit's time; each client notes when the "new row" and the "left
+the queue" messages arrive (after parsing them). Wall-clock times on one machine. Run with
+the portal's `RedisPubSubChannelLayer` and, for comparison, `RedisChannelLayer` as the
+portal configured it before (`bench/live_settings.py`), each with {CLIENTS} clients and with
+one.
 
 {
         table(
@@ -558,10 +587,28 @@ single client as the baseline.
     }
 
 - Messages lost: {lost}. Target p99 < 100 ms (per client, decisions) on loopback with
-  Redis, with the portal's configured layer (`RedisChannelLayer`):
+  Redis, with the portal's configured layer (`RedisPubSubChannelLayer`):
   **{"met" if p99 < 100 else "missed"}** (p99 {p99:.0f} ms).
 - A decision's message carries no HTML (the row just leaves); a new or claimed row is
   rendered once by the publisher, and each consumer forwards the same JSON.
+- Before issue 6's fan-out work (commit 525153a, its own benchmark: one client process),
+  this machine gave, for decisions, p50 105 / p99 241 ms with `RedisChannelLayer` and 200
+  clients, 102 / 270 ms with `RedisPubSubChannelLayer`, and 9.1 / 16.7 ms with one client.
+  What changed, each seen in this benchmark:
+  - Publishing from sync code (the on-commit callbacks) went through `async_to_sync`: a new
+    thread, event loop and Redis connection per message, about 7 ms before anything was
+    sent. `portal/broadcast.py` now keeps one loop (and connection) for all of them.
+  - Channels closes stale database connections, in its one sync thread, before every
+    handler: 200 thread hops in a row per broadcast. The forwarding consumers skip it (they
+    never touch the database); the first of 200 clients then had a decision at 17 ms
+    instead of 61 ms (p50, under the same load).
+  - A full garbage collection in the server walked every object of Django's start-up
+    (96-138 ms, several per run: the slowest rounds). `portal/asgi.py` freezes them;
+    full collections then took 17-35 ms.
+  - `RedisChannelLayer` reads the group's members back on every send (a `group_send` took
+    3.5 ms with 200 members, 12 ms with 1,000 left by stopped servers) and re-arms two
+    tasks per socket per message; `RedisPubSubChannelLayer` publishes once and each server
+    process fans out in memory, hence the switch (`portal/settings.py`).
 """
     write_section("portal-fanout", "Live portal: websocket fan-out to 200 queues", body)
     print(body)
@@ -606,8 +653,11 @@ def bench_tokens() -> None:
 
     headers = {"Cookie": _session_cookie(owner), "Origin": server.base}
 
+    follow_loop: list[asyncio.AbstractEventLoop] = []
+
     async def follow() -> None:
         nonlocal received
+        follow_loop.append(asyncio.get_running_loop())
         urls = [server.base.replace("http", "ws") + f"/ws/threads/{t.pk}/" for t in threads]
         received = await _collect(urls, headers, opened.set, stop)
 
@@ -638,7 +688,7 @@ def bench_tokens() -> None:
                 break
             time.sleep(0.2)
         time.sleep(0.5)
-        stop.set()
+        follow_loop[0].call_soon_threadsafe(stop.set)  # stop belongs to that loop's thread
         loop_thread.join(10)
     finally:
         if worker is not None:
@@ -711,12 +761,13 @@ def main() -> None:
 
 
 def fanout_all_layers() -> None:
+    load_at_start = os.getloadavg()
     for layer, clients in FANOUT_RUNS:
         env = {**os.environ, "BENCH_CHANNEL_LAYER": layer, "BENCH_FANOUT_CLIENTS": str(clients)}
         subprocess.run(
             [sys.executable, "-m", "bench.portal", "fanout-one"], cwd=ROOT, env=env, check=True
         )
-    write_fanout_section()
+    write_fanout_section(load_at_start)
 
 
 if __name__ == "__main__":
