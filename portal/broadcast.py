@@ -157,22 +157,38 @@ def publish_thread_status(
     )
 
 
+def queue_changed(
+    *, interrupt_id: str, thread_id: object, agent: str, reason: str, status: str, html: str
+) -> dict[str, Any]:
+    """The ``queue.changed`` event: an interrupt entered (status "pending") or left the
+    reviewers' queue. ``html`` is its row, rendered once by the publisher ('' unless
+    pending), not once per watcher."""
+    return {
+        "type": QUEUE_CHANGED,
+        "interrupt_id": interrupt_id,
+        "thread_id": str(thread_id),
+        "agent": agent,
+        "reason": reason,
+        "status": status,
+        "html": html,
+    }
+
+
 def publish_queue_change(
     *, interrupt_id: str, thread_id: object, agent: str, reason: str, status: str
 ) -> None:
     """An interrupt entered (status "pending") or left the reviewers' queue."""
+    html = render_queue_row(interrupt_id) if status == "pending" else ""
     group_send(
         QUEUE_GROUP,
-        {
-            "type": QUEUE_CHANGED,
-            "interrupt_id": interrupt_id,
-            "thread_id": str(thread_id),
-            "agent": agent,
-            "reason": reason,
-            "status": status,
-            # live portal (issue 6): the row rendered once here, not once per watcher.
-            "html": render_queue_row(interrupt_id) if status == "pending" else "",
-        },
+        queue_changed(
+            interrupt_id=interrupt_id,
+            thread_id=thread_id,
+            agent=agent,
+            reason=reason,
+            status=status,
+            html=html,
+        ),
     )
 
 
@@ -200,8 +216,6 @@ def queue_change_on_commit(interrupt: Any) -> None:
 
 def render_queue_row(interrupt_id: str) -> str:
     """The queue row of a pending interrupt ('' once it has left the queue)."""
-    from django.template.loader import render_to_string
-
     from portal.models import Interrupt
 
     try:
@@ -210,14 +224,20 @@ def render_queue_row(interrupt_id: str) -> str:
             .filter(pk=interrupt_id, status=Interrupt.Status.PENDING)
             .first()
         )
-        if item is None:
-            return ""
-        return render_to_string("portal/partials/queue_row.html", {"item": item})
+        return render_queue_item(item) if item is not None else ""
     except Exception:
         # Watchers then re-fetch the queue instead (live.js does when a pending event
         # arrives without a row); the change itself is still announced.
         log.warning("rendering the queue row of %s failed", interrupt_id, exc_info=True)
         return ""
+
+
+def render_queue_item(item: Any) -> str:
+    """The queue row of ``item``, a pending ``Interrupt`` with its thread (and claimant)
+    at hand: rendering it queries nothing, so an event loop may call it."""
+    from django.template.loader import render_to_string
+
+    return render_to_string("portal/partials/queue_row.html", {"item": item})
 
 
 def publish_queue_row(*, interrupt_id: str) -> None:

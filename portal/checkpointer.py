@@ -537,18 +537,16 @@ async def _announce(changes: list[dict[str, Any]], entered: Interrupt | None) ->
     on the run's own loop, so it goes out while the run waits on its next statement. It
     neither queries nor leaves the loop: the new row renders from what the step wrote
     (work in another thread would fight the run for the GIL)."""
-    from django.template.loader import render_to_string
-
     for change in changes:
         html = ""
         if entered is not None and change["interrupt_id"] == entered.pk:
             try:
-                html = render_to_string("portal/partials/queue_row.html", {"item": entered})
+                html = broadcast.render_queue_item(entered)
             except Exception:  # the watchers re-fetch their queue instead
                 log.warning("rendering the queue row of %s failed", entered.pk, exc_info=True)
-        event = {"type": broadcast.QUEUE_CHANGED, **change, "html": html}
-        event["thread_id"] = str(change["thread_id"])
-        await broadcast.agroup_send(broadcast.QUEUE_GROUP, event)
+        await broadcast.agroup_send(
+            broadcast.QUEUE_GROUP, broadcast.queue_changed(**change, html=html)
+        )
 
 
 async def aconnect() -> Any:
