@@ -262,6 +262,9 @@ PORTAL_RUN_LEASE_SECONDS = env_int("PORTAL_RUN_LEASE_SECONDS", 30, minimum=1)
 PORTAL_RUN_MAX_ATTEMPTS = env_int("PORTAL_RUN_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds a `run_worker` process keeps its database connection between runs.
 PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
+# How often an open queue page re-fetches its table: live updates are best effort (see
+# portal/broadcast.py), and this bounds how long a missed one can leave it stale.
+PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum=5)
 # The JSON API answers decisions only when enabled (403 otherwise), as an operator switch.
 PORTAL_API_ENABLED = env_bool("PORTAL_API_ENABLED", True)
 # Per agent and reason policies; "*" matches any. See portal/policies.py.

@@ -156,6 +156,8 @@ def queue(request: HtmxRequest) -> HttpResponse:
         "count": min(count, COUNT_CAP),
         "count_capped": count > COUNT_CAP,
         "filtered": bool(agent or reason),
+        # live.js re-fetches the table this often as a backstop for missed broadcasts.
+        "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,
         "filter_qs": urlencode(
             {k: v for k, v in (("agent", agent), ("reason", reason)) if v} | {"sort": sort}
         ),

@@ -154,6 +154,22 @@
       if (reconnect || Date.now() - loadedAt > 1000) refresh();
     });
     window.portalLive.sockets.push(socket);
+    // Publishing is best effort: a server process reconnecting to Redis misses what is
+    // sent meanwhile, with no sign on this socket. So re-fetch now and then, and when the
+    // tab comes back into view; never while the keyboard focus is in the table (the swap
+    // would lose it), and not while hidden.
+    function resync() {
+      const table = queueTable();
+      if (document.hidden || (table && table.contains(document.activeElement))) return;
+      refresh();
+    }
+    let resyncTimer = null;
+    window.portalLive.resyncEvery = function (ms) {
+      if (resyncTimer) clearInterval(resyncTimer);
+      resyncTimer = ms > 0 ? setInterval(resync, ms) : null;
+    };
+    window.portalLive.resyncEvery(parseInt(root.dataset.resyncMs || "60000", 10));
+    document.addEventListener("visibilitychange", resync);
     hideForeignButtons(document);
     document.addEventListener("htmx:afterSettle", function () { hideForeignButtons(document); });
     // A claim without a live socket still shows: fetch the queue once the click is done.

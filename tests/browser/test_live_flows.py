@@ -251,3 +251,22 @@ def test_after_a_dropped_connection_the_queue_catches_up(live, login, reviewer):
     expect(queue.locator(f"#q-{interrupt.pk}")).to_be_visible()
     expect(queue.locator("[data-live-status]")).to_have_attribute("data-state", "open")
     assert_not_reloaded(queue)
+
+
+def test_an_open_queue_recovers_an_update_it_never_received(live, login, reviewer, monkeypatch):
+    """Publishing is best effort (a server reconnecting to Redis misses messages with no
+    sign on the socket): the queue re-fetches now and then, so nothing stays missing."""
+    from portal import broadcast
+    from tests.factories import make_interrupt
+
+    queue = login(reviewer, start="/queue/")
+    wait_live(queue)
+    mark_page(queue)
+    monkeypatch.setattr(broadcast, "publish_queue_change", lambda **change: None)
+    interrupt = make_interrupt()  # never announced
+    time.sleep(1.5)
+    expect(queue.locator(f"#q-{interrupt.pk}")).to_have_count(0)
+    queue.evaluate("window.portalLive.resyncEvery(500)")
+    expect(queue.locator(f"#q-{interrupt.pk}")).to_be_visible(timeout=5000)
+    expect(queue.locator("[data-live-status]")).to_have_attribute("data-state", "open")
+    assert_not_reloaded(queue)
