@@ -1,0 +1,23 @@
+"""The live pages' template helpers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.template import Context, Template
+
+from portal.templatetags.portal_live import when
+
+
+def test_when_shows_a_time_relative_and_absolute():
+    html = when(datetime(2026, 11, 30, 1, 7, 9, tzinfo=UTC))
+    assert html == (
+        '<time datetime="2026-11-30T01:07:09+00:00" data-relative title="2026-11-30 01:07:09 UTC">'
+        '2026-11-30 01:07</time> <span class="abs-time">2026-11-30 01:07:09 UTC</span>'
+    )
+
+
+def test_when_shows_a_dash_for_no_time_and_is_safe_in_a_template():
+    assert when(None) == '<span class="muted">—</span>'
+    rendered = Template("{% load portal_live %}{% when t %}").render(Context({"t": None}))
+    assert rendered == '<span class="muted">—</span>'  # not escaped
