@@ -50,6 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -74,8 +75,9 @@ EXPIRY_CHECK_SECONDS = 5.0
 # have nothing but the poll.
 POLL_WITH_NOTIFY = 1.0
 POLL_WITHOUT_NOTIFY = 0.2
-# Seconds the worker's async connection may sit idle before a run pings it first.
-NATIVE_HEALTH_CHECK_SECONDS = 10.0
+# An outcome that is not the run's: the worker lost its database connection mid-run and
+# gives the run back (its lease ends now; a worker continues it from its last checkpoint).
+RELEASE = "release"
 LEASE_LOST = (
     "stopped: this worker's lease expired and another worker took the run over; that "
     "worker's outcome is the one recorded"
@@ -133,19 +135,28 @@ class _Heartbeat(threading.Thread):
         self.lost = False
 
     def run(self) -> None:
+        renewed_at = time.monotonic()
         try:
             while not self.halt.wait(max(self.lease / 3, 0.2)):
-                renewed = Run.objects.filter(
-                    pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
-                ).update(lease_expires_at=_lease_until(self.lease))
+                try:
+                    renewed = Run.objects.filter(
+                        pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
+                    ).update(lease_expires_at=_lease_until(self.lease))
+                except Exception:
+                    # A database hiccup: try again next beat, with a fresh connection. Once
+                    # the lease may have run out, another worker may own the run: stop.
+                    log.warning("run %s: heartbeat failed", self.run_id, exc_info=True)
+                    connection.close()
+                    if time.monotonic() - renewed_at < self.lease:
+                        continue
+                    renewed = 0
                 if not renewed:
                     self.lost = True
                     log.warning("run %s: lease lost to another worker", self.run_id)
                     if self.on_lost is not None:
                         self.on_lost()
                     return
-        except Exception:
-            log.exception("run %s: heartbeat failed", self.run_id)
+                renewed_at = time.monotonic()
         finally:
             connection.close()
 
@@ -177,8 +188,8 @@ class Worker:
         # checkpointer writes through without hopping threads.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pg: Any = None
-        self._pg_checked = 0.0  # time.monotonic() of its last proof of life
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
+        self._lease_lost = False  # set by the heartbeat (another thread)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -202,7 +213,15 @@ class Worker:
                     self._sleep(1.0)
                     continue
                 if run is not None:
-                    self.execute(run)
+                    try:
+                        self.execute(run)
+                    except Exception:
+                        if once:
+                            raise
+                        # Recording the outcome failed (the database went away): the
+                        # lease runs out and the run is taken up again; this loop goes on.
+                        log.exception("worker %s: finishing run %s failed", self.name, run.pk)
+                        self._sleep(1.0)
                     done += 1
                     continue
                 if once:
@@ -318,6 +337,7 @@ class Worker:
         log.info(
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
+        self._lease_lost = False
         heartbeat = _Heartbeat(run.pk, self.name, self.lease, on_lost=self._abandon)
         heartbeat.start()
         try:
@@ -359,21 +379,35 @@ class Worker:
         }
         try:
             if native is not None:
+                if self._lease_lost:  # lost before the graph even started
+                    return Outcome(Run.Status.FAILED, LEASE_LOST)
                 loop = self._event_loop()
                 self._running = loop.create_task(_stream(graph, payload, config, thread.pk))
                 try:
                     paused = loop.run_until_complete(self._running)
                 except asyncio.CancelledError:
-                    return Outcome(Run.Status.FAILED, LEASE_LOST)
+                    if self._lease_lost:
+                        return Outcome(Run.Status.FAILED, LEASE_LOST)
+                    return Outcome(Run.Status.FAILED, "the run was cancelled inside the graph")
                 finally:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
         except Exception as exc:
+            if native is not None and _connection_failed(native, exc):
+                # Our connection died (a database restart, a failover), not the run: give
+                # the run back, to continue from its last checkpoint after we reconnect.
+                log.warning("run %s: the database connection failed; releasing it", run.pk)
+                self._close_native()
+                return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
 
     def _abandon(self) -> None:
+        self._lease_lost = True
+        self._cancel_running()
+
+    def _cancel_running(self) -> None:
         """Another worker owns the run now (our lease expired): stop the graph at its next
         await, so it takes no further step, tool call included, on a run that is not ours.
         Called from the heartbeat thread. (Under async_to_sync, on SQLite or inside a
@@ -403,7 +437,6 @@ class Worker:
 
             try:
                 self._pg = self._event_loop().run_until_complete(aconnect())
-                self._pg_checked = time.monotonic()
             except Exception:
                 log.warning(
                     "worker %s: no async connection; using Django's", self.name, exc_info=True
@@ -412,19 +445,17 @@ class Worker:
         return self._pg
 
     def _native_usable(self) -> bool:
-        # A connection idle for a while may have been cut (a database restart, a proxy's
-        # timeout): ping it before trusting a run to it, as CONN_HEALTH_CHECKS would.
+        # The connection may have been cut since the last run (a database restart, a
+        # proxy's timeout): ping it before trusting a run to it, as CONN_HEALTH_CHECKS
+        # does for Django's. One round trip per run.
         conn = self._pg
         if conn.closed or conn.broken:
             return False
-        if time.monotonic() - self._pg_checked < NATIVE_HEALTH_CHECK_SECONDS:
-            return True
         try:
             self._event_loop().run_until_complete(conn.execute("SELECT 1"))
         except Exception:
             log.warning("worker %s: the async connection is gone; reconnecting", self.name)
             return False
-        self._pg_checked = time.monotonic()
         return True
 
     def _close_native(self) -> None:
@@ -437,9 +468,15 @@ class Worker:
 
     def _close_loop(self) -> None:
         self._close_native()
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:  # (gather() of nothing would belong to another loop)
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
         self._loop = None
 
     def _recover(self, run: Run) -> dict[str, Any] | Outcome:
@@ -458,6 +495,11 @@ class Worker:
 
     def _finish(self, run: Run, outcome: Outcome) -> None:
         now = timezone.now()
+        if outcome.status == RELEASE:
+            Run.objects.filter(pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING).update(
+                lease_expires_at=Now(), error=outcome.error
+            )
+            return
         with transaction.atomic():
             # Only the lease holder records the outcome: if our lease expired and another
             # worker took the run over, its result is the one that counts.
@@ -551,12 +593,21 @@ async def _stream(
 ) -> bool:
     """Run the graph, publishing every chunk; True if it paused on an interrupt."""
     paused = False
-    async with graph:
-        async for chunk in graph.astream(payload, config=config):
+    # aclosing: a cancel (lost lease) must also end the graph's own task, not leave it
+    # pending on the worker's loop.
+    async with graph, aclosing(graph.astream(payload, config=config)) as chunks:
+        async for chunk in chunks:
             if chunk.event == "updates" and chunk.data.get("status") == "interrupted":
                 paused = True
             await broadcast.apublish_chunk(thread_id, chunk.to_dict())
     return paused
+
+
+def _connection_failed(conn: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` is the worker's own connection failing rather than the run."""
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError) or bool(conn.closed or conn.broken)
 
 
 def _input_problem(payload: Any) -> str:

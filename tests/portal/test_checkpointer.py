@@ -265,3 +265,24 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         Thread.Status.RUNNING,
         "Broken mug",
     )
+
+
+def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
+    """The statements name their tables' columns by hand: a new model field must be
+    added there too, or PostgreSQL writes would fail (SQLite's ORM path would not)."""
+    from portal import checkpointer
+
+    def inserted(sql: str, table: str) -> set[str]:
+        match = re.search(rf"INSERT INTO {table} \(([^)]*)\)", sql)
+        assert match, f"no INSERT INTO {table}"
+        return {c.strip() for c in match.group(1).split(",")}
+
+    for model, sql in (
+        (Thread, checkpointer._PG_MOVE_FIRST),
+        (Checkpoint, checkpointer._PG_STEP),
+        (Interrupt, checkpointer._PG_QUEUE_AND_RESULT),
+    ):
+        columns = {f.column for f in model._meta.concrete_fields}
+        auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id
+        assert model._meta.db_table in sql
+        assert inserted(sql, model._meta.db_table) == columns - auto, model.__name__

@@ -271,13 +271,10 @@ def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next_run(
-    support_agent, monkeypatch
+    support_agent,
 ):
     from django.db import connection
 
-    from portal import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "NATIVE_HEALTH_CHECK_SECONDS", 0.0)
     worker = Worker(name="cut")
     try:
         first = worker._native_connection()
@@ -359,3 +356,43 @@ def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypa
     monkeypatch.undo()
     lease = Run.objects.get(pk=run.pk).lease_expires_at
     assert timedelta(seconds=20) < lease - timezone.now() < timedelta(seconds=40)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_agent, effects):
+    """A database restart during a run is the worker's failure, not the run's: the run is
+    released, taken up again and finished from its last checkpoint, not failed."""
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    from tests.portal.testagents import read_effects
+
+    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    worker = Worker(name="cut-mid-run")
+
+    def drain_in_thread() -> None:
+        try:
+            worker.run_forever(once=True)
+        finally:
+            connections.close_all()
+
+    runner = threading.Thread(target=drain_in_thread)
+    runner.start()
+    deadline = time.monotonic() + 20
+    while not read_effects(effects, "slow_started") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with connection.cursor() as cursor:  # the worker's connection dies mid-tool
+        cursor.execute("SELECT pg_terminate_backend(%s)", [worker._pg.info.backend_pid])
+    (effects / "release").touch()
+    runner.join(timeout=30)
+    assert not runner.is_alive()
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, run.attempts) == (Run.Status.SUCCEEDED, 2), run.error
+    assert thread.status == Thread.Status.DONE
+    assert read_effects(effects, "fast") == [str(thread.pk)]  # saved before the cut: once
+    assert len(read_effects(effects, "slow_started")) == 2  # the one in flight: again
