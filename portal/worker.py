@@ -16,7 +16,9 @@ renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph run
 are set and compared with the database's clock, never a worker's. Each claim counts an
 attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
 heartbeat finds the lease gone (another worker took the run over) stops its graph at the
-next await, so it takes no further step on a run that is no longer its own.
+next await, so it takes no further step on a run that is no longer its own. A worker whose
+own database connection dies mid-run releases the run (its lease ends at once) rather
+than failing it: the failure is the worker's, and the run continues elsewhere.
 
 Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
 earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
