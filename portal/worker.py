@@ -385,6 +385,8 @@ class Worker:
                     return Outcome(Run.Status.FAILED, LEASE_LOST)
                 loop = self._event_loop()
                 self._running = loop.create_task(_stream(graph, payload, config, thread.pk))
+                if self._lease_lost:  # lost between the check above and now
+                    self._running.cancel()
                 try:
                     paused = loop.run_until_complete(self._running)
                 except asyncio.CancelledError:
