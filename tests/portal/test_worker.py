@@ -15,6 +15,7 @@ from portal import services
 from portal.checkpointer import DjangoCheckpointer
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.worker import Worker
+from tests.portal.conftest import wait_for
 from tests.portal.testagents import read_effects
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("test_agents")]
@@ -186,7 +187,6 @@ def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
     transactional_db, support_agent
 ):
     from portal.worker import start_embedded_worker, stop_embedded_worker
-    from tests.portal.conftest import wait_for
 
     worker = start_embedded_worker()
     try:
@@ -299,7 +299,6 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
     from django.db import connections
 
     from portal.worker import LEASE_LOST
-    from tests.portal.testagents import read_effects
 
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
@@ -315,16 +314,15 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
 
     runner = threading.Thread(target=execute)
     runner.start()
-    deadline = time.monotonic() + 20
-    while not read_effects(effects, "slow_started") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
     assert read_effects(effects, "slow_started") == [str(thread.pk)]
-    # Another worker took the run over (as after an expired lease).
+    # Another worker took the run over (as after an expired lease). Once a heartbeat has
+    # seen it, the slow tool is let go: a worker that went on would now finish it.
     Run.objects.filter(pk=run.pk).update(lease_owner="thief")
+    time.sleep(0.5)
+    (effects / "release").touch()
     runner.join(timeout=10)
     assert not runner.is_alive()
-    (effects / "release").touch()
-    time.sleep(0.3)
 
     assert outcome["run"].status == Run.Status.FAILED and outcome["run"].error == LEASE_LOST
     assert read_effects(effects, "slow_finished") == []  # stopped inside the slow step
@@ -364,11 +362,8 @@ def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_age
     """A database restart during a run is the worker's failure, not the run's: the run is
     released, taken up again and finished from its last checkpoint, not failed."""
     import threading
-    import time
 
     from django.db import connection, connections
-
-    from tests.portal.testagents import read_effects
 
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="cut-mid-run")
@@ -381,9 +376,7 @@ def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_age
 
     runner = threading.Thread(target=drain_in_thread)
     runner.start()
-    deadline = time.monotonic() + 20
-    while not read_effects(effects, "slow_started") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
     with connection.cursor() as cursor:  # the worker's connection dies mid-tool
         cursor.execute("SELECT pg_terminate_backend(%s)", [worker._pg.info.backend_pid])
     (effects / "release").touch()
