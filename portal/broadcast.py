@@ -252,15 +252,14 @@ def publish_queue_row(*, interrupt_id: str) -> None:
     html = render_queue_row(interrupt_id)
     group_send(
         QUEUE_GROUP,
-        {
-            "type": QUEUE_CHANGED,
-            "interrupt_id": interrupt_id,
-            "thread_id": str(row["thread_id"]),
-            "agent": row["agent"],
-            "reason": row["reason"],
-            "status": "pending" if html else "gone",
-            "html": html,
-        },
+        queue_changed(
+            interrupt_id=interrupt_id,
+            thread_id=row["thread_id"],
+            agent=row["agent"],
+            reason=row["reason"],
+            status="pending" if html else "gone",
+            html=html,
+        ),
     )
 
 
