@@ -218,10 +218,9 @@ class DjangoCheckpointer:
             return await sync_to_async(put, thread_sensitive=True)()
         pk = thread_pk(thread_id)
         conn = self._aconn
-        known = self._known.get(pk)
-        if write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None):
+        if self._needs_agent(pk, write):
             cursor = await conn.execute(_PG_AGENT, {"thread": pk})
-            known = self._remember(pk, await cursor.fetchone(), known)
+            self._remember(pk, await cursor.fetchone())
         step = self._pg_step(pk, write, parent_seq)
         cursor = await conn.execute(step.sql, step.params)
         row = await cursor.fetchone()
@@ -317,14 +316,13 @@ class DjangoCheckpointer:
 
     def _put_pg_sync(self, thread_id: str, write: CheckpointWrite, parent_seq: int | None) -> int:
         pk = thread_pk(thread_id)
-        known = self._known.get(pk)
         # Alone, the statement is its own transaction. Inside a caller's transaction it
         # gets a savepoint, so a refused step leaves that transaction usable.
         scope = transaction.atomic() if django_connection.in_atomic_block else nullcontext()
         with scope, django_connection.cursor() as cursor:
-            if write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None):
+            if self._needs_agent(pk, write):
                 cursor.execute(_PG_AGENT, {"thread": pk})
-                known = self._remember(pk, cursor.fetchone(), known)
+                self._remember(pk, cursor.fetchone())
             step = self._pg_step(pk, write, parent_seq)
             cursor.execute(step.sql, step.params)
             row = cursor.fetchone()
@@ -360,12 +358,17 @@ class DjangoCheckpointer:
             interrupt=json.loads(interrupt) if interrupt else None,
         )
 
-    def _remember(self, pk: uuid.UUID, row: Any, known: _Known | None) -> _Known:
+    def _needs_agent(self, pk: uuid.UUID, write: CheckpointWrite) -> bool:
+        """A pause needs the thread's agent (for the request's expiry policy) before its
+        statement; a load normally brought it already."""
+        known = self._known.get(pk)
+        return write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None)
+
+    def _remember(self, pk: uuid.UUID, row: Any) -> None:
         """Record the thread's agent and title (``row``) next to what was known."""
         agent, title = row if row else ("", "")
-        fresh = _Known(known.status if known else None, agent, title)
-        self._known[pk] = fresh
-        return fresh
+        known = self._known.get(pk)
+        self._known[pk] = _Known(known.status if known else None, agent, title)
 
     def _queue_may_change(self, pk: uuid.UUID, pending: dict[str, Any] | None) -> bool:
         known = self._known.get(pk)
