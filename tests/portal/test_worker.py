@@ -138,14 +138,20 @@ def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent
     assert run.thread.status == Thread.Status.FAILED
 
 
-def test_a_live_lease_is_not_taken_over(support_agent):
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+def held_by_a_live_worker(user) -> Run:
+    """A run that another worker is executing, its lease good for 30 more seconds."""
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=user)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         attempts=1,
         lease_owner="busy-worker",
         lease_expires_at=timezone.now() + timedelta(seconds=30),
     )
+    return run
+
+
+def test_a_live_lease_is_not_taken_over(support_agent):
+    held_by_a_live_worker(support_agent)
 
     assert Worker(name="other").claim() is None
 
@@ -337,13 +343,7 @@ def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypa
     lease it sets itself must not be an hour long."""
     from portal import worker as worker_module
 
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.RUNNING,
-        attempts=1,
-        lease_owner="busy-worker",
-        lease_expires_at=timezone.now() + timedelta(seconds=30),
-    )
+    run = held_by_a_live_worker(support_agent)
     ahead = timezone.now() + timedelta(hours=1)
     monkeypatch.setattr(worker_module.timezone, "now", lambda: ahead)
     assert Worker(name="clock-ahead").claim() is None
