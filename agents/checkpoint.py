@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -56,6 +57,12 @@ class CheckpointWrite:
     # status is INTERRUPTED, else None.
     interrupt: dict[str, Any] | None = None
     node: str | None = None  # the node whose boundary this is, for timelines
+    # False when losing this step to a crash of the store costs nothing but a replay: the
+    # run's input or a resume answer (the caller holds them), or the end of a node marked
+    # replayable. A store may then commit it without waiting for the disk. It takes effect
+    # as any other write (compare-and-swap, visible to readers) before ``aput`` returns, and
+    # the next durable write makes it durable too.
+    durable: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,15 @@ class Checkpointer(Protocol):
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         """Append a checkpoint and return its seq (1, 2, ...). ``parent_seq`` is the seq
-        the writer loaded (None for a new thread); raise CheckpointConflict otherwise."""
+        the writer loaded (None for a new thread); raise CheckpointConflict otherwise.
+        ``write.durable`` False allows committing without waiting for the disk."""
+        ...
+
+    async def aput_steps(
+        self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
+    ) -> int:
+        """Append several checkpoints in one go, all or none, numbered on from
+        ``parent_seq``; return the last one's seq. Durable if any of them is."""
         ...
 
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:
@@ -160,6 +175,21 @@ class InMemoryCheckpointer:
             meta=meta,
             interrupt=interrupt,
         )
+
+    async def aput_steps(
+        self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
+    ) -> int:
+        if not writes:
+            raise ValueError("aput_steps needs at least one step")
+        latest = len(self._threads.get(thread_id, [])) or None
+        if latest != parent_seq:
+            raise CheckpointConflict(thread_id, parent_seq, latest)
+        for write in writes:  # all or none: what json cannot store fails before any is kept
+            json.dumps([write.new_messages, write.meta, write.interrupt])
+        seq = latest or 0
+        for write in writes:  # nothing awaits in between: no other writer can come first
+            seq = await self.aput(thread_id, write, parent_seq=seq or None)
+        return seq
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         log = self._threads.setdefault(thread_id, [])

@@ -87,10 +87,18 @@ class StateGraph:
             )
         self.state_type = state_type
         self.nodes: dict[str, Callable[..., Any]] = {}
+        self.replayable: set[str] = set()
         self.edges: dict[str, str | _Branch] = {}
         self.entry: str | None = None
 
-    def add_node(self, name: str, fn: Callable[..., Any]) -> StateGraph:
+    def add_node(
+        self, name: str, fn: Callable[..., Any], *, replayable: bool = False
+    ) -> StateGraph:
+        """Add a node. ``replayable=True`` says running it again has no effect outside the
+        thread (a model call, a pure function): its boundary may then be committed without
+        waiting for the disk, and a crash of the store loses at most a replay of it. Leave
+        it False for a node that changes anything elsewhere (tools always run in a
+        ``ToolNode``, whose results are always durable)."""
         if name == END:
             raise GraphSetupError(
                 f"{END!r} is reserved for the end of the graph; name the node otherwise"
@@ -102,6 +110,8 @@ class StateGraph:
         if not callable(fn):
             raise GraphSetupError(f"node `{name}` must be a function or callable, got {fn!r}")
         self.nodes[name] = fn
+        if replayable:
+            self.replayable.add(name)
         return self
 
     def add_edge(self, source: str, target: str) -> StateGraph:
@@ -151,6 +161,7 @@ class StateGraph:
             interrupt_before=before,
             interrupt_after=after,
             wants_config=frozenset(n for n, fn in self.nodes.items() if _wants_config(fn)),
+            replayable=frozenset(self.replayable),
             extra_fields=tuple(
                 f.name for f in dataclasses.fields(self.state_type) if f.name not in _CORE_FIELDS
             ),
@@ -263,6 +274,9 @@ class _Run:
         self.answers: dict[str, Any] = dict(meta.get("answers") or {})
         self.passed: str | None = meta.get("breakpoint_passed")
         self.unsaved: list[Message] = []
+        # Steps that need not be durable wait here and go to the store with the next
+        # write: one round trip for several boundaries (see ``save``).
+        self.deferred: list[CheckpointWrite] = []
 
     def emit(self, event: StreamEvent, message: Message | None = None, **data: Any) -> None:
         if self.emit_fn is not None:
@@ -290,6 +304,7 @@ class _Run:
         *,
         node: str | None,
         interrupt: dict[str, Any] | None = None,
+        durable: bool = True,
     ) -> None:
         self.state.interrupt = interrupt
         self.status, self.next_node = status, next_node
@@ -309,9 +324,35 @@ class _Run:
                 meta=meta,
                 interrupt=interrupt,
                 node=node,
+                durable=durable,
             )
-            self.seq = await store.aput(self.thread_id, write, parent_seq=self.seq)
+            if durable:
+                await self._put([*self.deferred, write])
+            else:
+                self.deferred.append(write)
         self.unsaved.clear()
+
+    async def flush_after(self, error: Exception) -> None:
+        """On a failure, keep what was accepted (the input, an answer) for a retry; a
+        failure to write it is noted on ``error``, which is what the caller sees."""
+        try:
+            await self.flush()
+        except Exception as failed:
+            error.add_note(f"the run's last steps could not be saved either: {failed}")
+
+    async def flush(self) -> None:
+        """Write the deferred steps now (before anything that is not replayable runs)."""
+        if self.deferred:
+            await self._put(self.deferred)
+
+    async def _put(self, writes: list[CheckpointWrite]) -> None:
+        store = self.graph.checkpointer
+        assert store is not None
+        if len(writes) == 1:
+            self.seq = await store.aput(self.thread_id, writes[0], parent_seq=self.seq)
+        else:
+            self.seq = await store.aput_steps(self.thread_id, writes, parent_seq=self.seq)
+        self.deferred = []
 
     async def pause(self, pending: Interrupt, next_node: str, when: str | None = None) -> _Run:
         meta = self.state.execution_meta
@@ -360,6 +401,7 @@ class CompiledGraph:
     interrupt_after: frozenset[str]
     wants_config: frozenset[str]
     extra_fields: tuple[str, ...]
+    replayable: frozenset[str] = frozenset()
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -378,6 +420,10 @@ class CompiledGraph:
                         "config['recursion_limit'] or check the routing for a loop",
                         limit=limit,
                     )
+                if node not in self.replayable:
+                    # The deferred steps' compare-and-swap comes first: a node that may
+                    # act on the world runs only once its run is known to own the thread.
+                    await run.flush()
                 run.emit(StreamEvent.UPDATES, status="node_start", node=node)
                 try:
                     await self._call_node(run, node)
@@ -391,18 +437,24 @@ class CompiledGraph:
                 after = self._route(node, run.state)
                 if node in self.interrupt_after:
                     return await run.pause(_breakpoint(node, "after", run.state), after, "after")
-                await self._save_boundary(run, node, after)
+                await self._save_boundary(run, node, after, durable=node not in self.replayable)
                 node = after
         except Exception as exc:
+            await run.flush_after(exc)
             run.emit(StreamEvent.ERROR, error=str(exc), type=type(exc).__name__, node=node)
             raise
+        await run.flush()  # (a run that ends writes its end durably: normally none is left)
         return await run.finish()
 
-    async def _save_boundary(self, run: _Run, node: str | None, next_node: str | None) -> None:
+    async def _save_boundary(
+        self, run: _Run, node: str | None, next_node: str | None, *, durable: bool = True
+    ) -> None:
+        """The boundary after ``node``. Where the run ends it is always durable; where it
+        goes on, ``durable=False`` when a crash of the store would cost only a replay."""
         if next_node is None or next_node == END:
             await run.save(ThreadStatus.DONE, None, node=node)
         else:
-            await run.save(ThreadStatus.RUNNING, next_node, node=node)
+            await run.save(ThreadStatus.RUNNING, next_node, node=node, durable=durable)
 
     async def _call_node(self, run: _Run, node: str) -> None:
         fn = self.nodes[node]
@@ -514,8 +566,11 @@ class CompiledGraph:
         if not messages:
             return None  # a new or finished thread, and nothing to add
         run.append(messages)
-        # Saved before anything runs, so a crash or a model failure can be retried.
-        await run.save(ThreadStatus.RUNNING, self.entry, node=None)
+        # Saved before anything runs, so a model failure can be retried, and so two runs
+        # racing on the thread are told apart (the compare-and-swap) before either acts.
+        # Not durable: were the store to crash before the next step, the caller still
+        # holds the input (the portal keeps it in the run's row).
+        await run.save(ThreadStatus.RUNNING, self.entry, node=None, durable=False)
         return self.entry
 
     async def _accept_resume(self, run: _Run, input: dict[str, Any]) -> str | None:
@@ -550,8 +605,11 @@ class CompiledGraph:
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()
-        # Saved now so the answer survives a crash while the node re-runs.
-        await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node)
+        # Saved before the node re-runs: the compare-and-swap lets only one resume act on
+        # this answer, and a failing node leaves it recorded. Not durable: the answer is the
+        # caller's (the portal keeps the decision), and the node's own end or its tools'
+        # results, which are durable, make it durable too.
+        await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False)
         return pending.node
 
     async def _end_breakpoint(
@@ -562,7 +620,7 @@ class CompiledGraph:
         if approved:
             if when == "before":
                 run.passed = pending.node
-            await self._save_boundary(run, pending.node, next_node)
+            await self._save_boundary(run, pending.node, next_node, durable=False)
             return next_node
         fn = self.nodes[pending.node]
         if when == "before" and isinstance(fn, ToolNode):

@@ -112,25 +112,30 @@ _PG_MOVE_FIRST = """
 WITH moved AS (
     INSERT INTO portal_thread (id, agent, status, owner_id, title, created_at, updated_at,
                                last_seq)
-    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, 1)
-    ON CONFLICT (id) DO UPDATE SET last_seq = 1, status = EXCLUDED.status,
+    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, %(seq)s)
+    ON CONFLICT (id) DO UPDATE SET last_seq = EXCLUDED.last_seq, status = EXCLUDED.status,
                                    updated_at = EXCLUDED.updated_at
     WHERE portal_thread.last_seq = 0
     RETURNING id, agent, title
 )"""
 
-# The step's row, inserted only if `moved` has the thread: a conflict writes nothing and
-# reports 0 steps.
+# The steps' rows (one JSON array of them, numbered on from the seq the write built on),
+# inserted only if `moved` has the thread: a conflict writes nothing and reports 0 steps.
 _PG_STEP = """, step AS (
     INSERT INTO portal_checkpoint (thread_id, seq, node, status, next_node, messages, meta,
                                    interrupt, interrupt_id, run_id, created_at)
-    SELECT id, %(seq)s, %(node)s, %(status)s, %(next_node)s, %(messages)s::jsonb,
-           %(meta)s::jsonb, %(interrupt)s::jsonb, %(pending_id)s, %(run)s, %(now)s
-    FROM moved
+    SELECT moved.id, %(expected)s + s.n, s.node, s.status, s.next_node, s.messages, s.meta,
+           s.interrupt, s.interrupt_id, %(run)s, %(now)s
+    FROM moved, ROWS FROM (
+             jsonb_to_recordset(%(steps)s::jsonb) AS (node text, status text, next_node text,
+                                                    messages jsonb, meta jsonb,
+                                                    interrupt jsonb, interrupt_id text)
+         ) WITH ORDINALITY AS s(node, status, next_node, messages, meta, interrupt,
+                                interrupt_id, n)
     RETURNING seq
 )"""
 
-_PG_RESULT = " SELECT (SELECT count(*) FROM step), NULL, NULL, '[]', 0"
+_PG_RESULT = " SELECT (SELECT count(*) FROM step), NULL, NULL, '[]', 0, {commit}"
 
 # Keeping the queue equal to the checkpoint: pending requests of the thread that the step
 # no longer names leave it, and the step's own request enters it.
@@ -152,17 +157,25 @@ _PG_QUEUE_AND_RESULT = """, stale AS (
 )
 SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved), (SELECT title FROM moved),
        (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),
-       (SELECT count(*) FROM entered)
+       (SELECT count(*) FROM entered), {commit}
 """
 
-# The four statements a step can be: (first step?, queue part?) -> SQL. Constant strings
-# joined, no input in them.
+# How the statement's own transaction commits: as the server is set (durable steps), or,
+# for a step that need not be durable, without waiting for the WAL to reach the disk. The
+# setting is local to the statement's transaction; the step is visible and its
+# compare-and-swap holds either way, and the next durable commit flushes it too (the WAL
+# is written in order).
+_PG_COMMIT = {True: "NULL", False: "set_config('synchronous_commit', 'off', true)"}
+
+# The eight statements a step can be: (first step?, queue part?, durable?) -> SQL.
+# Constant strings joined, no input in them.
 _PG_WRITES = {
-    (first, queue): (_PG_MOVE_FIRST if first else _PG_MOVE)
+    (first, queue, durable): (_PG_MOVE_FIRST if first else _PG_MOVE)
     + _PG_STEP
-    + (_PG_QUEUE_AND_RESULT if queue else _PG_RESULT)
+    + (_PG_QUEUE_AND_RESULT if queue else _PG_RESULT).format(commit=_PG_COMMIT[durable])
     for first in (False, True)
     for queue in (False, True)
+    for durable in (False, True)
 }
 
 _PG_LAST_SEQ = "SELECT last_seq FROM portal_thread WHERE id = %(thread)s"
@@ -171,6 +184,16 @@ _PG_AGENT = "SELECT agent, title FROM portal_thread WHERE id = %(thread)s"
 
 def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
+
+
+def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
+    """The request a step pauses on (only a pause names one)."""
+    return write.interrupt if ThreadStatus(write.status) is ThreadStatus.INTERRUPTED else None
+
+
+def _durable(writes: Sequence[CheckpointWrite]) -> bool:
+    """Steps written together are durable if any of them must be."""
+    return any(write.durable for write in writes)
 
 
 @dataclass(frozen=True)
@@ -213,15 +236,20 @@ class DjangoCheckpointer:
         return self._snapshot(thread_id, pk, await cursor.fetchall())
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
+        return await self.aput_steps(thread_id, [write], parent_seq=parent_seq)
+
+    async def aput_steps(
+        self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
+    ) -> int:
         if self._aconn is None:
-            put = partial(self.put_sync, thread_id, write, parent_seq=parent_seq)
+            put = partial(self.put_steps_sync, thread_id, writes, parent_seq=parent_seq)
             return await sync_to_async(put, thread_sensitive=True)()
         pk = thread_pk(thread_id)
         conn = self._aconn
-        if self._needs_agent(pk, write):
+        if self._needs_agent(pk, writes[-1]):
             cursor = await conn.execute(_PG_AGENT, {"thread": pk})
             self._remember(pk, await cursor.fetchone())
-        step = self._pg_step(pk, write, parent_seq)
+        step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
         cursor = await conn.execute(step.sql, step.params)
         row = await cursor.fetchone()
         if not row or not row[0]:
@@ -279,51 +307,67 @@ class DjangoCheckpointer:
         )
 
     def put_sync(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
+        return self.put_steps_sync(thread_id, [write], parent_seq=parent_seq)
+
+    def put_steps_sync(
+        self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
+    ) -> int:
+        if not writes:
+            raise ValueError("put_steps_sync needs at least one step")
         if django_connection.vendor == "postgresql":
-            return self._put_pg_sync(thread_id, write, parent_seq)
+            return self._put_pg_sync(thread_id, writes, parent_seq)
         pk = thread_pk(thread_id)
         expected = parent_seq or 0
-        seq = expected + 1
-        status = ThreadStatus(write.status)
-        pending = write.interrupt if status is ThreadStatus.INTERRUPTED else None
+        seq = expected + len(writes)
+        status = ThreadStatus(writes[-1].status)
+        now = timezone.now()
         with transaction.atomic():
             if parent_seq is None:
                 Thread.objects.get_or_create(id=pk, defaults={"agent": ""})
             # The compare-and-swap that keeps two workers from forking one thread: the
             # UPDATE row-locks the thread, and whoever built on a stale seq matches nothing.
             moved = Thread.objects.filter(id=pk, last_seq=expected).update(
-                last_seq=seq, status=status.value, updated_at=timezone.now()
+                last_seq=seq, status=status.value, updated_at=now
             )
             if not moved:
                 actual = Thread.objects.filter(id=pk).values_list("last_seq", flat=True).first()
                 raise CheckpointConflict(thread_id, parent_seq, actual or None)
-            Checkpoint.objects.create(
-                thread_id=pk,
-                seq=seq,
-                node=write.node,
-                status=status.value,
-                next_node=write.next_node,
-                messages=list(write.new_messages),
-                meta=dict(write.meta),
-                interrupt=pending,
-                interrupt_id=(pending or {}).get("id"),
-                run_id=self.run_id,
+            Checkpoint.objects.bulk_create(
+                Checkpoint(
+                    thread_id=pk,
+                    seq=expected + n,
+                    node=write.node,
+                    status=ThreadStatus(write.status).value,
+                    next_node=write.next_node,
+                    messages=list(write.new_messages),
+                    meta=dict(write.meta),
+                    interrupt=_pending(write),
+                    interrupt_id=(_pending(write) or {}).get("id"),
+                    run_id=self.run_id,
+                    created_at=now,
+                )
+                for n, write in enumerate(writes, start=1)
             )
+            pending = _pending(writes[-1])
             if self._queue_may_change(pk, pending):
                 self._sync_queue(pk, seq, pending)
         self._known[pk] = _Known(status)
         return seq
 
-    def _put_pg_sync(self, thread_id: str, write: CheckpointWrite, parent_seq: int | None) -> int:
+    def _put_pg_sync(
+        self, thread_id: str, writes: Sequence[CheckpointWrite], parent_seq: int | None
+    ) -> int:
         pk = thread_pk(thread_id)
         # Alone, the statement is its own transaction. Inside a caller's transaction it
-        # gets a savepoint, so a refused step leaves that transaction usable.
-        scope = transaction.atomic() if django_connection.in_atomic_block else nullcontext()
+        # gets a savepoint, so a refused step leaves that transaction usable; and it is
+        # durable, since how that transaction commits is the caller's business.
+        inside = django_connection.in_atomic_block
+        scope = transaction.atomic() if inside else nullcontext()
         with scope, django_connection.cursor() as cursor:
-            if self._needs_agent(pk, write):
+            if self._needs_agent(pk, writes[-1]):
                 cursor.execute(_PG_AGENT, {"thread": pk})
                 self._remember(pk, cursor.fetchone())
-            step = self._pg_step(pk, write, parent_seq)
+            step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes) or inside)
             cursor.execute(step.sql, step.params)
             row = cursor.fetchone()
             if not row or not row[0]:
@@ -375,28 +419,45 @@ class DjangoCheckpointer:
         previous = known.status if known is not None else None
         return pending is not None or previous in (None, ThreadStatus.INTERRUPTED)
 
-    def _pg_step(self, pk: uuid.UUID, write: CheckpointWrite, parent_seq: int | None) -> _PgStep:
-        status = ThreadStatus(write.status)
-        pending = write.interrupt if status is ThreadStatus.INTERRUPTED else None
+    def _pg_step(
+        self,
+        pk: uuid.UUID,
+        writes: Sequence[CheckpointWrite],
+        parent_seq: int | None,
+        *,
+        durable: bool,
+    ) -> _PgStep:
+        """The statement for ``writes`` (one or more steps, appended in one go)."""
+        last = writes[-1]
+        status = ThreadStatus(last.status)
+        pending = _pending(last)
         expected = parent_seq or 0
         now = timezone.now()
         params: dict[str, Any] = {
             "thread": pk,
             "expected": expected,
-            "seq": expected + 1,
+            "seq": expected + len(writes),
             "status": status.value,
             "now": now,
-            "node": write.node,
-            "next_node": write.next_node,
-            "messages": json.dumps(list(write.new_messages)),
-            "meta": json.dumps(dict(write.meta)),
-            "interrupt": _dump(pending),
-            "pending_id": (pending or {}).get("id"),
+            "steps": json.dumps(
+                [
+                    {
+                        "node": write.node,
+                        "status": ThreadStatus(write.status).value,
+                        "next_node": write.next_node,
+                        "messages": list(write.new_messages),
+                        "meta": dict(write.meta),
+                        "interrupt": _pending(write),
+                        "interrupt_id": (_pending(write) or {}).get("id"),
+                    }
+                    for write in writes
+                ]
+            ),
             "run": self.run_id,
         }
         first = parent_seq is None
         if not self._queue_may_change(pk, pending):
-            return _PgStep(_PG_WRITES[first, False], params, pending)
+            return _PgStep(_PG_WRITES[first, False, durable], params, pending)
         request = pending or {}
         reason = request.get("reason") or "input_required"
         known = self._known.get(pk)
@@ -414,11 +475,11 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
-        return _PgStep(_PG_WRITES[first, True], params, pending)
+        return _PgStep(_PG_WRITES[first, True, durable], params, pending)
 
     def _pg_done(self, pk: uuid.UUID, step: _PgStep, row: Sequence[Any]) -> list[dict[str, Any]]:
         """Remember the step; the queue changes to announce once it is committed."""
-        _count, agent, title, stale_json, entered = row
+        _count, agent, title, stale_json, entered = row[:5]
         known = self._known.get(pk)
         if agent is None:  # the queue's part did not run: the thread is as it was
             agent, title = (known.agent, known.title) if known is not None else (None, "")

@@ -117,6 +117,62 @@ class CheckpointerContract:
         assert [m["id"] for m in snap.messages] == ["msg_1", "msg_2"]
         assert len(await checkpointer.alist("t")) == 2
 
+    async def test_a_write_that_need_not_be_durable_takes_effect_all_the_same(
+        self, checkpointer: Checkpointer
+    ) -> None:
+        # durable=False only lets the store skip waiting for the disk: the step is visible
+        # at once and guarded by the same compare-and-swap.
+        light = CheckpointWrite(
+            status=ThreadStatus.RUNNING, next_node="MAIN", new_messages=[_msg(1)], durable=False
+        )
+        assert await checkpointer.aput("t", light, parent_seq=None) == 1
+        snap = await checkpointer.aget("t")
+        assert snap is not None and snap.seq == 1
+        assert [m["id"] for m in snap.messages] == ["msg_1"]
+        with pytest.raises(CheckpointConflict):
+            await checkpointer.aput("t", light, parent_seq=None)
+        assert await checkpointer.aput("t", light, parent_seq=1) == 2
+
+    async def test_several_steps_go_in_one_write_numbered_in_order(
+        self, checkpointer: Checkpointer
+    ) -> None:
+        first = [_write(_msg(1), node=None), _write(_msg(2), node="MAIN", next_node="TOOL")]
+        assert await checkpointer.aput_steps("t", first, parent_seq=None) == 2
+        paused = _write(
+            _msg(3),
+            status=ThreadStatus.INTERRUPTED,
+            next_node="TOOL",
+            interrupt=_INTERRUPT,
+            node="TOOL",
+        )
+        assert await checkpointer.aput_steps("t", [_write(node="TOOL"), paused], parent_seq=2) == 4
+        snap = await checkpointer.aget("t")
+        assert snap is not None
+        assert (snap.seq, snap.status, snap.interrupt) == (
+            4,
+            ThreadStatus.INTERRUPTED,
+            _INTERRUPT,
+        )
+        assert [m["id"] for m in snap.messages] == ["msg_1", "msg_2", "msg_3"]
+        log = await checkpointer.alist("t")
+        assert [(r.seq, r.node, r.status) for r in log] == [
+            (1, None, ThreadStatus.RUNNING),
+            (2, "MAIN", ThreadStatus.RUNNING),
+            (3, "TOOL", ThreadStatus.RUNNING),
+            (4, "TOOL", ThreadStatus.INTERRUPTED),
+        ]
+
+    async def test_several_steps_on_a_stale_parent_are_all_refused(
+        self, checkpointer: Checkpointer
+    ) -> None:
+        await checkpointer.aput("t", _write(_msg(1)), parent_seq=None)
+        await checkpointer.aput("t", _write(_msg(2)), parent_seq=1)
+        with pytest.raises(CheckpointConflict):
+            await checkpointer.aput_steps("t", [_write(_msg(8)), _write(_msg(9))], parent_seq=1)
+        snap = await checkpointer.aget("t")
+        assert snap is not None and snap.seq == 2
+        assert [m["id"] for m in snap.messages] == ["msg_1", "msg_2"]
+
     async def test_a_new_thread_needs_parent_seq_none(self, checkpointer: Checkpointer) -> None:
         with pytest.raises(CheckpointConflict):
             await checkpointer.aput("t", _write(_msg(1)), parent_seq=1)

@@ -286,3 +286,61 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
         auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id
         assert model._meta.db_table in sql
         assert inserted(sql, model._meta.db_table) == columns - auto, model.__name__
+
+
+@pytest.mark.postgres
+def test_on_its_own_connection_a_step_that_need_not_be_durable_does_not_wait_for_the_disk(
+    transactional_db,
+):
+    """Counted by the server: each durable commit flushes the WAL to disk (an fsync); a
+    step marked ``durable=False`` commits without one, and is there all the same."""
+    import time
+
+    from asgiref.sync import async_to_sync
+
+    from portal.checkpointer import aconnect
+
+    thread = Thread.objects.create(agent="refunds")
+    steps = 30
+
+    def wal_syncs() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT wal_sync FROM pg_stat_wal")
+            return int(cursor.fetchone()[0])
+
+    def write_steps(durable: bool, seq: int) -> tuple[int, int]:
+        """(new seq, WAL syncs the writes cost): the writer's connection is closed first,
+        since a server process reports its counts when it exits."""
+        before = wal_syncs()
+
+        async def scenario() -> tuple[int, int]:
+            conn = await aconnect()
+            store = DjangoCheckpointer(connection=conn)
+            last = seq
+            try:
+                for n in range(steps):
+                    last = await store.aput(
+                        str(thread.pk), step(n, durable=durable), parent_seq=last
+                    )
+            finally:
+                pid = conn.info.backend_pid
+                await conn.close()
+            return last, pid
+
+        last, pid = async_to_sync(scenario)()
+        deadline = time.monotonic() + 10
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+                if not cursor.fetchone()[0]:
+                    break
+                time.sleep(0.02)
+        return last, wal_syncs() - before
+
+    seq, durable_syncs = write_steps(True, 0)
+    seq, light_syncs = write_steps(False, seq)
+    assert seq == 2 * steps
+    assert Checkpoint.objects.filter(thread=thread).count() == 2 * steps
+    assert durable_syncs >= steps
+    # The WAL writer still flushes in the background (every 200 ms by default).
+    assert light_syncs <= steps // 3, (durable_syncs, light_syncs)

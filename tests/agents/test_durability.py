@@ -1,0 +1,185 @@
+"""Which steps the runtime asks a store to make durable, and when it writes them.
+
+Every node boundary gets its checkpoint. A step whose loss to a crash of the store would
+cost only a replay (the run's input, a resume answer, the end of a replayable node) is
+written with ``durable=False`` and waits to go with the next write; pauses, ends, plain
+nodes and tool results are durable. Whatever waits is written before a node that is not
+replayable runs, so such a node runs only once its run's compare-and-swap succeeded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents import (
+    END,
+    AgentState,
+    CheckpointConflict,
+    InMemoryCheckpointer,
+    Message,
+    ModelError,
+    ReactAgent,
+    ResponseGranularity,
+    StateGraph,
+    interrupt,
+    tool,
+)
+from agents.checkpoint import CheckpointWrite, ThreadStatus
+
+from .conftest import FakeModel, call, say, user
+
+PARTIAL = ResponseGranularity.PARTIAL
+
+
+class RecordingStore(InMemoryCheckpointer):
+    """The in-memory store, noting (node, status, next node, durable) for each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str | None, str, str | None, bool]] = []
+        self.batches: list[int] = []  # steps per call: what went to the store together
+
+    async def aput_steps(self, thread_id: str, writes: Any, *, parent_seq: int | None) -> int:
+        self.batches.append(len(writes))
+        self.batching = True
+        try:
+            return await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
+        finally:
+            self.batching = False
+
+    batching = False
+
+    async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
+        seq = await super().aput(thread_id, write, parent_seq=parent_seq)
+        if not self.batching:
+            self.batches.append(1)
+        self.writes.append((write.node, write.status.value, write.next_node, write.durable))
+        return seq
+
+
+def approval_graph(store: RecordingStore, *, replayable: bool) -> Any:
+    def draft(state: AgentState) -> Message:
+        return Message(role="assistant", content="drafted")
+
+    def approve(state: AgentState) -> Message:
+        answer = interrupt({"order": "A-1"}, message="Approve?")
+        return Message(role="assistant", content=f"answer: {answer}")
+
+    graph = StateGraph()
+    graph.add_node("draft", draft, replayable=replayable)
+    graph.add_node("approve", approve)
+    graph.set_entry_point("draft")
+    graph.add_edge("draft", "approve")
+    graph.add_edge("approve", END)
+    return graph.compile(checkpointer=store)
+
+
+async def test_input_answer_and_replayable_boundaries_are_not_durable_the_rest_are(config):
+    store = RecordingStore()
+    graph = approval_graph(store, replayable=True)
+    out = await graph.ainvoke(user("refund please"), config, response_granularity=PARTIAL)
+    await graph.ainvoke({"resume": "yes", "resume_interrupt_id": out["interrupt"]["id"]}, config)
+    assert store.writes == [
+        (None, "running", "draft", False),  # the input
+        ("draft", "running", "approve", False),  # a replayable node's end
+        ("approve", "interrupted", "approve", True),  # the pause
+        ("approve", "running", "approve", False),  # the answer
+        ("approve", "done", None, True),  # the end
+    ]
+    # The input and the draft go together, before `approve` (not replayable) runs; the
+    # answer alone, before it runs again.
+    assert store.batches == [2, 1, 1, 1]
+
+
+async def test_a_node_is_durable_unless_marked_replayable(config):
+    store = RecordingStore()
+    await approval_graph(store, replayable=False).ainvoke(user("refund please"), config)
+    assert ("draft", "running", "approve", True) in store.writes
+
+
+async def test_a_replayable_last_node_still_ends_the_run_durably(config):
+    store = RecordingStore()
+    graph = StateGraph()
+    graph.add_node("only", lambda state: Message(role="assistant", content="hi"), replayable=True)
+    graph.set_entry_point("only")
+    graph.add_edge("only", END)
+    await graph.compile(checkpointer=store).ainvoke(user("hello"), config)
+    assert store.writes[-1] == ("only", "done", None, True)
+
+
+async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_durable(config):
+    store = RecordingStore()
+    refunded: list[str] = []
+
+    @tool(high_risk=True)
+    def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return f"refunded {order_id}"
+
+    model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Refunded."))
+    graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+    out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
+    await graph.ainvoke(
+        {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
+    )
+    assert refunded == ["A-1"]
+    assert store.writes == [
+        (None, "running", "MAIN", False),  # the input
+        ("MAIN", "running", "TOOL", False),  # the model's turn: replayable
+        ("TOOL", "interrupted", "TOOL", True),  # the approval request
+        ("TOOL", "running", "TOOL", False),  # the reviewer's answer
+        ("TOOL", "running", "TOOL", True),  # the tool's result, as soon as it ran
+        ("TOOL", "running", "MAIN", True),  # the tool node's end
+        ("MAIN", "done", None, True),  # the model's last turn ends the run
+    ]
+    assert store.batches == [2, 1, 1, 1, 1, 1]
+
+
+async def test_a_chat_turn_without_tools_is_one_write(config):
+    store = RecordingStore()
+    graph = ReactAgent(FakeModel(say("Hello!"))).compile(checkpointer=store)
+    await graph.ainvoke(user("hi"), config)
+    assert store.batches == [2]  # the input and the model's answer, which ends the run
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None and snapshot.seq == 2
+    assert [m["content"] for m in snapshot.messages] == ["hi", "Hello!"]
+
+
+async def test_a_failing_replayable_node_still_leaves_the_input_for_a_retry(config):
+    store = RecordingStore()
+    graph = ReactAgent(FakeModel(ModelError("the model is down"))).compile(checkpointer=store)
+    with pytest.raises(ModelError):
+        await graph.ainvoke(user("hi"), config)
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None
+    assert (snapshot.status.value, snapshot.next_node) == ("running", "MAIN")
+    assert [m["content"] for m in snapshot.messages] == ["hi"]
+
+
+async def test_a_node_that_is_not_replayable_waits_for_the_deferred_compare_and_swap(config):
+    """Another writer moves the thread on while a replayable node runs: the next node,
+    which would act on the world, never runs."""
+    store = RecordingStore()
+    acted: list[str] = []
+
+    async def draft(state: AgentState) -> Message:
+        # Someone else appends to the thread meanwhile (another worker, say).
+        await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=1)
+        return Message(role="assistant", content="drafted")
+
+    def act(state: AgentState) -> None:
+        acted.append("sent")
+
+    graph = StateGraph()
+    graph.add_node("draft", draft, replayable=True)
+    graph.add_node("act", act)
+    graph.set_entry_point("draft")
+    graph.add_edge("draft", "act")
+    graph.add_edge("act", END)
+    compiled = graph.compile(checkpointer=store)
+    await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=None)
+    with pytest.raises(CheckpointConflict):
+        await compiled.ainvoke(user("send it"), config)
+    assert acted == []
