@@ -164,13 +164,16 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         ).exists()
         if busy:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
-        if locked.last_seq:
-            payload: dict[str, Any] = {"messages": []}
+        failed = locked.runs.order_by("-created_at").first()
+        if failed is not None and not failed.checkpoints.exists():
+            # The run failed before any step of it reached the database (a thread's first
+            # turn, or a run whose worker kept dying before its first step was written):
+            # its input was never applied, so the retry sends it again.
+            payload: dict[str, Any] = (
+                failed.input if isinstance(failed.input, dict) else {"messages": []}
+            )
         else:
-            # It failed before its first checkpoint: nothing to continue from, so the
-            # retry sends the original first turn again.
-            first = locked.runs.filter(kind=Run.Kind.START).order_by("created_at").first()
-            payload = first.input if first is not None else {"messages": []}
+            payload = {"messages": []}
         run = Run.objects.create(thread=locked, kind=Run.Kind.CONTINUE, input=payload)
         worker.notify_workers()
     return run

@@ -171,3 +171,26 @@ def test_a_thread_that_failed_before_its_first_checkpoint_retries_its_first_turn
     run = services.thread_continue(thread=thread, user=support_agent)
 
     assert run.input == say("hello")
+
+
+def test_a_later_turn_that_failed_before_any_of_its_steps_was_written_is_sent_again(
+    support_agent,
+):
+    """A follow-up whose run kept failing before its first step reached the database (its
+    input is written with the first step): the retry sends that turn, not an empty one."""
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+    from portal.checkpointer import DjangoCheckpointer
+
+    thread, first = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+    Run.objects.filter(pk=first.pk).update(status=Run.Status.SUCCEEDED)
+    DjangoCheckpointer(run=first).put_sync(
+        str(thread.pk), CheckpointWrite(ThreadStatus.DONE, None), parent_seq=None
+    )
+    Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.DONE)
+    follow_up = services.thread_message(thread=thread, text="and my refund?", user=support_agent)
+    Run.objects.filter(pk=follow_up.pk).update(status=Run.Status.FAILED)
+    Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.FAILED)
+
+    run = services.thread_continue(thread=thread, user=support_agent)
+
+    assert run.input == follow_up.input == say("and my refund?")
