@@ -235,9 +235,9 @@ def render_queue_row(interrupt_id: str) -> str:
 def render_queue_item(item: Any) -> str:
     """The queue row of ``item``, a pending ``Interrupt`` with its thread (and claimant)
     at hand: rendering it queries nothing, so an event loop may call it."""
-    from django.template.loader import render_to_string
+    from portal.templatetags.portal_live import queue_row
 
-    return render_to_string("portal/partials/queue_row.html", {"item": item})
+    return queue_row(item)
 
 
 def publish_queue_row(*, interrupt_id: str) -> None:

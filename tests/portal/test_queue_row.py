@@ -1,5 +1,6 @@
 """The review queue's row (``portal_live.queue_row``): what it shows, how it escapes and
-truncates, its links, and that it renders without a query."""
+truncates, its links, and that the queue page shows the row the worker broadcasts,
+rendered without a query."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.template.defaultfilters import truncatechars
-from django.template.loader import render_to_string
 from django.urls import path, reverse, set_script_prefix, set_urlconf
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from pytest_django.asserts import assertHTMLEqual, assertInHTML
 
+from portal import broadcast
+from portal.decisions import interrupt_claim
 from portal.models import Interrupt, Thread
 from portal.templatetags.portal_live import _html, queue_row, truncate_chars, when
+from tests.factories import make_interrupt
 
 CREATED = datetime(2026, 11, 30, 1, 7, 9, tzinfo=UTC)
 PK = "int_0123456789abcdef"
@@ -48,30 +51,66 @@ def pending(
     )
 
 
-REPRESENTATIVE: dict[str, dict[str, Any]] = {
-    "unclaimed": {},
-    "claimed": {"claimant": "rob-reviewer", "reason": "input_required"},
-    "hostile": {
-        "agent": "<script>alert('a')</script>\"",
-        "reason": "<b>why</b>",
-        "message": "<script>alert(\"m\")</script> & 'quotes'",
-        "title": "<i>title</i> \"'",
-        "claimant": "r<o>b\"'",
-    },
-    "long message": {"message": "é" * 161},
-    "combining marks": {"message": "e\u0301" * 170},
-    "not normalised": {"message": "e\u0301 short"},
-    "bare": {"agent": "", "message": "", "title": "", "created_at": None},
-    "odd id": {"pk": "a b%41é"},
-    "id with a slash": {"pk": "a/b"},
+HOSTILE: dict[str, Any] = {
+    "agent": "<script>alert('a')</script>\"",
+    "reason": "<b>why</b>",
+    "message": "<script>alert(\"m\")</script> & 'quotes'",
+    "title": "<i>title</i> \"'",
+    "claimant": "r<o>b\"'",
 }
 
 
-@pytest.mark.parametrize("kwargs", REPRESENTATIVE.values(), ids=REPRESENTATIVE.keys())
-def test_the_row_is_the_one_the_template_rendered(kwargs):
-    item = pending(**kwargs)
-    expected = render_to_string("portal/partials/queue_row.html", {"item": item})
-    assertHTMLEqual(queue_row(item), expected)
+def test_an_unclaimed_row_in_full():
+    assertHTMLEqual(
+        queue_row(pending()),
+        f"""
+        <tr id="q-{PK}" class="queue-row" data-interrupt="{PK}"
+            data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
+            data-reason="tool_approval">
+          <td><span class="tag">refunds</span></td>
+          <td><span class="tag warn">tool_approval</span></td>
+          <td class="queue-message">
+            <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
+            <div class="muted small">“Refund $42.50 for order A-1001.”</div>
+          </td>
+          <td class="queue-age"><time datetime="2026-11-30T01:07:09+00:00" data-relative
+              title="2026-11-30 01:07:09 UTC">2026-11-30 01:07</time>
+              <span class="abs-time">2026-11-30 01:07:09 UTC</span></td>
+          <td class="queue-claim"><span class="muted">unclaimed</span></td>
+          <td class="queue-actions">
+            <a class="button primary" href="/interrupts/{PK}/">Review</a>
+            <button type="button" class="small" hx-post="/interrupts/{PK}/claim"
+                    hx-swap="none" data-queue-action>Claim</button>
+          </td>
+        </tr>""",
+    )
+
+
+def test_a_claimed_row_in_full():
+    row = queue_row(pending(claimant="rob-reviewer", reason="input_required", title=""))
+    assertHTMLEqual(
+        row,
+        f"""
+        <tr id="q-{PK}" class="queue-row" data-interrupt="{PK}"
+            data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
+            data-reason="input_required">
+          <td><span class="tag">refunds</span></td>
+          <td><span class="tag">input_required</span></td>
+          <td class="queue-message">
+            <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
+          </td>
+          <td class="queue-age"><time datetime="2026-11-30T01:07:09+00:00" data-relative
+              title="2026-11-30 01:07:09 UTC">2026-11-30 01:07</time>
+              <span class="abs-time">2026-11-30 01:07:09 UTC</span></td>
+          <td class="queue-claim">
+            <span class="tag ok" data-claimant="rob-reviewer">rob-reviewer</span></td>
+          <td class="queue-actions">
+            <a class="button primary" href="/interrupts/{PK}/">Review</a>
+            <button type="button" class="small" hx-post="/interrupts/{PK}/unclaim"
+                    hx-swap="none" data-queue-action data-only-for="rob-reviewer">Release</button>
+          </td>
+        </tr>""",
+    )
 
 
 def test_an_unclaimed_row_offers_claim_and_review():
@@ -103,7 +142,7 @@ def test_a_claimed_row_names_the_claimant_and_offers_release_to_them_only():
 
 
 def test_agent_reason_message_title_and_claimant_are_escaped():
-    row = queue_row(pending(**REPRESENTATIVE["hostile"]))
+    row = queue_row(pending(**HOSTILE))
     assert "<script>" not in row
     assert "<b>" not in row
     assert "<i>" not in row
@@ -250,3 +289,30 @@ def test_without_the_request_page_the_message_is_plain_text():
 )
 def test_the_row_escapes_values_as_format_html_does(value):
     assert _html("<p title={v}>{v}</p>", v=value) == format_html("<p title={0}>{0}</p>", value)
+
+
+# --- the same row on the page and over the websocket ------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_queue_page_shows_the_row_the_broadcast_sends(client, reviewer, second_reviewer):
+    unclaimed = make_interrupt(message=HOSTILE["message"])
+    claimed = make_interrupt(agent="transfers", reason="input_required", message="x" * 300)
+    interrupt_claim(interrupt=claimed, user=second_reviewer)
+    client.force_login(reviewer)
+    page = client.get("/queue/").content.decode()
+    for item in (unclaimed, claimed):
+        row = broadcast.render_queue_row(item.pk)
+        assert row.startswith(f'<tr id="q-{item.pk}"')
+        assert row in page
+    assert page.count('class="queue-row"') == 2
+
+
+@pytest.mark.django_db
+def test_the_broadcast_row_renders_without_a_query(second_reviewer, django_assert_num_queries):
+    claimed = make_interrupt()
+    interrupt_claim(interrupt=claimed, user=second_reviewer)
+    item = Interrupt.objects.select_related("thread", "claimed_by").get(pk=claimed.pk)
+    with django_assert_num_queries(0):
+        row = broadcast.render_queue_item(item)
+    assert 'data-claimant="rob-reviewer"' in row
