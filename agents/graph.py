@@ -306,6 +306,8 @@ class _Run:
         interrupt: dict[str, Any] | None = None,
         durable: bool = True,
     ) -> None:
+        """Record a step. A durable one is written now, with any deferred before it; one
+        that need not be durable waits for the next write (see ``flush``)."""
         self.state.interrupt = interrupt
         self.status, self.next_node = status, next_node
         store = self.graph.checkpointer
@@ -566,10 +568,11 @@ class CompiledGraph:
         if not messages:
             return None  # a new or finished thread, and nothing to add
         run.append(messages)
-        # Saved before anything runs, so a model failure can be retried, and so two runs
-        # racing on the thread are told apart (the compare-and-swap) before either acts.
-        # Not durable: were the store to crash before the next step, the caller still
-        # holds the input (the portal keeps it in the run's row).
+        # A step of its own, kept for the next write. It reaches the store before any node
+        # that is not replayable runs (so of two runs racing on the thread, the
+        # compare-and-swap stops one before it acts) and when the run fails (so it can be
+        # retried). Not durable: were the store to crash first, the caller still holds
+        # the input (the portal keeps it in the run's row).
         await run.save(ThreadStatus.RUNNING, self.entry, node=None, durable=False)
         return self.entry
 
@@ -605,10 +608,11 @@ class CompiledGraph:
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()
-        # Saved before the node re-runs: the compare-and-swap lets only one resume act on
-        # this answer, and a failing node leaves it recorded. Not durable: the answer is the
-        # caller's (the portal keeps the decision), and the node's own end or its tools'
-        # results, which are durable, make it durable too.
+        # Kept for the next write, which comes before the node runs again unless the node
+        # is replayable: the compare-and-swap lets only one resume act on this answer, and
+        # a failing node leaves it recorded. Not durable: the answer is the caller's (the
+        # portal keeps the decision), and the node's end or its tools' results, which are
+        # durable, make it durable too.
         await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False)
         return pending.node
 
