@@ -176,46 +176,46 @@ class InMemoryCheckpointer:
             interrupt=interrupt,
         )
 
+    async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
+        return await self.aput_steps(thread_id, [write], parent_seq=parent_seq)
+
     async def aput_steps(
         self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
     ) -> int:
         if not writes:
             raise ValueError("aput_steps needs at least one step")
-        latest = len(self._threads.get(thread_id, [])) or None
-        if latest != parent_seq:
-            raise CheckpointConflict(thread_id, parent_seq, latest)
-        for write in writes:  # all or none: what json cannot store fails before any is kept
-            json.dumps([write.new_messages, write.meta, write.interrupt])
-        seq = latest or 0
-        for write in writes:  # nothing awaits in between: no other writer can come first
-            seq = await self.aput(thread_id, write, parent_seq=seq or None)
-        return seq
-
-    async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         log = self._threads.setdefault(thread_id, [])
         latest = len(log) or None
         if latest != parent_seq:
             raise CheckpointConflict(thread_id, parent_seq, latest)
-        messages_json = json.dumps(write.new_messages, separators=_COMPACT)
-        state_json = json.dumps([write.meta, write.interrupt], separators=_COMPACT)
-        # What a real store writes for this step: the delta, never the history.
-        nbytes = len(messages_json) + len(state_json) + len(write.next_node or "")
-        self.bytes_written += nbytes
-        log.append(
-            _Entry(
-                status=ThreadStatus(write.status),
-                next_node=write.next_node,
-                node=write.node,
-                message_count=len(write.new_messages),
-                interrupt_id=(write.interrupt or {}).get("id"),
-                created_at=time.time(),
-                state_json=state_json,
-                nbytes=nbytes,
+        # Encoded before any is kept: what JSON cannot store fails with nothing written.
+        encoded = [
+            (
+                write,
+                json.dumps(write.new_messages, separators=_COMPACT),
+                json.dumps([write.meta, write.interrupt], separators=_COMPACT),
             )
-        )
+            for write in writes
+        ]
         messages = self._messages.setdefault(thread_id, [])
-        if write.new_messages:
-            messages.append(messages_json)
+        for write, messages_json, state_json in encoded:
+            # What a real store writes for this step: the delta, never the history.
+            nbytes = len(messages_json) + len(state_json) + len(write.next_node or "")
+            self.bytes_written += nbytes
+            log.append(
+                _Entry(
+                    status=ThreadStatus(write.status),
+                    next_node=write.next_node,
+                    node=write.node,
+                    message_count=len(write.new_messages),
+                    interrupt_id=(write.interrupt or {}).get("id"),
+                    created_at=time.time(),
+                    state_json=state_json,
+                    nbytes=nbytes,
+                )
+            )
+            if write.new_messages:
+                messages.append(messages_json)
         return len(log)
 
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:

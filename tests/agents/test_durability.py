@@ -33,28 +33,18 @@ PARTIAL = ResponseGranularity.PARTIAL
 
 
 class RecordingStore(InMemoryCheckpointer):
-    """The in-memory store, noting (node, status, next node, durable) for each write."""
+    """The in-memory store, noting (node, status, next node, durable) for each step and
+    how many steps went to it together (its ``aput`` goes through ``aput_steps``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[tuple[str | None, str, str | None, bool]] = []
-        self.batches: list[int] = []  # steps per call: what went to the store together
+        self.batches: list[int] = []
 
     async def aput_steps(self, thread_id: str, writes: Any, *, parent_seq: int | None) -> int:
+        seq = await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
         self.batches.append(len(writes))
-        self.batching = True
-        try:
-            return await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
-        finally:
-            self.batching = False
-
-    batching = False
-
-    async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
-        seq = await super().aput(thread_id, write, parent_seq=parent_seq)
-        if not self.batching:
-            self.batches.append(1)
-        self.writes.append((write.node, write.status.value, write.next_node, write.durable))
+        self.writes.extend((w.node, w.status.value, w.next_node, w.durable) for w in writes)
         return seq
 
 
