@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -219,6 +220,16 @@ def _wants_config(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+def _detached(write: CheckpointWrite) -> CheckpointWrite:
+    """``write`` with its messages and meta copied as a store would keep them (JSON), so
+    nothing that changes the live state later reaches it."""
+    return dataclasses.replace(
+        write,
+        new_messages=json.loads(json.dumps(write.new_messages)),
+        meta=json.loads(json.dumps(write.meta)),
+    )
+
+
 def _as_message(item: Any) -> Message:
     if isinstance(item, Message):
         return item
@@ -305,9 +316,10 @@ class _Run:
         node: str | None,
         interrupt: dict[str, Any] | None = None,
         durable: bool = True,
+        defer: bool = False,
     ) -> None:
-        """Record a step. A durable one is written now, with any deferred before it; one
-        that need not be durable waits for the next write (see ``flush``)."""
+        """Record a step: written now, with any deferred before it, or with ``defer`` (for
+        a step that need not be durable) kept for the next write (see ``flush``)."""
         self.state.interrupt = interrupt
         self.status, self.next_node = status, next_node
         store = self.graph.checkpointer
@@ -328,10 +340,12 @@ class _Run:
                 node=node,
                 durable=durable,
             )
-            if durable:
-                await self._put([*self.deferred, write])
+            if defer and not durable:
+                # Detached from the live state: a later node changing a message or a state
+                # value in place must not rewrite what this step recorded.
+                self.deferred.append(_detached(write))
             else:
-                self.deferred.append(write)
+                await self._put([*self.deferred, write])
         self.unsaved.clear()
 
     async def flush_after(self, error: Exception) -> None:
@@ -439,7 +453,10 @@ class CompiledGraph:
                 after = self._route(node, run.state)
                 if node in self.interrupt_after:
                     return await run.pause(_breakpoint(node, "after", run.state), after, "after")
-                await self._save_boundary(run, node, after, durable=node not in self.replayable)
+                replayable = node in self.replayable
+                await self._save_boundary(
+                    run, node, after, durable=not replayable, defer=replayable
+                )
                 node = after
         except Exception as exc:
             await run.flush_after(exc)
@@ -449,14 +466,21 @@ class CompiledGraph:
         return await run.finish()
 
     async def _save_boundary(
-        self, run: _Run, node: str | None, next_node: str | None, *, durable: bool = True
+        self,
+        run: _Run,
+        node: str | None,
+        next_node: str | None,
+        *,
+        durable: bool = True,
+        defer: bool = False,
     ) -> None:
-        """The boundary after ``node``. Where the run ends it is always durable; where it
-        goes on, ``durable=False`` when a crash of the store would cost only a replay."""
+        """The boundary after ``node``. Where the run ends it is always durable and written
+        at once; where it goes on, ``durable=False`` when a crash of the store would cost
+        only a replay, and ``defer`` to keep it for the next write (see ``_Run.save``)."""
         if next_node is None or next_node == END:
             await run.save(ThreadStatus.DONE, None, node=node)
         else:
-            await run.save(ThreadStatus.RUNNING, next_node, node=node, durable=durable)
+            await run.save(ThreadStatus.RUNNING, next_node, node=node, durable=durable, defer=defer)
 
     async def _call_node(self, run: _Run, node: str) -> None:
         fn = self.nodes[node]
@@ -573,7 +597,7 @@ class CompiledGraph:
         # compare-and-swap stops one before it acts) and when the run fails (so it can be
         # retried). Not durable: were the store to crash first, the caller still holds
         # the input (the portal keeps it in the run's row).
-        await run.save(ThreadStatus.RUNNING, self.entry, node=None, durable=False)
+        await run.save(ThreadStatus.RUNNING, self.entry, node=None, durable=False, defer=True)
         return self.entry
 
     async def _accept_resume(self, run: _Run, input: dict[str, Any]) -> str | None:
@@ -608,11 +632,11 @@ class CompiledGraph:
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()
-        # Kept for the next write, which comes before the node runs again unless the node
-        # is replayable: the compare-and-swap lets only one resume act on this answer, and
-        # a failing node leaves it recorded. Not durable: the answer is the caller's (the
-        # portal keeps the decision), and the node's end or its tools' results, which are
-        # durable, make it durable too.
+        # Written before the node runs again: the compare-and-swap lets only one resume act
+        # on this answer, and a run that dies in the node leaves it recorded (the request
+        # it answers has left the queue: nobody could answer it again). Not durable: the
+        # answer is the caller's too (the portal keeps the decision), and the node's end or
+        # its tools' results, which are durable, make it durable as well.
         await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False)
         return pending.node
 
@@ -624,6 +648,7 @@ class CompiledGraph:
         if approved:
             if when == "before":
                 run.passed = pending.node
+            # Written at once, as an answer is (see _accept_resume).
             await self._save_boundary(run, pending.node, next_node, durable=False)
             return next_node
         fn = self.nodes[pending.node]

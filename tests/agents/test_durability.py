@@ -2,12 +2,14 @@
 
 Every node boundary gets its checkpoint. A step whose loss to a crash of the store would
 cost only a replay (the run's input, a resume answer, the end of a replayable node) is
-written with ``durable=False`` and waits to go with the next write; pauses, ends, plain
-nodes and tool results are durable. Whatever waits is written before a node that is not
-replayable runs, so such a node runs only once its run's compare-and-swap succeeded."""
+written with ``durable=False``. The input and a replayable node's end wait to go with the
+next write; an answer is written at once. Pauses, ends, plain nodes and tool results are
+durable. Whatever waits is written before a node that is not replayable runs, so such a
+node runs only once its run's compare-and-swap succeeded."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -56,12 +58,18 @@ def approval_graph(store: RecordingStore, *, replayable: bool) -> Any:
         answer = interrupt({"order": "A-1"}, message="Approve?")
         return Message(role="assistant", content=f"answer: {answer}")
 
+    return draft_then(store, draft, ("approve", approve), replayable=replayable)
+
+
+def draft_then(store: RecordingStore, draft: Any, then: tuple[str, Any], *, replayable: bool):
+    """``draft`` (replayable or not) -> ``then`` -> END."""
+    name, fn = then
     graph = StateGraph()
     graph.add_node("draft", draft, replayable=replayable)
-    graph.add_node("approve", approve)
+    graph.add_node(name, fn)
     graph.set_entry_point("draft")
-    graph.add_edge("draft", "approve")
-    graph.add_edge("approve", END)
+    graph.add_edge("draft", name)
+    graph.add_edge(name, END)
     return graph.compile(checkpointer=store)
 
 
@@ -162,14 +170,80 @@ async def test_a_node_that_is_not_replayable_waits_for_the_deferred_compare_and_
     def act(state: AgentState) -> None:
         acted.append("sent")
 
-    graph = StateGraph()
-    graph.add_node("draft", draft, replayable=True)
-    graph.add_node("act", act)
-    graph.set_entry_point("draft")
-    graph.add_edge("draft", "act")
-    graph.add_edge("act", END)
-    compiled = graph.compile(checkpointer=store)
+    compiled = draft_then(store, draft, ("act", act), replayable=True)
     await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=None)
     with pytest.raises(CheckpointConflict):
         await compiled.ainvoke(user("send it"), config)
     assert acted == []
+
+
+@dataclasses.dataclass
+class NotesState(AgentState):
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+async def test_a_deferred_step_keeps_the_state_as_it_was_at_that_step(config):
+    """A later node changing a state value in place must not reach an earlier step that
+    is still waiting to be written (here: flushed when that later node fails)."""
+    store = RecordingStore()
+    failures = [RuntimeError("the model is down")]
+
+    def first(state: NotesState) -> dict[str, Any]:
+        return {"notes": [*state.notes, "first"]}
+
+    def second(state: NotesState) -> dict[str, Any]:
+        state.notes.append("second")  # in place, then the node fails
+        if failures:
+            raise failures.pop()
+        return {"notes": state.notes}
+
+    graph = StateGraph(NotesState)
+    graph.add_node("first", first, replayable=True)
+    graph.add_node("second", second, replayable=True)
+    graph.set_entry_point("first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    compiled = graph.compile(checkpointer=store)
+    with pytest.raises(RuntimeError):
+        await compiled.ainvoke(user("go"), config)
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None and snapshot.next_node == "second"
+    assert snapshot.meta["values"]["notes"] == ["first"]
+    await compiled.ainvoke({"messages": []}, config)  # the retry continues from there
+    state = await compiled.aget_state("t-1")
+    assert state is not None and state.notes == ["first", "second"]
+
+
+class WorkerKilled(BaseException):
+    """Stands for a worker process dying: nothing after it runs, not even a flush."""
+
+
+async def test_an_answer_is_written_before_a_replayable_node_acts_on_it(config):
+    """Were it kept for later, a worker dying in the node would lose it, and the request
+    it answered (out of the queue by then) could never be answered again."""
+    store = RecordingStore()
+    dies = [True]
+
+    def ask(state: AgentState) -> Message:
+        answer = interrupt({"order": "A-1"}, message="Approve?")
+        if dies:
+            raise WorkerKilled
+        return Message(role="assistant", content=f"answer: {answer}")
+
+    graph = StateGraph()
+    graph.add_node("ask", ask, replayable=True)
+    graph.set_entry_point("ask")
+    graph.add_edge("ask", END)
+    compiled = graph.compile(checkpointer=store)
+    out = await compiled.ainvoke(user("refund"), config, response_granularity=PARTIAL)
+    request = out["interrupt"]["id"]
+    with pytest.raises(WorkerKilled):
+        await compiled.ainvoke({"resume": "yes", "resume_interrupt_id": request}, config)
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None
+    assert (snapshot.status.value, snapshot.next_node) == ("running", "ask")
+    assert [a["id"] for a in snapshot.meta["answers"].values()] == [request]
+    dies.clear()
+    await compiled.ainvoke({"messages": []}, config)  # continuing finds the answer
+    state = await compiled.aget_state("t-1")
+    assert state is not None and state.context[-1].content == "answer: yes"
