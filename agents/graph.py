@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from agents.checkpoint import (
+    CheckpointConflict,
     Checkpointer,
     CheckpointRecord,
     CheckpointWrite,
@@ -544,6 +545,12 @@ class CompiledGraph:
             )
         thread_id = str(thread_id or new_id("thread"))
         snapshot = await self.checkpointer.aget(thread_id) if self.checkpointer else None
+        if "expected_seq" in config:
+            # The caller decided what to send from the thread as of that checkpoint (a
+            # worker taking over a run): if it moved on since, nothing is applied or run.
+            expected, actual = config["expected_seq"] or None, snapshot.seq if snapshot else None
+            if actual != expected:
+                raise CheckpointConflict(thread_id, expected, actual)
         run_id = str(config.get("run_id") or new_id("run"))
         return _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
 
@@ -692,7 +699,12 @@ class CompiledGraph:
     ) -> dict[str, Any]:
         """Run until END or a pause. Returns ``{"messages": <the whole context>}``; PARTIAL
         adds ``"interrupt"`` (the pending interrupt dict or None) and ``"thread_id"``;
-        FULL adds ``"state"``."""
+        FULL adds ``"state"``.
+
+        ``config``: ``thread_id`` (needed with a checkpointer), ``run_id``,
+        ``recursion_limit`` (25), and ``expected_seq``: the thread's newest checkpoint the
+        input was chosen for (0 for none); if the thread moved on, ``CheckpointConflict``
+        is raised before anything is applied or run."""
         run = await self._execute(input, config, None)
         return self._output(run, response_granularity)
 

@@ -23,7 +23,10 @@ than failing it: the failure is the worker's, and the run continues elsewhere.
 Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
 earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
 it continues with ``{"messages": []}``; if that attempt already reached a pause or the end,
-the run is just marked so. Tool calls that completed are in the checkpoint, so the
+the run is just marked so. If it wrote none (its input goes with its first step), the input
+is applied again, on top of the checkpoint the thread had when that was decided
+(``expected_seq``): should the earlier attempt, its lease lost but not yet stopped, write
+in between, nothing is applied and the run is given back, to be recovered again. Tool calls that completed are in the checkpoint, so the
 runtime's ToolNode does not call them again; the call that was in flight when the worker
 died runs again (at least once, for that one call).
 
@@ -64,6 +67,7 @@ from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
+from agents.checkpoint import CheckpointConflict
 from portal import broadcast
 from portal.models import Checkpoint, Run, Thread
 
@@ -360,7 +364,7 @@ class Worker:
         recovered = self._recover(run)
         if isinstance(recovered, Outcome):
             return recovered
-        payload = recovered
+        payload, expected_seq = recovered
         problem = _input_problem(payload)
         if problem:
             return Outcome(Run.Status.FAILED, f"the run's stored input is not valid: {problem}")
@@ -374,11 +378,13 @@ class Worker:
                 Run.Status.FAILED,
                 f"agent {thread.agent!r} could not be built: {type(exc).__name__}: {exc}",
             )
-        config = {
+        config: dict[str, Any] = {
             "thread_id": str(thread.pk),
             "user_id": str(thread.owner_id or ""),
             "run_id": str(run.pk),
         }
+        if expected_seq is not None:
+            config["expected_seq"] = expected_seq
         try:
             if native is not None:
                 if self._lease_lost:  # lost before the graph even started
@@ -397,6 +403,14 @@ class Worker:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except CheckpointConflict as exc:
+            if run.attempts <= 1:
+                return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
+            # A taken-over run whose earlier attempt is still writing (its lease lost, it
+            # stops at its next await): give the run back, to continue from whatever that
+            # attempt reached once it has stopped.
+            log.warning("run %s: the thread moved on under it (%s); releasing it", run.pk, exc)
+            return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
         except Exception as exc:
             if native is not None and _connection_failed(native, exc):
                 # Our connection died (a database restart, a failover), not the run: give
@@ -483,11 +497,19 @@ class Worker:
             loop.close()
         self._loop = None
 
-    def _recover(self, run: Run) -> dict[str, Any] | Outcome:
-        """The input to run with, or the outcome an earlier attempt already reached."""
-        if run.attempts <= 1 or not Checkpoint.objects.filter(run=run).exists():
-            # Nothing of this run reached the database: apply its input (again).
-            return run.input if isinstance(run.input, dict) else {"invalid": run.input}
+    def _recover(self, run: Run) -> tuple[dict[str, Any], int | None] | Outcome:
+        """The input to run with and, for an input applied again, the thread's checkpoint
+        it goes on top of; or the outcome an earlier attempt already reached."""
+        stored = run.input if isinstance(run.input, dict) else {"invalid": run.input}
+        if run.attempts <= 1:
+            return stored, None
+        # Read before looking for the run's steps: an earlier attempt still running (its
+        # lease lost) may write its first step, or finish, in between. The runtime then
+        # finds the thread past this seq and applies nothing (CheckpointConflict).
+        base = Thread.objects.filter(pk=run.thread_id).values_list("last_seq", flat=True).first()
+        if not Checkpoint.objects.filter(run=run).exists():
+            # Nothing of this run reached the database: apply its input again.
+            return stored, base or 0
         last = Checkpoint.objects.filter(thread_id=run.thread_id).order_by("-seq").first()
         if last is not None and last.run_id == run.pk:
             if last.status == Checkpoint.Status.INTERRUPTED:
@@ -495,7 +517,7 @@ class Worker:
             if last.status == Checkpoint.Status.DONE:
                 return Outcome(Run.Status.SUCCEEDED)
         log.info("run %s: continuing from checkpoint %s after a crash", run.pk, last and last.seq)
-        return {"messages": []}
+        return {"messages": []}, None
 
     def _finish(self, run: Run, outcome: Outcome) -> None:
         now = timezone.now()

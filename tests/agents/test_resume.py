@@ -165,3 +165,26 @@ async def test_two_resumes_racing_on_one_thread_cannot_both_win(store, config):
         await store.aput(
             "t-1", CheckpointWrite(ThreadStatus.RUNNING, "ASK"), parent_seq=snapshot.seq
         )
+
+
+async def test_an_input_for_a_checkpoint_the_thread_has_moved_past_is_refused(store, config):
+    """``config["expected_seq"]``: the caller chose its input from the thread as of that
+    checkpoint (a worker taking over a run); if the thread moved on, nothing is applied."""
+    from agents import CheckpointConflict
+
+    ran: list[str] = []
+    graph = StateGraph()
+    graph.add_node("REPLY", lambda state: ran.append("ran") or Message(role="assistant"))
+    graph.add_edge("REPLY", END)
+    graph.set_entry_point("REPLY")
+    compiled = graph.compile(checkpointer=store)
+    await compiled.ainvoke(user("first"), config)
+
+    with pytest.raises(CheckpointConflict):
+        await compiled.ainvoke(user("first"), {**config, "expected_seq": 0})
+    with pytest.raises(CheckpointConflict):
+        await compiled.ainvoke(user("first"), {**config, "expected_seq": 1})
+    assert ran == ["ran"] and (await store.aget("t-1")).seq == 2
+
+    await compiled.ainvoke(user("second"), {**config, "expected_seq": 2})
+    assert ran == ["ran", "ran"]

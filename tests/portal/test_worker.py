@@ -389,3 +389,43 @@ def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_age
     assert thread.status == Thread.Status.DONE
     assert read_effects(effects, "fast") == [str(thread.pk)]  # saved before the cut: once
     assert len(read_effects(effects, "slow_started")) == 2  # the one in flight: again
+
+
+def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwhile(
+    support_agent, monkeypatch, caplog
+):
+    """The earlier attempt (its lease lost, still running) finishes the turn between the
+    new worker's look for its steps and its load: the input is not applied a second time.
+    The run is given back, and its next claim finds the turn done."""
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+
+    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=1,
+        lease_owner="stalled-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    recover = Worker._recover
+    stalled = [True]
+
+    def recover_then_the_stalled_attempt_finishes(self, claimed):
+        recovered = recover(self, claimed)
+        if stalled:
+            stalled.clear()
+            user, reply = say("hi")["messages"][0], {"role": "assistant", "content": "hi"}
+            turn = [
+                CheckpointWrite(ThreadStatus.RUNNING, "MAIN", new_messages=[user]),
+                CheckpointWrite(ThreadStatus.DONE, None, new_messages=[reply], node="MAIN"),
+            ]
+            DjangoCheckpointer(run=claimed).put_steps_sync(str(thread.pk), turn, parent_seq=None)
+        return recovered
+
+    monkeypatch.setattr(Worker, "_recover", recover_then_the_stalled_attempt_finishes)
+
+    assert drain() == 2  # given back once, then claimed again
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts) == (Run.Status.SUCCEEDED, 3)
+    assert "the thread moved on under it" in caplog.text
+    assert Thread.objects.get(pk=thread.pk).last_seq == 2  # the turn once, not twice
