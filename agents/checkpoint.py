@@ -63,6 +63,9 @@ class CheckpointWrite:
     # as any other write (compare-and-swap, visible to readers) before ``aput`` returns, and
     # the next durable write makes it durable too.
     durable: bool = True
+    # When the step happened (epoch seconds): a step written later, with the next one,
+    # keeps its own time.
+    at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ class InMemoryCheckpointer:
                     node=write.node,
                     message_count=len(write.new_messages),
                     interrupt_id=(write.interrupt or {}).get("id"),
-                    created_at=time.time(),
+                    created_at=write.at,
                     state_json=state_json,
                     nbytes=nbytes,
                 )

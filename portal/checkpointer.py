@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -125,13 +126,14 @@ _PG_STEP = """, step AS (
     INSERT INTO portal_checkpoint (thread_id, seq, node, status, next_node, messages, meta,
                                    interrupt, interrupt_id, run_id, created_at)
     SELECT moved.id, %(expected)s + s.n, s.node, s.status, s.next_node, s.messages, s.meta,
-           s.interrupt, s.interrupt_id, %(run)s, %(now)s
+           s.interrupt, s.interrupt_id, %(run)s, to_timestamp(s.at)
     FROM moved, ROWS FROM (
              jsonb_to_recordset(%(steps)s::jsonb) AS (node text, status text, next_node text,
                                                     messages jsonb, meta jsonb,
-                                                    interrupt jsonb, interrupt_id text)
+                                                    interrupt jsonb, interrupt_id text,
+                                                    at double precision)
          ) WITH ORDINALITY AS s(node, status, next_node, messages, meta, interrupt,
-                                interrupt_id, n)
+                                interrupt_id, at, n)
     RETURNING seq
 )"""
 
@@ -344,7 +346,7 @@ class DjangoCheckpointer:
                     interrupt=_pending(write),
                     interrupt_id=(_pending(write) or {}).get("id"),
                     run_id=self.run_id,
-                    created_at=now,
+                    created_at=datetime.fromtimestamp(write.at, tz=UTC),
                 )
                 for n, write in enumerate(writes, start=1)
             )
@@ -449,6 +451,7 @@ class DjangoCheckpointer:
                         "meta": dict(write.meta),
                         "interrupt": _pending(write),
                         "interrupt_id": (_pending(write) or {}).get("id"),
+                        "at": write.at,
                     }
                     for write in writes
                 ]

@@ -106,7 +106,9 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(
         "Run", null=True, blank=True, on_delete=models.RESTRICT, related_name="checkpoints"
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    # When the step happened, as the runtime recorded it (steps written together keep
+    # their own times).
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [

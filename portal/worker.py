@@ -26,9 +26,10 @@ it continues with ``{"messages": []}``; if that attempt already reached a pause 
 the run is just marked so. If it wrote none (its input goes with its first step), the input
 is applied again, on top of the checkpoint the thread had when that was decided
 (``expected_seq``): should the earlier attempt, its lease lost but not yet stopped, write
-in between, nothing is applied and the run is given back, to be recovered again. Tool calls that completed are in the checkpoint, so the
-runtime's ToolNode does not call them again; the call that was in flight when the worker
-died runs again (at least once, for that one call).
+in between, nothing is applied and the run is given back, to be recovered again. Tool
+calls that completed are in the checkpoint, so the runtime's ToolNode does not call them
+again; the call that was in flight when the worker died runs again (at least once, for
+that one call).
 
 Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQL a
 ``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle workers

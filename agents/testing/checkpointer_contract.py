@@ -162,6 +162,17 @@ class CheckpointerContract:
             (4, "TOOL", ThreadStatus.INTERRUPTED),
         ]
 
+    async def test_steps_written_together_keep_their_own_times(
+        self, checkpointer: Checkpointer
+    ) -> None:
+        import dataclasses
+
+        times = [1_700_000_000.25, 1_700_000_007.5]
+        steps = [dataclasses.replace(_write(_msg(n)), at=at) for n, at in enumerate(times)]
+        await checkpointer.aput_steps("t", steps, parent_seq=None)
+        log = await checkpointer.alist("t")
+        assert [round(r.created_at, 3) for r in log] == times
+
     async def test_several_steps_on_a_stale_parent_are_all_refused(
         self, checkpointer: Checkpointer
     ) -> None:

@@ -247,3 +247,24 @@ async def test_an_answer_is_written_before_a_replayable_node_acts_on_it(config):
     await compiled.ainvoke({"messages": []}, config)  # continuing finds the answer
     state = await compiled.aget_state("t-1")
     assert state is not None and state.context[-1].content == "answer: yes"
+
+
+async def test_a_deferred_step_keeps_the_time_it_happened(config):
+    """The input waits for the model's turn to be written with it; the audit trail still
+    shows when the message came in, not when the model answered."""
+    import asyncio
+
+    store = RecordingStore()
+
+    async def slow_model(state: AgentState) -> Message:
+        await asyncio.sleep(0.2)
+        return Message(role="assistant", content="drafted")
+
+    graph = StateGraph()
+    graph.add_node("draft", slow_model, replayable=True)
+    graph.set_entry_point("draft")
+    graph.add_edge("draft", END)
+    await graph.compile(checkpointer=store).ainvoke(user("hi"), config)
+    assert store.batches == [2]
+    accepted, answered = await store.alist("t-1")
+    assert answered.created_at - accepted.created_at >= 0.15
