@@ -221,6 +221,12 @@ def _wants_config(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+def _guards_effects(fn: Any) -> bool:
+    """Whether a node writes the run's deferred steps itself before it acts
+    (``RunContext.before_effects``), so the loop need not before it starts."""
+    return getattr(fn, "guards_effects", False) is True
+
+
 def _detached(write: CheckpointWrite) -> CheckpointWrite:
     """``write`` with its messages and meta copied as a store would keep them (JSON), so
     nothing that changes the live state later reaches it."""
@@ -402,6 +408,7 @@ class _Run:
             answers=self.answers,
             emit=self.emit_fn,
             append=append_and_save,
+            flush=self.flush,
         )
 
 
@@ -437,9 +444,10 @@ class CompiledGraph:
                         "config['recursion_limit'] or check the routing for a loop",
                         limit=limit,
                     )
-                if node not in self.replayable:
+                if node not in self.replayable and not _guards_effects(self.nodes[node]):
                     # The deferred steps' compare-and-swap comes first: a node that may
                     # act on the world runs only once its run is known to own the thread.
+                    # (A ToolNode does this itself, right before it calls a tool.)
                     await run.flush()
                 run.emit(StreamEvent.UPDATES, status="node_start", node=node)
                 try:

@@ -86,8 +86,10 @@ class RunContext:
     """What a running node can reach through ``current_run()``.
 
     ``emit_delta`` streams model text, ``append_messages`` adds messages to the thread and
-    checkpoints them at once (the node stays current, so a crash resumes inside it), and
-    ``tool_scope`` scopes ``interrupt()`` calls to one tool call.
+    checkpoints them at once (the node stays current, so a crash resumes inside it),
+    ``before_effects`` writes the run's deferred steps (a node that guards its own effects
+    calls it before its first one), and ``tool_scope`` scopes ``interrupt()`` calls to one
+    tool call.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class RunContext:
         answers: dict[str, Any],
         emit: Callable[[StreamChunk], None] | None,
         append: Callable[[list[Message]], Awaitable[None]],
+        flush: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.node = node
         self.thread_id = thread_id
@@ -112,6 +115,7 @@ class RunContext:
         self._counts: dict[str, int] = {}
         self._emit = emit
         self._append = append
+        self._flush = flush
 
     @property
     def streaming(self) -> bool:
@@ -133,6 +137,13 @@ class RunContext:
     async def append_messages(self, messages: list[Message]) -> None:
         """Add messages to the thread and checkpoint them now (next_node stays this node)."""
         await self._append(messages)
+
+    async def before_effects(self) -> None:
+        """Write the steps the run kept for later (see ``StateGraph.add_node``'s
+        ``replayable``), so that what comes next, which may act outside the thread, happens
+        only once this run is known to own the thread (the store's compare-and-swap)."""
+        if self._flush is not None:
+            await self._flush()
 
     @contextmanager
     def tool_scope(self, tool_call_id: str) -> Iterator[None]:

@@ -206,7 +206,13 @@ class ToolNode:
     a finished call run twice. A tool's exception becomes an error result for the model;
     a pause (``GraphInterrupt``) passes through. Sync tools run in a worker thread, so a
     blocking call never stalls the event loop the run (and its heartbeat) lives on.
+
+    Before it calls a tool it writes the run's deferred steps (``guards_effects``): asking
+    for approval comes first and acts on nothing, so a turn that pauses for approval goes
+    to the store in one write with the pause.
     """
+
+    guards_effects = True
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self.tools: dict[str, Tool] = {}
@@ -315,6 +321,9 @@ class ToolNode:
             )
         if call.problem is not None or args is None:
             return reply(_result({"status": "error", "error": call.problem or "no arguments"}))
+        # The compare-and-swap on the thread first: a tool acts only for the run that owns
+        # it (a conflict propagates: it is not the tool's failure).
+        await current_run().before_effects()
         with current_run().tool_scope(call.id):
             try:
                 fn = self.tools[call.name].fn

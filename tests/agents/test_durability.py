@@ -132,7 +132,33 @@ async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_du
         ("TOOL", "running", "MAIN", True),  # the tool node's end
         ("MAIN", "done", None, True),  # the model's last turn ends the run
     ]
-    assert store.batches == [2, 1, 1, 1, 1, 1]
+    # The turn that asks for approval is one write: the input, the model's turn and the
+    # request. The tool node asks before it acts, so it needs no write before it starts.
+    assert store.batches == [3, 1, 1, 1, 1]
+
+
+async def test_a_tool_runs_only_once_its_run_is_known_to_own_the_thread(config):
+    """Another writer moves the thread on while the model answers: the tool the model
+    asked for (not a high-risk one: nothing stops it but this) never runs."""
+    store = RecordingStore()
+    sent: list[str] = []
+
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return "sent"
+
+    class MeanwhileModel(FakeModel):
+        async def agenerate(self, *args: Any, **kwargs: Any) -> Message:
+            await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=1)
+            return await super().agenerate(*args, **kwargs)
+
+    await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=None)
+    model = MeanwhileModel(call(("send_email", {"to": "ann@example.com"})))
+    graph = ReactAgent(model, tools=[send_email]).compile(checkpointer=store)
+    with pytest.raises(CheckpointConflict):
+        await graph.ainvoke(user("email Ann"), config)
+    assert sent == []
 
 
 async def test_a_chat_turn_without_tools_is_one_write(config):
