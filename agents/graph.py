@@ -603,6 +603,12 @@ class CompiledGraph:
                     f"`{run.next_node}`); continue it with {{'messages': []}} first",
                     thread_id=run.thread_id,
                 )
+            # A step of its own, with no messages, kept for the next write like an input:
+            # a run that continues the thread (a retry, a worker taking over) must own it,
+            # by the compare-and-swap, before anything acts.
+            await run.save(
+                ThreadStatus.RUNNING, run.next_node, node=None, durable=False, defer=True
+            )
             return run.next_node
         if not messages:
             return None  # a new or finished thread, and nothing to add

@@ -294,3 +294,40 @@ async def test_a_deferred_step_keeps_the_time_it_happened(config):
     assert store.batches == [2]
     accepted, answered = await store.alist("t-1")
     assert answered.created_at - accepted.created_at >= 0.15
+
+
+async def test_a_run_continuing_a_thread_must_own_it_before_a_tool_runs(config):
+    """A run that continues a thread left running (a retry, a worker taking over a run)
+    races a stalled earlier attempt that writes right after the load: the tool the model
+    asked for does not run for the one that lost."""
+    sent: list[str] = []
+
+    def send_email(to: str) -> str:
+        """Send an email."""
+        sent.append(to)
+        return "sent"
+
+    class RacingStore(RecordingStore):
+        race = True
+
+        async def aget(self, thread_id: str) -> Any:
+            snapshot = await super().aget(thread_id)
+            if self.race and snapshot is not None:
+                self.race = False  # the stalled attempt writes its step now
+                step = CheckpointWrite(ThreadStatus.RUNNING, "TOOL", node="TOOL")
+                await super().aput_steps(thread_id, [step], parent_seq=snapshot.seq)
+            return snapshot
+
+    store = RacingStore()
+    asked = call(("send_email", {"to": "ann@example.com"}))
+    left_running = [
+        CheckpointWrite(
+            ThreadStatus.RUNNING, "MAIN", [Message.text_message("email Ann").to_dict()]
+        ),
+        CheckpointWrite(ThreadStatus.RUNNING, "TOOL", [asked.to_dict()], node="MAIN"),
+    ]
+    await InMemoryCheckpointer.aput_steps(store, "t-1", left_running, parent_seq=None)
+    graph = ReactAgent(FakeModel(say("Sent.")), tools=[send_email]).compile(checkpointer=store)
+    with pytest.raises(CheckpointConflict):
+        await graph.ainvoke({"messages": []}, config)
+    assert sent == []
