@@ -243,6 +243,8 @@ class DjangoCheckpointer:
     async def aput_steps(
         self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
     ) -> int:
+        if not writes:
+            raise ValueError("aput_steps needs at least one step")
         if self._aconn is None:
             put = partial(self.put_steps_sync, thread_id, writes, parent_seq=parent_seq)
             return await sync_to_async(put, thread_sensitive=True)()

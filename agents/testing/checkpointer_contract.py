@@ -173,6 +173,11 @@ class CheckpointerContract:
         log = await checkpointer.alist("t")
         assert [round(r.created_at, 3) for r in log] == times
 
+    async def test_no_steps_is_a_clear_refusal(self, checkpointer: Checkpointer) -> None:
+        with pytest.raises(ValueError, match="at least one step"):
+            await checkpointer.aput_steps("t", [], parent_seq=None)
+        assert await checkpointer.aget("t") is None
+
     async def test_several_steps_on_a_stale_parent_are_all_refused(
         self, checkpointer: Checkpointer
     ) -> None:
