@@ -356,15 +356,16 @@ class _Run:
         self.unsaved.clear()
 
     async def flush_after(self, error: Exception) -> None:
-        """On a failure, keep what was accepted (the input, an answer) for a retry; a
-        failure to write it is noted on ``error``, which is what the caller sees."""
+        """On a failure, write what was kept for later (the input, a replayable node's end)
+        so a retry goes on from it; a failure to write it is noted on ``error``, which is
+        what the caller sees."""
         try:
             await self.flush()
         except Exception as failed:
             error.add_note(f"the run's last steps could not be saved either: {failed}")
 
     async def flush(self) -> None:
-        """Write the deferred steps now (before anything that is not replayable runs)."""
+        """Write the deferred steps now (before anything that may act runs)."""
         if self.deferred:
             await self._put(self.deferred)
 
