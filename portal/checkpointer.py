@@ -193,6 +193,20 @@ def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
     return write.interrupt if ThreadStatus(write.status) is ThreadStatus.INTERRUPTED else None
 
 
+def _step_row(write: CheckpointWrite) -> dict[str, Any]:
+    """The checkpoint columns a step fills itself (both executors write these)."""
+    pending = _pending(write)
+    return {
+        "node": write.node,
+        "status": ThreadStatus(write.status).value,
+        "next_node": write.next_node,
+        "messages": list(write.new_messages),
+        "meta": dict(write.meta),
+        "interrupt": pending,
+        "interrupt_id": (pending or {}).get("id"),
+    }
+
+
 def _durable(writes: Sequence[CheckpointWrite]) -> bool:
     """Steps written together are durable if any of them must be."""
     return any(write.durable for write in writes)
@@ -340,15 +354,9 @@ class DjangoCheckpointer:
                 Checkpoint(
                     thread_id=pk,
                     seq=expected + n,
-                    node=write.node,
-                    status=ThreadStatus(write.status).value,
-                    next_node=write.next_node,
-                    messages=list(write.new_messages),
-                    meta=dict(write.meta),
-                    interrupt=_pending(write),
-                    interrupt_id=(_pending(write) or {}).get("id"),
                     run_id=self.run_id,
                     created_at=datetime.fromtimestamp(write.at, tz=UTC),
+                    **_step_row(write),
                 )
                 for n, write in enumerate(writes, start=1)
             )
@@ -443,21 +451,7 @@ class DjangoCheckpointer:
             "seq": expected + len(writes),
             "status": status.value,
             "now": now,
-            "steps": json.dumps(
-                [
-                    {
-                        "node": write.node,
-                        "status": ThreadStatus(write.status).value,
-                        "next_node": write.next_node,
-                        "messages": list(write.new_messages),
-                        "meta": dict(write.meta),
-                        "interrupt": _pending(write),
-                        "interrupt_id": (_pending(write) or {}).get("id"),
-                        "at": write.at,
-                    }
-                    for write in writes
-                ]
-            ),
+            "steps": json.dumps([{**_step_row(write), "at": write.at} for write in writes]),
             "run": self.run_id,
         }
         first = parent_seq is None
