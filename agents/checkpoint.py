@@ -66,6 +66,21 @@ class CheckpointWrite:
     # When the step happened (epoch seconds): a step written later, with the next one,
     # keeps its own time.
     at: float = field(default_factory=time.time)
+    # ``new_messages`` and ``meta`` as compact JSON, when the runtime encoded them already
+    # (it copies a step it keeps for later that way): a store that stores JSON may use
+    # this text rather than encode them again. ``encode_step`` gives it either way.
+    encoded: tuple[str, str] | None = field(default=None, compare=False, repr=False)
+
+
+def encode_step(write: CheckpointWrite) -> tuple[str, str]:
+    """``write``'s messages and meta as compact JSON (raises TypeError for what JSON
+    cannot hold)."""
+    if write.encoded is not None:
+        return write.encoded
+    return (
+        json.dumps(write.new_messages, separators=_COMPACT),
+        json.dumps(write.meta, separators=_COMPACT),
+    )
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,11 @@ class Checkpointer(Protocol):
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:
         """The thread's checkpoints, oldest first."""
         ...
+
+    # Optional: ``recall(thread_id, seq) -> Snapshot | None``, the thread as of checkpoint
+    # ``seq`` (None for 0: no checkpoint) from what the store holds in memory, with no
+    # round trip; ``LookupError`` when it holds nothing for that seq. The runtime asks it
+    # only for a caller's ``expected_seq`` and loads otherwise.
 
     async def adelete(self, thread_id: str) -> None:
         """Forget a thread entirely."""
@@ -192,14 +212,11 @@ class InMemoryCheckpointer:
         if latest != parent_seq:
             raise CheckpointConflict(thread_id, parent_seq, latest)
         # Encoded before any is kept: what JSON cannot store fails with nothing written.
-        encoded = [
-            (
-                write,
-                json.dumps(write.new_messages, separators=_COMPACT),
-                json.dumps([write.meta, write.interrupt], separators=_COMPACT),
-            )
-            for write in writes
-        ]
+        encoded = []
+        for write in writes:
+            messages_json, meta_json = encode_step(write)
+            interrupt_json = json.dumps(write.interrupt, separators=_COMPACT)
+            encoded.append((write, messages_json, f"[{meta_json},{interrupt_json}]"))
         messages = self._messages.setdefault(thread_id, [])
         for write, messages_json, state_json in encoded:
             # What a real store writes for this step: the delta, never the history.

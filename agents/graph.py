@@ -24,6 +24,7 @@ from agents.checkpoint import (
     CheckpointWrite,
     Snapshot,
     ThreadStatus,
+    encode_step,
 )
 from agents.errors import (
     CheckpointerRequiredError,
@@ -229,11 +230,14 @@ def _guards_effects(fn: Any) -> bool:
 
 def _detached(write: CheckpointWrite) -> CheckpointWrite:
     """``write`` with its messages and meta copied as a store would keep them (JSON), so
-    nothing that changes the live state later reaches it."""
+    nothing that changes the live state later reaches it; the text goes with it, for the
+    store to use (``CheckpointWrite.encoded``)."""
+    messages_json, meta_json = encode_step(write)
     return dataclasses.replace(
         write,
-        new_messages=json.loads(json.dumps(write.new_messages)),
-        meta=json.loads(json.dumps(write.meta)),
+        new_messages=json.loads(messages_json),
+        meta=json.loads(meta_json),
+        encoded=(messages_json, meta_json),
     )
 
 
@@ -553,15 +557,35 @@ class CompiledGraph:
                 "conversation under a thread id"
             )
         thread_id = str(thread_id or new_id("thread"))
-        snapshot = await self.checkpointer.aget(thread_id) if self.checkpointer else None
-        if "expected_seq" in config:
-            # The caller decided what to send from the thread as of that checkpoint (a
-            # worker taking over a run): if it moved on since, nothing is applied or run.
-            expected, actual = config["expected_seq"] or None, snapshot.seq if snapshot else None
-            if actual != expected:
-                raise CheckpointConflict(thread_id, expected, actual)
+        snapshot = await self._load(thread_id, config)
         run_id = str(config.get("run_id") or new_id("run"))
         return _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
+
+    async def _load(self, thread_id: str, config: dict[str, Any]) -> Snapshot | None:
+        store = self.checkpointer
+        if store is None:
+            return None
+        if "expected_seq" not in config:
+            return await store.aget(thread_id)
+        # The caller chose its input from the thread as of that checkpoint (a worker: the
+        # thread's row when it took the run). A store that still holds the thread as of
+        # it answers without a round trip; the compare-and-swap of the run's first write
+        # then checks that the thread is still there, and that write comes before any
+        # node that may act (a replayable one may have run, its work is then dropped).
+        expected = config["expected_seq"] or None
+        recall = getattr(store, "recall", None)
+        if recall is not None:
+            try:
+                recalled: Snapshot | None = recall(thread_id, expected)
+                return recalled
+            except LookupError:
+                pass
+        snapshot = await store.aget(thread_id)
+        actual = snapshot.seq if snapshot else None
+        if actual != expected:
+            # Moved on since: nothing is applied or run.
+            raise CheckpointConflict(thread_id, expected, actual)
+        return snapshot
 
     async def _accept(self, run: _Run, input: Any) -> str | None:
         """Check the input against the thread's status; return the node to run next."""
@@ -654,12 +678,19 @@ class CompiledGraph:
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()
-        # Written before the node runs again: the compare-and-swap lets only one resume act
-        # on this answer, and a run that dies in the node leaves it recorded (the request
-        # it answers has left the queue: nobody could answer it again). Not durable: the
-        # answer is the caller's too (the portal keeps the decision), and the node's end or
-        # its tools' results, which are durable, make it durable as well.
-        await run.save(ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False)
+        # The compare-and-swap of the write that records the answer lets only one resume
+        # act on it, so that write comes before the node may act: before it runs again,
+        # or, for a node that guards its own effects (a ToolNode), with its first write,
+        # which comes before its first effect. Written at once for a replayable node: a run
+        # that dies in a model call leaves it recorded, and a continue goes on from it (the
+        # request it answers has left the queue: nobody could answer it again). Not
+        # durable: the answer is the caller's too (the portal keeps the decision and the
+        # run's input, and sends it again if no step of the run was written), and the
+        # node's end or its tools' results, which are durable, make it durable as well.
+        defer = _guards_effects(self.nodes[pending.node])
+        await run.save(
+            ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False, defer=defer
+        )
         return pending.node
 
     async def _end_breakpoint(
@@ -702,6 +733,7 @@ class CompiledGraph:
         if granularity is not ResponseGranularity.LOW:
             out["interrupt"] = run.state.interrupt
             out["thread_id"] = run.thread_id
+            out["seq"] = run.seq
         if granularity is ResponseGranularity.FULL:
             out["state"] = run.state
         return out
@@ -713,13 +745,15 @@ class CompiledGraph:
         response_granularity: ResponseGranularity = ResponseGranularity.LOW,
     ) -> dict[str, Any]:
         """Run until END or a pause. Returns ``{"messages": <the whole context>}``; PARTIAL
-        adds ``"interrupt"`` (the pending interrupt dict or None) and ``"thread_id"``;
+        adds ``"interrupt"`` (the pending interrupt dict or None), ``"thread_id"`` and
+        ``"seq"`` (the thread's newest checkpoint, None without a checkpointer);
         FULL adds ``"state"``.
 
         ``config``: ``thread_id`` (needed with a checkpointer), ``run_id``,
         ``recursion_limit`` (25), and ``expected_seq``: the thread's newest checkpoint the
-        input was chosen for (0 for none); if the thread moved on, ``CheckpointConflict``
-        is raised before anything is applied or run."""
+        input was chosen for (0 for none; PARTIAL's ``"seq"`` is one); if the thread moved
+        on, ``CheckpointConflict`` is raised before any node that may act runs (and before
+        anything is applied, unless the store could recall the thread without a load)."""
         run = await self._execute(input, config, None)
         return self._output(run, response_granularity)
 

@@ -3,7 +3,8 @@
 Every node boundary gets its checkpoint. A step whose loss to a crash of the store would
 cost only a replay (the run's input, a resume answer, the end of a replayable node) is
 written with ``durable=False``. The input and a replayable node's end wait to go with the
-next write; an answer is written at once. Pauses, ends, plain nodes and tool results are
+next write; so does an answer to a node that guards its own effects (a ToolNode), other
+answers are written at once. Pauses, ends, plain nodes and tool results are
 durable. Whatever waits is written before a node that is not replayable runs, so such a
 node runs only once its run's compare-and-swap succeeded."""
 
@@ -331,3 +332,121 @@ async def test_a_run_continuing_a_thread_must_own_it_before_a_tool_runs(config):
     with pytest.raises(CheckpointConflict):
         await graph.ainvoke({"messages": []}, config)
     assert sent == []
+
+
+async def test_an_answer_to_a_tool_node_is_written_before_the_tool_runs(config):
+    """The ToolNode's compare-and-swap before its tool: the answer is in the store by then."""
+    store = RecordingStore()
+    seen: list[Any] = []
+
+    @tool(high_risk=True)
+    async def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        snapshot = await store.aget("t-1")
+        assert snapshot is not None
+        seen.append([a["value"] for a in snapshot.meta["answers"].values()])
+        return f"refunded {order_id}"
+
+    model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Refunded."))
+    graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+    out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
+    batches = len(store.batches)
+    await graph.ainvoke(
+        {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
+    )
+    assert seen == [[{"approved": True}]]
+    # The answer went alone, right before the tool: the write that lets only this run act.
+    assert store.batches[batches] == 1 and store.writes[3] == ("TOOL", "running", "TOOL", False)
+
+
+async def test_a_declined_tool_call_goes_to_the_store_with_its_answer(config):
+    """Nothing acts on a refusal, so the answer waits for the declined result's write."""
+    store = RecordingStore()
+    refunded: list[str] = []
+
+    @tool(high_risk=True)
+    def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return "refunded"
+
+    model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Not refunded."))
+    graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+    out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
+    batches, writes = len(store.batches), len(store.writes)
+    await graph.ainvoke(
+        {"resume": {"approved": False}, "resume_interrupt_id": out["interrupt"]["id"]}, config
+    )
+    assert refunded == []
+    assert store.batches[batches] == 2  # the answer and the declined result, together
+    assert store.writes[writes] == ("TOOL", "running", "TOOL", False)  # the answer
+    state = await graph.aget_state("t-1")
+    assert state is not None and state.context[-1].content == "Not refunded."
+
+
+class RecallingStore(RecordingStore):
+    """Holds what it wrote last per thread, and recalls it as a store with a cache does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+        self.held: dict[str, Any] = {}
+
+    async def aget(self, thread_id: str) -> Any:
+        self.loads += 1
+        return await super().aget(thread_id)
+
+    async def aput_steps(self, thread_id: str, writes: Any, *, parent_seq: int | None) -> int:
+        seq = await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
+        self.held[thread_id] = await super().aget(thread_id)
+        return seq
+
+    def recall(self, thread_id: str, seq: int | None) -> Any:
+        if not seq:
+            return None
+        held = self.held.get(thread_id)
+        if held is None or held.seq != seq:
+            raise LookupError(thread_id)
+        return dataclasses.replace(held, messages=[dict(m) for m in held.messages])
+
+
+async def test_a_store_that_recalls_the_expected_checkpoint_is_not_asked_to_load(config):
+    store = RecallingStore()
+    graph = approval_graph(store, replayable=True)
+    out = await graph.ainvoke(user("refund"), {**config, "expected_seq": 0}, PARTIAL)
+    assert out["seq"] == 3 and store.loads == 0
+    resumed = {"resume": "yes", "resume_interrupt_id": out["interrupt"]["id"]}
+    done = await graph.ainvoke(resumed, {**config, "expected_seq": out["seq"]}, PARTIAL)
+    assert store.loads == 0 and done["messages"][-1].content == "answer: yes"
+    # A seq it does not hold (here: after another writer's step) is loaded and checked.
+    store.held.clear()
+    await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=done["seq"])
+    with pytest.raises(CheckpointConflict):
+        await graph.ainvoke(user("again"), {**config, "expected_seq": done["seq"]})
+    assert store.loads == 1
+
+
+async def test_a_recalled_thread_that_moved_on_stops_before_anything_acts(config):
+    """Recalled as of an old checkpoint, the run's first write is refused by the store's
+    compare-and-swap, before the node that may act; the replayable one ran for nothing."""
+    store = RecallingStore()
+    acted: list[str] = []
+
+    def draft(state: AgentState) -> Message:
+        return Message(role="assistant", content="drafted")
+
+    def send(state: AgentState) -> Message:
+        acted.append("sent")
+        return Message(role="assistant", content="sent")
+
+    graph = draft_then(store, draft, ("send", send), replayable=True)
+    out = await graph.ainvoke(user("one"), {**config, "expected_seq": 0}, PARTIAL)
+    assert acted == ["sent"]
+    stale = out["seq"]
+    store.held["t-1"] = await store.aget("t-1")  # held as of `stale` ...
+    await store.aput("t-1", CheckpointWrite(ThreadStatus.DONE, None), parent_seq=stale)
+    with pytest.raises(CheckpointConflict):  # ... while the thread moved on
+        await graph.ainvoke(user("two"), {**config, "expected_seq": stale})
+    assert acted == ["sent"]
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None and snapshot.seq == stale + 1

@@ -95,16 +95,18 @@ async def test_a_pause_is_one_interrupted_update_and_then_the_stream_ends(
     assert rest[-1].data == {"status": "done"}
 
 
-async def test_ainvoke_granularities_add_interrupt_thread_and_state(store, config):
+async def test_ainvoke_granularities_add_interrupt_thread_seq_and_state(store, config):
     model = FakeModel(say("one"), say("two"), say("three"))
     graph = ReactAgent(model, tools=[]).compile(checkpointer=store)
     low = await graph.ainvoke(user("a"), config)
     assert set(low) == {"messages"} and low["messages"][-1].text() == "one"
     partial = await graph.ainvoke(user("b"), config, ResponseGranularity.PARTIAL)
-    assert set(partial) == {"messages", "interrupt", "thread_id"}
+    assert set(partial) == {"messages", "interrupt", "thread_id", "seq"}
     assert partial["thread_id"] == "t-1" and partial["interrupt"] is None
+    # Two turns so far, each two checkpoints: its input and the model's answer.
+    assert partial["seq"] == (await store.aget("t-1")).seq == 4
     full = await graph.ainvoke(user("c"), config, ResponseGranularity.FULL)
-    assert set(full) == {"messages", "interrupt", "thread_id", "state"}
+    assert set(full) == {"messages", "interrupt", "thread_id", "seq", "state"}
     assert isinstance(full["state"], AgentState)
     # "messages" is the whole conversation and ends with the newest answer.
     assert [m.text() for m in full["messages"]] == ["a", "one", "b", "two", "c", "three"]
