@@ -32,6 +32,17 @@ agrees on it. A write to a thread with no ``Thread`` row creates one on the firs
 (``parent_seq=None``) with ``agent=""`` and no owner: the portal's own threads are created
 by ``services.thread_start``, so only tests and scripts reach that path.
 
+Recall. A worker passes the thread's seq as it read it when it took the run
+(``expected_seq``), and the runtime then asks ``recall`` before it loads. This process
+remembers the threads it last wrote durably on the worker's path (``RECENT``, a bounded
+LRU): a resume taken by the worker that paused the thread needs no load. A recalled
+thread is exactly what was committed at that seq, since checkpoints are append-only and a
+durable commit cannot be lost (one that skipped the disk could, and a seq then be
+written again with other steps, so those are not remembered). That the thread is still
+at that seq is checked by the compare-and-swap of the run's first write. A thread at seq
+0 has nothing to recall. Thread ids are not reused after a delete (the portal's are
+random UUIDs); ``adelete`` forgets the thread here too.
+
 ``adelete`` removes the thread with its checkpoints, interrupts and runs; a thread with
 recorded decisions is kept (``ProtectedError``), because decisions are an audit record.
 """
@@ -41,7 +52,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -60,10 +73,11 @@ from agents.checkpoint import (
     CheckpointWrite,
     Snapshot,
     ThreadStatus,
+    encode_step,
 )
 from portal import broadcast
 from portal.models import Checkpoint, Interrupt, Run, Thread
-from portal.policies import expires_at_for
+from portal.policies import expires_at_for, expiry_names_agents
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +99,106 @@ class _Known:
     status: ThreadStatus | None  # the newest checkpoint's status; None: none yet
     agent: str | None = None  # None: not read (the ORM path does not need it)
     title: str = ""
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A thread as committed at ``seq``, kept as the JSON text it is stored as (so whoever
+    recalls it gets fresh objects, and nobody can change it through them)."""
+
+    seq: int
+    status: ThreadStatus
+    next_node: str | None
+    messages: tuple[str, ...]  # each checkpoint's messages, a JSON array each, in order
+    meta: str
+    interrupt: str | None
+    agent: str | None
+    title: str
+    size: int
+
+    def snapshot(self, thread_id: str) -> Snapshot:
+        messages: list[dict[str, Any]] = []
+        for chunk in self.messages:
+            messages.extend(json.loads(chunk) or [])
+        return Snapshot(
+            thread_id=thread_id,
+            seq=self.seq,
+            status=self.status,
+            next_node=self.next_node,
+            messages=messages,
+            meta=json.loads(self.meta) if self.meta else {},
+            interrupt=json.loads(self.interrupt) if self.interrupt else None,
+        )
+
+    def then(
+        self, writes: Sequence[CheckpointWrite], step: _PgStep, *, agent: str | None, title: str
+    ) -> _Held:
+        """This thread after ``writes`` were appended by ``step``."""
+        last = writes[-1]
+        added = tuple(m for (m, _), w in zip(step.encoded, writes, strict=True) if w.new_messages)
+        return _Held(
+            seq=int(step.params["seq"]),
+            status=ThreadStatus(last.status),
+            next_node=last.next_node,
+            messages=self.messages + added,
+            meta=step.encoded[-1][1],
+            interrupt=_dump(step.pending),
+            agent=agent,
+            title=title,
+            size=self.size + sum(map(len, added)),
+        )
+
+
+# A thread with no checkpoint yet (seq 0), which the first write builds on.
+_NOTHING = _Held(0, ThreadStatus.RUNNING, None, (), "", None, None, "", 0)
+
+
+class _Recent:
+    """The threads this process last wrote durably on the worker's path, newest
+    last, at most ``MAX_THREADS`` of them and ``MAX_BYTES`` of history in all."""
+
+    MAX_THREADS = 512
+    MAX_BYTES = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._held: OrderedDict[uuid.UUID, _Held] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, pk: uuid.UUID, seq: int) -> _Held | None:
+        with self._lock:
+            held = self._held.get(pk)
+            if held is None or held.seq != seq:
+                return None
+            self._held.move_to_end(pk)
+            return held
+
+    def put(self, pk: uuid.UUID, held: _Held) -> None:
+        with self._lock:
+            self._drop(pk)
+            if held.size > self.MAX_BYTES // 8:
+                return  # a history this long is loaded each time instead
+            self._held[pk] = held
+            self._bytes += held.size
+            while len(self._held) > self.MAX_THREADS or self._bytes > self.MAX_BYTES:
+                self._drop(next(iter(self._held)))
+
+    def forget(self, pk: uuid.UUID) -> None:
+        with self._lock:
+            self._drop(pk)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._bytes = 0
+
+    def _drop(self, pk: uuid.UUID) -> None:
+        held = self._held.pop(pk, None)
+        if held is not None:
+            self._bytes -= held.size
+
+
+RECENT = _Recent()
 
 
 # --- PostgreSQL: one statement per load and per step --------------------------------------
@@ -193,23 +307,57 @@ def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
     return write.interrupt if ThreadStatus(write.status) is ThreadStatus.INTERRUPTED else None
 
 
-def _step_row(write: CheckpointWrite) -> dict[str, Any]:
-    """The checkpoint columns a step fills itself (both executors write these)."""
+def _step_head(write: CheckpointWrite) -> dict[str, Any]:
+    """The checkpoint columns a step fills itself, but its messages and meta."""
     pending = _pending(write)
     return {
         "node": write.node,
         "status": ThreadStatus(write.status).value,
         "next_node": write.next_node,
-        "messages": list(write.new_messages),
-        "meta": dict(write.meta),
         "interrupt": pending,
         "interrupt_id": (pending or {}).get("id"),
     }
 
 
+def _step_row(write: CheckpointWrite) -> dict[str, Any]:
+    """The checkpoint columns a step fills itself (the ORM's; see ``_steps_json``)."""
+    return {**_step_head(write), "messages": list(write.new_messages), "meta": dict(write.meta)}
+
+
+def _steps_json(writes: Sequence[CheckpointWrite]) -> tuple[str, list[tuple[str, str]]]:
+    """The steps' rows as one JSON array (for ``_PG_STEP``), and each step's messages and
+    meta as JSON, which a step the runtime kept for later brings encoded already."""
+    rows, encoded = [], []
+    for write in writes:
+        messages, meta = encode_step(write)
+        head = json.dumps({**_step_head(write), "at": write.at}, separators=(",", ":"))
+        rows.append(f'{head[:-1]},"messages":{messages},"meta":{meta}}}')
+        encoded.append((messages, meta))
+    return "[" + ",".join(rows) + "]", encoded
+
+
 def _durable(writes: Sequence[CheckpointWrite]) -> bool:
     """Steps written together are durable if any of them must be."""
     return any(write.durable for write in writes)
+
+
+@dataclass(frozen=True)
+class _Titled:
+    title: str
+
+
+@dataclass(frozen=True)
+class _Entered:
+    """A request a step just put in the queue, as much of an ``Interrupt`` as its queue
+    row shows (``portal_live.queue_row``): building a model instance cost more."""
+
+    pk: str
+    agent: str
+    reason: str
+    message: str
+    created_at: datetime
+    thread: _Titled
+    claimed_by: None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +367,8 @@ class _PgStep:
     sql: str
     params: dict[str, Any]
     pending: dict[str, Any] | None
+    durable: bool = True
+    encoded: Sequence[tuple[str, str]] = ()  # each step's messages and meta, as JSON
 
 
 class DjangoCheckpointer:
@@ -227,7 +377,9 @@ class DjangoCheckpointer:
     ``connection``: a psycopg ``AsyncConnection`` (autocommit) for the async methods to
     use directly on PostgreSQL; see the module docstring."""
 
-    def __init__(self, *, run: Run | None = None, connection: Any = None) -> None:
+    def __init__(
+        self, *, run: Run | None = None, connection: Any = None, thread: Thread | None = None
+    ) -> None:
         if connection is not None and not connection.autocommit:
             raise ValueError(
                 "DjangoCheckpointer(connection=...) needs an autocommit connection: each "
@@ -239,17 +391,44 @@ class DjangoCheckpointer:
         # step that was not a pause, and pauses nothing itself, cannot change the queue,
         # so it skips the queue's part (most steps are such).
         self._known: dict[uuid.UUID, _Known] = {}
+        if thread is not None:  # the caller read the thread already (the worker does)
+            self._known[thread.pk] = _Known(None, thread.agent, thread.title)
+        # The threads as of what this instance last read or wrote on the async path, to
+        # build what RECENT keeps (see "Recall" in the module docstring).
+        self._held: dict[uuid.UUID, _Held] = {}
         # Queue broadcasts scheduled by the async path (awaited by aclose).
         self._announcing: set[asyncio.Task[None]] = set()
 
     # --- the async protocol -------------------------------------------------------------
+
+    def recall(self, thread_id: str, seq: int | None) -> Snapshot | None:
+        """The thread as of checkpoint ``seq`` without a round trip (see "Recall" in the
+        module docstring); ``LookupError`` when this process does not hold it."""
+        pk = thread_pk(thread_id)
+        if self._aconn is None:
+            raise LookupError(f"thread {thread_id}: recall is for the worker's path only")
+        known = self._known.get(pk) or _Known(None)
+        if not seq:
+            self._known[pk] = _Known(None, known.agent, known.title)
+            self._held[pk] = _NOTHING
+            return None
+        held = RECENT.get(pk, seq)
+        if held is None:
+            raise LookupError(f"thread {thread_id} at checkpoint {seq} is not held here")
+        agent = held.agent if held.agent is not None else known.agent
+        self._known[pk] = _Known(held.status, agent, held.title)
+        self._held[pk] = held
+        return held.snapshot(thread_id)
 
     async def aget(self, thread_id: str) -> Snapshot | None:
         if self._aconn is None:
             return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
         pk = thread_pk(thread_id)
         cursor = await self._aconn.execute(_PG_LOAD, {"thread": pk})
-        return self._snapshot(thread_id, pk, await cursor.fetchall())
+        rows = await cursor.fetchall()
+        snapshot = self._snapshot(thread_id, pk, rows)
+        self._hold_loaded(pk, rows)
+        return snapshot
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         return await self.aput_steps(thread_id, [write], parent_seq=parent_seq)
@@ -271,9 +450,12 @@ class DjangoCheckpointer:
         cursor = await conn.execute(step.sql, step.params)
         row = await cursor.fetchone()
         if not row or not row[0]:
+            self._held.pop(pk, None)
+            RECENT.forget(pk)
             cursor = await conn.execute(_PG_LAST_SEQ, {"thread": pk})
             raise CheckpointConflict(thread_id, parent_seq, _first(await cursor.fetchone()))
         changes = self._pg_done(pk, step, row)
+        self._hold_written(pk, writes, parent_seq, step)
         if changes:
             entered = self._entered(pk, step) if row[4] else None
             task = asyncio.get_running_loop().create_task(_announce(changes, entered))
@@ -285,7 +467,10 @@ class DjangoCheckpointer:
         return await sync_to_async(self.list_sync, thread_sensitive=True)(thread_id)
 
     async def adelete(self, thread_id: str) -> None:
-        self._known.pop(thread_pk(thread_id), None)
+        pk = thread_pk(thread_id)
+        self._known.pop(pk, None)
+        self._held.pop(pk, None)
+        RECENT.forget(pk)
         await sync_to_async(self.delete_sync, thread_sensitive=True)(thread_id)
 
     async def aclose(self) -> None:
@@ -393,7 +578,9 @@ class DjangoCheckpointer:
 
     def _snapshot(self, thread_id: str, pk: uuid.UUID, rows: Sequence[Any]) -> Snapshot | None:
         if not rows:
-            self._known.pop(pk, None)  # no thread row: a first write creates it
+            # No thread row: the first write creates one, with no agent (see the module's
+            # docstring), so there is none to look up before it.
+            self._known[pk] = _Known(None, "", "")
             return None
         agent, title = rows[0][0], rows[0][1]
         if rows[0][2] is None:
@@ -414,11 +601,54 @@ class DjangoCheckpointer:
             interrupt=json.loads(interrupt) if interrupt else None,
         )
 
+    def _hold_loaded(self, pk: uuid.UUID, rows: Sequence[Any]) -> None:
+        if not rows or rows[0][2] is None:
+            self._held[pk] = _NOTHING
+            return
+        chunks = tuple(row[5] for row in rows if row[5] is not None)
+        _agent, _title, seq, status, next_node, _messages, meta, interrupt = rows[-1]
+        held = _Held(
+            seq=seq,
+            status=ThreadStatus(status),
+            next_node=next_node,
+            messages=chunks,
+            meta=meta or "",
+            interrupt=interrupt,
+            agent=rows[0][0],
+            title=rows[0][1] or "",
+            size=sum(map(len, chunks)),
+        )
+        # Not into RECENT: what a load finds may be a commit that skipped the disk.
+        self._held[pk] = held
+
+    def _hold_written(
+        self,
+        pk: uuid.UUID,
+        writes: Sequence[CheckpointWrite],
+        parent_seq: int | None,
+        step: _PgStep,
+    ) -> None:
+        """Follow the thread through a write built on what this instance held; only a
+        durable one reaches RECENT (a commit that skipped the disk could yet be lost)."""
+        base = self._held.get(pk)
+        if base is None or base.seq != (parent_seq or 0):
+            self._held.pop(pk, None)
+            return
+        known = self._known.get(pk) or _Known(None, base.agent, base.title)
+        held = base.then(writes, step, agent=known.agent, title=known.title)
+        self._held[pk] = held
+        if step.durable:
+            RECENT.put(pk, held)
+
     def _needs_agent(self, pk: uuid.UUID, write: CheckpointWrite) -> bool:
-        """A pause needs the thread's agent (for the request's expiry policy) before its
-        statement; a load normally brought it already."""
+        """A pause needs the thread's agent before its statement, for the request's expiry
+        policy, when a policy for its reason names agents; a load normally brought it."""
+        if write.status is not ThreadStatus.INTERRUPTED:
+            return False
         known = self._known.get(pk)
-        return write.status is ThreadStatus.INTERRUPTED and (known is None or known.agent is None)
+        if known is not None and known.agent is not None:
+            return False
+        return expiry_names_agents((write.interrupt or {}).get("reason") or "input_required")
 
     def _remember(self, pk: uuid.UUID, row: Any) -> None:
         """Record the thread's agent and title (``row``) next to what was known."""
@@ -445,18 +675,19 @@ class DjangoCheckpointer:
         pending = _pending(last)
         expected = parent_seq or 0
         now = timezone.now()
+        steps, encoded = _steps_json(writes)
         params: dict[str, Any] = {
             "thread": pk,
             "expected": expected,
             "seq": expected + len(writes),
             "status": status.value,
             "now": now,
-            "steps": json.dumps([{**_step_row(write), "at": write.at} for write in writes]),
+            "steps": steps,
             "run": self.run_id,
         }
         first = parent_seq is None
         if not self._queue_may_change(pk, pending):
-            return _PgStep(_PG_WRITES[first, False, durable], params, pending)
+            return _PgStep(_PG_WRITES[first, False, durable], params, pending, durable, encoded)
         request = pending or {}
         reason = request.get("reason") or "input_required"
         known = self._known.get(pk)
@@ -474,7 +705,7 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
-        return _PgStep(_PG_WRITES[first, True, durable], params, pending)
+        return _PgStep(_PG_WRITES[first, True, durable], params, pending, durable, encoded)
 
     def _pg_done(self, pk: uuid.UUID, step: _PgStep, row: Sequence[Any]) -> list[dict[str, Any]]:
         """Remember the step; the queue changes to announce once it is committed."""
@@ -499,23 +730,17 @@ class DjangoCheckpointer:
             )
         return changes
 
-    def _entered(self, pk: uuid.UUID, step: _PgStep) -> Interrupt:
-        """The queue row the step inserted, as an unsaved instance (for rendering)."""
+    def _entered(self, pk: uuid.UUID, step: _PgStep) -> _Entered:
+        """The queue row the step inserted, as what its rendering reads."""
         known = self._known.get(pk) or _Known(None)
         params = step.params
-        return Interrupt(
-            id=params["pending_key"],
-            thread=Thread(id=pk, agent=known.agent or "", title=known.title),
+        return _Entered(
+            pk=params["pending_key"],
             agent=known.agent or "",
-            key=params["key"],
-            node=params["request_node"],
-            message=params["message"],
             reason=params["reason"],
-            tool_call_id=params["tool_call_id"],
-            status=Interrupt.Status.PENDING,
+            message=params["message"],
             created_at=params["now"],
-            expires_at=params["expires_at"],
-            checkpoint_seq=params["seq"],
+            thread=_Titled(known.title),
         )
 
     # --- SQLite: the ORM ----------------------------------------------------------------
@@ -595,7 +820,7 @@ def _first(row: Any) -> int | None:
     return (row[0] or None) if row else None
 
 
-async def _announce(changes: list[dict[str, Any]], entered: Interrupt | None) -> None:
+async def _announce(changes: list[dict[str, Any]], entered: _Entered | None) -> None:
     """Queue broadcasts for a step written on the async path (already committed). A task
     on the run's own loop, so it goes out while the run waits on its next statement. It
     neither queries nor leaves the loop: the new row renders from what the step wrote

@@ -75,6 +75,17 @@ def policy_for(agent: str, reason: str) -> Policy:
     return Policy(key="")
 
 
+def expiry_names_agents(reason: str) -> bool:
+    """Whether a request's expiry with ``reason`` can depend on its agent: some key for
+    that reason (or for any reason) names an agent rather than ``*``."""
+    policies: dict[str, dict[str, Any]] = getattr(settings, "PORTAL_POLICIES", {}) or {}
+    for key in policies:
+        agent, _, for_reason = key.partition(":")
+        if agent != "*" and for_reason in (reason, "*"):
+            return True
+    return False
+
+
 def expires_at_for(agent: str, reason: str, *, now: datetime | None = None) -> datetime | None:
     """When a request created ``now`` for ``agent``/``reason`` expires (None: never)."""
     after = policy_for(agent, reason).expires_after

@@ -70,7 +70,7 @@ from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
 from portal import broadcast
-from portal.models import Checkpoint, Run, Thread
+from portal.models import Checkpoint, Interrupt, Run, Thread
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,8 @@ class Worker:
             return Outcome(Run.Status.FAILED, f"the run's stored input is not valid: {problem}")
         native = self._native_connection()
         try:
-            graph = compile_agent(thread.agent, DjangoCheckpointer(run=run, connection=native))
+            store = DjangoCheckpointer(run=run, connection=native, thread=thread)
+            graph = compile_agent(thread.agent, store)
         except UnknownAgentError as exc:
             return Outcome(Run.Status.FAILED, str(exc))
         except Exception as exc:
@@ -383,9 +384,10 @@ class Worker:
             "thread_id": str(thread.pk),
             "user_id": str(thread.owner_id or ""),
             "run_id": str(run.pk),
+            # The thread as this run found it: the runtime may then recall it rather than
+            # load it (see portal.checkpointer), and a thread that moved on is refused.
+            "expected_seq": thread.last_seq if expected_seq is None else expected_seq,
         }
-        if expected_seq is not None:
-            config["expected_seq"] = expected_seq
         try:
             if native is not None:
                 if self._lease_lost:  # lost before the graph even started
@@ -405,11 +407,9 @@ class Worker:
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
         except CheckpointConflict as exc:
-            if run.attempts <= 1:
-                return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
-            # A taken-over run whose earlier attempt is still writing (its lease lost, it
-            # stops at its next await): give the run back, to continue from whatever that
-            # attempt reached once it has stopped.
+            # Another writer moved the thread on: a taken-over run's earlier attempt, its
+            # lease lost, that stops at its next await. Give the run back, to continue from
+            # whatever that reached once it has stopped (MAX_ATTEMPTS bounds the retries).
             log.warning("run %s: the thread moved on under it (%s); releasing it", run.pk, exc)
             return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
         except Exception as exc:
@@ -548,14 +548,17 @@ class Worker:
 
     def _settle_thread(self, run: Run, *, failed: bool) -> None:
         # The thread's status follows its newest checkpoint; a failure that left the
-        # thread paused (a resume refused by the runtime) keeps it paused.
-        last = (
+        # thread paused (a resume refused by the runtime) keeps it paused, unless the run
+        # was the answer to that very pause and it never reached the checkpoint: the
+        # request has left the queue, so only a retry (which sends the answer again, see
+        # services.thread_continue) can take the thread on.
+        last, paused_on = (
             Checkpoint.objects.filter(thread_id=run.thread_id)
             .order_by("-seq")
-            .values_list("status", flat=True)
+            .values_list("status", "interrupt_id")
             .first()
-        )
-        if last == Checkpoint.Status.INTERRUPTED:
+        ) or (None, None)
+        if last == Checkpoint.Status.INTERRUPTED and not (failed and _answer_lost(run, paused_on)):
             status = Thread.Status.INTERRUPTED
         elif failed:
             status = Thread.Status.FAILED
@@ -635,6 +638,16 @@ def _connection_failed(conn: Any, exc: BaseException) -> bool:
     import psycopg
 
     return isinstance(exc, psycopg.OperationalError) or bool(conn.closed or conn.broken)
+
+
+def _answer_lost(run: Run, paused_on: str | None) -> bool:
+    """Whether ``run`` answered the request the thread is still paused on, and nobody can
+    answer that request again (it was decided) while none of the run's steps were written."""
+    answered = run.input.get("resume_interrupt_id") if isinstance(run.input, dict) else None
+    if not answered or answered != paused_on:
+        return False
+    decided = not Interrupt.objects.filter(pk=answered, status=Interrupt.Status.PENDING).exists()
+    return decided and not Checkpoint.objects.filter(run=run).exists()
 
 
 def _input_problem(payload: Any) -> str:

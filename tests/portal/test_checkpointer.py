@@ -344,3 +344,103 @@ def test_on_its_own_connection_a_step_that_need_not_be_durable_does_not_wait_for
     assert durable_syncs >= steps
     # The WAL writer still flushes in the background (every 200 ms by default).
     assert light_syncs <= steps // 3, (durable_syncs, light_syncs)
+
+
+@pytest.mark.postgres
+def test_on_its_own_connection_a_thread_durably_written_is_recalled_as_loaded(
+    transactional_db, monkeypatch
+):
+    """What the worker's path wrote durably is recalled, at that seq only, equal to a load;
+    a step that skipped the disk, a refused write and a deleted thread are not."""
+    from asgiref.sync import async_to_sync
+
+    from portal.checkpointer import RECENT, aconnect
+
+    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
+    thread = Thread.objects.create(agent="refunds", title="Broken mug")
+    tid = str(thread.pk)
+
+    async def scenario() -> None:
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn, thread=thread)
+        try:
+            assert store.recall(tid, 0) is None  # no checkpoint yet: nothing to load
+            seq = await store.aput_steps(tid, [step(0, durable=False), pause()], parent_seq=None)
+            recalled = DjangoCheckpointer(connection=conn).recall(tid, seq)  # another run's
+            assert recalled == await store.aget(tid)
+            assert recalled.interrupt["id"] == "int_abc" and len(recalled.messages) == 2
+            recalled.messages[0]["content"] = "changed"  # the caller's copy only
+            assert store.recall(tid, seq).messages[0]["content"] == "hi 0"
+            with pytest.raises(LookupError):
+                store.recall(tid, seq - 1)  # only the newest is held
+            seq = await store.aput(tid, step(2, durable=False), parent_seq=seq)
+            with pytest.raises(LookupError):
+                store.recall(tid, seq)  # a commit that skipped the disk could be lost
+            seq = await store.aput(tid, step(3, status=ThreadStatus.DONE), parent_seq=seq)
+            assert store.recall(tid, seq) == await store.aget(tid)
+            with pytest.raises(CheckpointConflict):
+                await store.aput(tid, step(4), parent_seq=seq - 1)
+            with pytest.raises(LookupError):
+                store.recall(tid, seq)  # a refused write makes it load again
+            await store.aget(tid)
+            with pytest.raises(LookupError):
+                store.recall(tid, seq)  # what a load found may not be on disk yet
+            seq = await store.aput(tid, step(5, status=ThreadStatus.DONE), parent_seq=seq)
+            assert store.recall(tid, seq) == await store.aget(tid)  # built on the load
+            await store.adelete(tid)
+            with pytest.raises(LookupError):
+                store.recall(tid, seq)
+        finally:
+            await store.aclose()
+            await conn.close()
+            RECENT.clear()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.postgres
+def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
+    transactional_db, settings, monkeypatch
+):
+    """A run told the thread is new loads nothing, so the agent is unknown at the pause;
+    a policy that names agents makes the checkpointer look it up first."""
+    from datetime import timedelta
+
+    from asgiref.sync import async_to_sync
+
+    from portal.checkpointer import aconnect
+
+    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
+    settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 600}}
+    thread = Thread.objects.create(agent="refunds")
+
+    async def scenario() -> None:
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn)
+        try:
+            assert store.recall(str(thread.pk), 0) is None
+            await store.aput_steps(
+                str(thread.pk), [step(0, durable=False), pause()], parent_seq=None
+            )
+        finally:
+            await store.aclose()
+            await conn.close()
+
+    async_to_sync(scenario)()
+    request = Interrupt.objects.get(pk="int_abc")
+    assert request.agent == "refunds"
+    left = request.expires_at - request.created_at
+    assert timedelta(seconds=599) < left <= timedelta(seconds=600)
+
+
+@pytest.mark.django_db
+def test_without_its_own_connection_nothing_is_recalled(thread):
+    """Writes on Django's connection may belong to a transaction that rolls back yet."""
+    store = DjangoCheckpointer()
+    store.put_sync(str(thread.pk), step(0, status=ThreadStatus.DONE), parent_seq=None)
+    with pytest.raises(LookupError):
+        store.recall(str(thread.pk), 1)
+
+
+async def _quiet_send(group, message):
+    return None

@@ -20,7 +20,7 @@ from portal.decisions import (
     interrupts_expire,
 )
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.policies import policy_for
+from portal.policies import expiry_names_agents, policy_for
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +50,16 @@ def test_the_most_specific_policy_key_wins(settings):
     assert policy_for("refunds", "breakpoint").required_group == "refunds-team"
     assert policy_for("transfers", "tool_approval").required_group == "approvers"
     assert policy_for("transfers", "breakpoint").required_group == "everyone"
+
+
+def test_whether_an_expiry_can_depend_on_the_agent(settings):
+    """The checkpointer looks a thread's agent up before a pause only when it can."""
+    settings.PORTAL_POLICIES = {"*:*": {"expires_after": 60}, "*:breakpoint": {}}
+    assert not expiry_names_agents("tool_approval")
+    settings.PORTAL_POLICIES = {"*:*": {}, "refunds:tool_approval": {"expires_after": 60}}
+    assert expiry_names_agents("tool_approval") and not expiry_names_agents("breakpoint")
+    settings.PORTAL_POLICIES = {"transfers:*": {"expires_after": 60}}
+    assert expiry_names_agents("breakpoint")
 
 
 def test_settings_a_policy_leaves_out_take_safe_defaults(settings):

@@ -138,6 +138,42 @@ def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent
     assert run.thread.status == Thread.Status.FAILED
 
 
+def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
+    support_agent, settings, effects
+):
+    """The resume's workers kept dying before its answer reached the checkpoint: the
+    request has left the queue, so the thread is failed, not paused on a request nobody
+    can answer. A retry sends the answer again, and the tool runs once."""
+    thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
+    resume = services.thread_resume(
+        thread=thread, value={"approved": True}, interrupt_id=request.pk
+    )
+    Run.objects.filter(pk=resume.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=settings.PORTAL_RUN_MAX_ATTEMPTS,
+        lease_owner="dead-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    assert drain() == 0
+
+    resume.refresh_from_db()
+    thread.refresh_from_db()
+    assert resume.status == Run.Status.FAILED and thread.status == Thread.Status.FAILED
+    retry = services.thread_continue(thread=thread, user=support_agent)
+    assert retry.input == {"resume": {"approved": True}, "resume_interrupt_id": request.pk}
+
+    assert drain() == 1
+
+    retry.refresh_from_db()
+    thread.refresh_from_db()
+    assert (retry.status, thread.status) == (Run.Status.SUCCEEDED, Thread.Status.DONE)
+    assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
+
+
 def held_by_a_live_worker(user) -> Run:
     """A run that another worker is executing, its lease good for 30 more seconds."""
     _, run = services.thread_start(agent="echo", input=say("hi"), user=user)
@@ -272,6 +308,44 @@ def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_
         Run.Status.INTERRUPTED,
         Run.Status.SUCCEEDED,
     }
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_recalls_the_threads_it_paused_instead_of_loading_them(
+    support_agent, effects, monkeypatch
+):
+    """A start run finds its new thread at seq 0 (nothing to load); the resume, taken by
+    the worker that paused the thread, recalls it. A worker that did not, loads it."""
+    from portal.checkpointer import RECENT
+
+    loads: list[str] = []
+    load = DjangoCheckpointer.aget
+
+    async def counted(self, thread_id):
+        loads.append(thread_id)
+        return await load(self, thread_id)
+
+    monkeypatch.setattr(DjangoCheckpointer, "aget", counted)
+    worker = Worker(name="recalls")
+    try:
+        thread, _ = services.thread_start(agent="approve", input=say("pay 9"), user=support_agent)
+        second, _ = services.thread_start(agent="approve", input=say("pay 8"), user=support_agent)
+        assert worker.run_forever(once=True) == 2
+        for paused in (thread, second):
+            request = Interrupt.objects.get(thread=paused, status=Interrupt.Status.PENDING)
+            Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
+            services.thread_resume(thread=paused, value={"approved": True}, interrupt_id=request.pk)
+        RECENT.forget(second.pk)  # as if another worker had paused it
+        assert worker.run_forever(once=True) == 2
+    finally:
+        worker._close_loop()
+        RECENT.clear()
+    assert loads == [str(second.pk)]
+    assert read_effects(effects, "pay") == [f"{thread.pk} 9.0", f"{second.pk} 8.0"]
+    for done in (thread, second):
+        done.refresh_from_db()
+        assert done.status == Thread.Status.DONE
 
 
 @pytest.mark.postgres
