@@ -7,7 +7,8 @@ Part 1 (checkpointers, driven directly). The scenario of ``bench.runtime`` (user
 
 - ours: the ``agents`` graph on ``portal.checkpointer.DjangoCheckpointer``, run the way the
   worker runs it on PostgreSQL: on one event loop kept for the process's life, with the
-  checkpointer on its own autocommit async connection (one statement per step);
+  checkpointer on its own autocommit async connection (one statement per write), each run
+  told the thread's seq (``expected_seq``) as the worker reads it from the thread's row;
 - LangGraph: the same graph on ``PostgresSaver`` (sync ``invoke``) and on
   ``AsyncPostgresSaver`` (``ainvoke``); the faster is the one compared;
 - floor: psycopg alone, autocommit: one INSERT of the paused state (history included,
@@ -141,8 +142,12 @@ def reset() -> None:
     connections.close_all()
     tables = [Decision._meta.db_table, *_ours_tables().values(), *LG_TABLES, FLOOR_TABLE]
     with psycopg.connect(_pg_conninfo(), autocommit=True) as conn:
+        # No ANALYZE: statistics of empty tables would have the planner choose sequential
+        # scans for every lookup by key (cheapest on an empty table), and prepared
+        # statements keep those plans while the tables grow to thousands of rows. After a
+        # TRUNCATE the sizes are unknown and lookups by key use their indexes, as on a
+        # database in use.
         conn.execute("TRUNCATE " + ", ".join(tables) + " CASCADE")
-        conn.execute("VACUUM ANALYZE")
 
 
 # -- the three implementations, as (pause, resume) pairs -------------------------------------
@@ -153,7 +158,7 @@ class Impl:
 
     name = ""
 
-    def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         raise NotImplementedError
 
     def seed(self, thread_id: str, messages: list[dict[str, Any]]) -> None:
@@ -177,8 +182,11 @@ class Ours(Impl):
     def __init__(self, counting: bool = False) -> None:
         self.counting: _Counting | None = None
         self._count = counting
+        # Each seeded thread's seq, as the worker reads it from the thread's row when it
+        # takes a run (a thread not here is new: 0).
+        self.seqs: dict[str, int] = {}
 
-    def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         # As the worker runs a graph: one event loop kept for the process's life, and the
         # checkpointer on its own autocommit async connection (portal.worker).
         from portal.checkpointer import DjangoCheckpointer, aconnect
@@ -196,8 +204,8 @@ class Ours(Impl):
             loop.close()
 
         return (
-            lambda tid: str(loop.run_until_complete(rt.ours_pause(graph, tid))),
-            lambda tid, iid: loop.run_until_complete(rt.ours_resume(graph, tid, iid)),
+            lambda tid: loop.run_until_complete(_ours_pause(graph, tid, self.seqs.pop(tid, 0))),
+            lambda tid, paused: loop.run_until_complete(_ours_resume(graph, tid, paused)),
             close,
         )
 
@@ -206,7 +214,30 @@ class Ours(Impl):
 
         from portal.checkpointer import DjangoCheckpointer
 
-        async_to_sync(rt.ours_seed)(DjangoCheckpointer(), thread_id, messages)
+        seeded = async_to_sync(rt.ours_seed)(DjangoCheckpointer(), thread_id, messages)
+        self.seqs[thread_id] = seeded
+
+
+async def _ours_pause(graph: Any, thread_id: str, seq: int) -> tuple[str, int]:
+    """A start run as the worker runs it: told the thread's seq as it was when the run was
+    taken (0 for a new thread), which the worker reads from the thread's row."""
+    out = await graph.ainvoke(
+        {"messages": [{"role": "user", "content": rt.text(0)}]},
+        {"thread_id": thread_id, "expected_seq": seq},
+        response_granularity=rt.ResponseGranularity.PARTIAL,
+    )
+    return str(out["interrupt"]["id"]), int(out["seq"])
+
+
+async def _ours_resume(graph: Any, thread_id: str, paused: tuple[str, int]) -> None:
+    """A resume run as the worker runs it (the seq: the thread's at the pause)."""
+    interrupt_id, seq = paused
+    out = await graph.ainvoke(
+        {"resume": rt.RESUME, "resume_interrupt_id": interrupt_id},
+        {"thread_id": thread_id, "expected_seq": seq},
+        response_granularity=rt.ResponseGranularity.PARTIAL,
+    )
+    assert out["interrupt"] is None and out["messages"][-1].content == "approved", out
 
 
 class LangGraphSync(Impl):
@@ -229,7 +260,7 @@ class LangGraphSync(Impl):
             self._cm.__exit__(None, None, None)
         self._cm = self._graph = None
 
-    def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         graph = self.graph()
         return (
             lambda tid: rt.lg_pause(graph, tid),
@@ -246,7 +277,7 @@ class LangGraphAsync(Impl):
 
     name = "LangGraph AsyncPostgresSaver (ainvoke)"
 
-    def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
         loop = asyncio.new_event_loop()
@@ -270,7 +301,7 @@ class Floor(Impl):
     def __init__(self) -> None:
         self.history: dict[str, list[dict[str, Any]]] = {}
 
-    def open(self) -> tuple[Callable[[str], str], Callable[[str, str], None], Callable[[], None]]:
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         import psycopg
         from psycopg.types.json import Jsonb
 
@@ -865,9 +896,15 @@ def _main() -> None:
             "implementation at a time), each of "
             f"{PROCS} forked processes drives N/{PROCS} threads through its own connections. "
             "Scenario as in the runtime section (pause = new user message -> `agent` -> "
-            "`approve` interrupts; resume = answer naming the interrupt id -> END). Ours is "
-            "run as the worker runs it (one long-lived event loop, the checkpointer on its own "
-            "autocommit async connection, one statement per step); the floor is one "
+            "`approve` interrupts; resume = answer naming the interrupt id -> END; `approve` "
+            "guards its effects as ReactAgent's ToolNode does, so the answer goes to the store "
+            "with the end). Ours is run as the worker runs it: one long-lived event loop, the "
+            "checkpointer on its own autocommit async connection, one statement per write, "
+            "and each run told the thread's seq, which the worker reads from the thread's row "
+            "when it takes the run (that read is part of the queue's cost, in the real-worker "
+            "table below). So a new thread is not loaded, and a resume recalls the thread its "
+            "process paused instead of loading it (a resume taken by another worker loads "
+            "it: one statement more). The floor is one "
             "autocommit INSERT at the pause and one UPDATE at the resume. Commits and rows "
             "written per cycle are `pg_stat_database` deltas (`xact_commit`; tuples inserted + "
             "updated + deleted) over a separate run of 100 cycles of each implementation alone. "

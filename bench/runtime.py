@@ -111,6 +111,12 @@ def _approve_node(state: AgentState) -> Message:
     return Message(role="tool", content="approved" if answer and answer["approved"] else "declined")
 
 
+# `approve` stands for ReactAgent's ToolNode asking for approval, and guards its effects
+# as that does: it would write the run's deferred steps before acting (it acts on nothing
+# here), so the pause goes to the store in one write, and the answer with the end.
+_approve_node.guards_effects = True  # type: ignore[attr-defined]
+
+
 def build_agent(model: Any = None) -> StateGraph:
     """The scenario's graph, uncompiled (also registered as the portal agent ``bench`` by
     ``bench.orm`` so real workers run it)."""
@@ -146,10 +152,10 @@ async def ours_resume(graph: Any, thread_id: str, interrupt_id: str) -> None:
     assert out["interrupt"] is None and out["messages"][-1].content == "approved", out
 
 
-async def ours_seed(checkpointer: Any, thread_id: str, messages: list[dict[str, Any]]) -> None:
-    """A thread whose earlier conversation (``messages``) is finished."""
+async def ours_seed(checkpointer: Any, thread_id: str, messages: list[dict[str, Any]]) -> int:
+    """A thread whose earlier conversation (``messages``) is finished; returns its seq."""
     write = CheckpointWrite(status=ThreadStatus.DONE, next_node=None, new_messages=messages)
-    await checkpointer.aput(thread_id, write, parent_seq=None)
+    return int(await checkpointer.aput(thread_id, write, parent_seq=None))
 
 
 # -- LangGraph -------------------------------------------------------------------------------
