@@ -209,7 +209,8 @@ class ToolNode:
 
     Before it calls a tool it writes the run's deferred steps (``guards_effects``): asking
     for approval comes first and acts on nothing, so a turn that pauses for approval goes
-    to the store in one write with the pause.
+    to the store in one write with the pause; a reviewer's answer to it waits for that
+    write too, so a declined call goes with its declined result.
     """
 
     guards_effects = True
