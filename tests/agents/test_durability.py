@@ -107,9 +107,8 @@ async def test_a_replayable_last_node_still_ends_the_run_durably(config):
     assert store.writes[-1] == ("only", "done", None, True)
 
 
-async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_durable(config):
-    store = RecordingStore()
-    refunded: list[str] = []
+def refund_tool(refunded: list[str]) -> Any:
+    """A high-risk tool that notes each order it refunds."""
 
     @tool(high_risk=True)
     def issue_refund(order_id: str) -> str:
@@ -117,8 +116,14 @@ async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_du
         refunded.append(order_id)
         return f"refunded {order_id}"
 
+    return issue_refund
+
+
+async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_durable(config):
+    store = RecordingStore()
+    refunded: list[str] = []
     model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Refunded."))
-    graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+    graph = ReactAgent(model, tools=[refund_tool(refunded)]).compile(checkpointer=store)
     out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
     await graph.ainvoke(
         {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
@@ -363,15 +368,8 @@ async def test_a_declined_tool_call_goes_to_the_store_with_its_answer(config):
     """Nothing acts on a refusal, so the answer waits for the declined result's write."""
     store = RecordingStore()
     refunded: list[str] = []
-
-    @tool(high_risk=True)
-    def issue_refund(order_id: str) -> str:
-        """Refund an order."""
-        refunded.append(order_id)
-        return "refunded"
-
     model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Not refunded."))
-    graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+    graph = ReactAgent(model, tools=[refund_tool(refunded)]).compile(checkpointer=store)
     out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
     batches, writes = len(store.batches), len(store.writes)
     await graph.ainvoke(

@@ -121,14 +121,19 @@ def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
     assert thread.status == Thread.Status.INTERRUPTED
 
 
-def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+def workers_kept_dying(run: Run, settings) -> None:
+    """As if each worker that took ``run`` died: its attempts used up, its lease expired."""
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         attempts=settings.PORTAL_RUN_MAX_ATTEMPTS,
         lease_owner="dead-worker",
         lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
+
+
+def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    workers_kept_dying(run, settings)
 
     assert drain() == 0
 
@@ -151,12 +156,7 @@ def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
     resume = services.thread_resume(
         thread=thread, value={"approved": True}, interrupt_id=request.pk
     )
-    Run.objects.filter(pk=resume.pk).update(
-        status=Run.Status.RUNNING,
-        attempts=settings.PORTAL_RUN_MAX_ATTEMPTS,
-        lease_owner="dead-worker",
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    workers_kept_dying(resume, settings)
 
     assert drain() == 0
 
