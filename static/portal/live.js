@@ -75,7 +75,9 @@
     };
   }
   // sockets: for tests and the console; deltas: how many streamed tokens arrived.
-  window.portalLive = { sockets: [], deltas: 0 };
+  // Counters for tests and for debugging in the console: stream deltas drawn, and
+  // transcript refreshes scheduled or in flight.
+  window.portalLive = { sockets: [], deltas: 0, refreshes: 0 };
 
   function parseRow(html) {
     const tpl = document.createElement("template");
@@ -186,10 +188,16 @@
     function refresh() {
       // Coalesce bursts (a status change and the final chunk arrive together).
       if (pending) return;
+      window.portalLive.refreshes++;
+      const done = function () { window.portalLive.refreshes--; };
       pending = setTimeout(function () {
         pending = null;
         if (window.htmx && document.getElementById(targetId)) {
-          window.htmx.ajax("GET", root.dataset.refreshUrl, { target: "#" + targetId, swap: "outerHTML" });
+          window.htmx
+            .ajax("GET", root.dataset.refreshUrl, { target: "#" + targetId, swap: "outerHTML" })
+            .then(done, done);
+        } else {
+          done();
         }
       }, 60);
     }
