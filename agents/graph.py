@@ -291,6 +291,8 @@ class _Run:
         self.state.execution_meta.step = 0
         meta = snapshot.meta if snapshot else {}
         self.seq = snapshot.seq if snapshot else None
+        # Set when the store recalled the thread rather than loaded it (see ``confirm``).
+        self.recalled = False
         self.status = snapshot.status if snapshot else None
         self.next_node = snapshot.next_node if snapshot else None
         self.answers: dict[str, Any] = dict(meta.get("answers") or {})
@@ -368,6 +370,21 @@ class _Run:
         except Exception as failed:
             error.add_note(f"the run's last steps could not be saved either: {failed}")
 
+    async def confirm(self, cause: BaseException | None = None) -> None:
+        """For a run on a recalled thread that has written nothing yet: check with the
+        store that the thread is still at the recalled checkpoint, else raise
+        ``CheckpointConflict`` (from ``cause``). A run that writes has its first write's
+        compare-and-swap do this; one that ends or is refused without writing does not."""
+        if not self.recalled:
+            return
+        self.recalled = False
+        store = self.graph.checkpointer
+        assert store is not None
+        snapshot = await store.aget(self.thread_id)
+        actual = snapshot.seq if snapshot else None
+        if actual != self.seq:
+            raise CheckpointConflict(self.thread_id, self.seq, actual) from cause
+
     async def flush(self) -> None:
         """Write the deferred steps now (before anything that may act runs)."""
         if self.deferred:
@@ -381,6 +398,7 @@ class _Run:
         else:
             self.seq = await store.aput_steps(self.thread_id, writes, parent_seq=self.seq)
         self.deferred = []
+        self.recalled = False  # the compare-and-swap confirmed it
 
     async def pause(self, pending: Interrupt, next_node: str, when: str | None = None) -> _Run:
         meta = self.state.execution_meta
@@ -436,7 +454,11 @@ class CompiledGraph:
 
     async def _execute(self, input: Any, config: dict[str, Any] | None, emit: Emit | None) -> _Run:
         run = await self._open(config, emit)
-        node = await self._accept(run, input)
+        try:
+            node = await self._accept(run, input)
+        except Exception as refused:
+            await run.confirm(refused)  # refused on a recalled thread that moved on?
+            raise
         limit = int(run.config.get("recursion_limit", 25))
         try:
             while node is not None and node != END:
@@ -474,9 +496,11 @@ class CompiledGraph:
                 node = after
         except Exception as exc:
             await run.flush_after(exc)
+            await run.confirm(exc)
             run.emit(StreamEvent.ERROR, error=str(exc), type=type(exc).__name__, node=node)
             raise
         await run.flush()  # (a run that ends writes its end durably: normally none is left)
+        await run.confirm()  # a run with nothing to do wrote nothing
         return await run.finish()
 
     async def _save_boundary(
@@ -557,27 +581,31 @@ class CompiledGraph:
                 "conversation under a thread id"
             )
         thread_id = str(thread_id or new_id("thread"))
-        snapshot = await self._load(thread_id, config)
+        snapshot, recalled = await self._load(thread_id, config)
         run_id = str(config.get("run_id") or new_id("run"))
-        return _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
+        run = _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
+        run.recalled = recalled
+        return run
 
-    async def _load(self, thread_id: str, config: dict[str, Any]) -> Snapshot | None:
+    async def _load(self, thread_id: str, config: dict[str, Any]) -> tuple[Snapshot | None, bool]:
+        """The thread, and whether the store recalled it rather than loaded it."""
         store = self.checkpointer
         if store is None:
-            return None
+            return None, False
         if "expected_seq" not in config:
-            return await store.aget(thread_id)
+            return await store.aget(thread_id), False
         # The caller chose its input from the thread as of that checkpoint (a worker: the
         # thread's row when it took the run). A store that still holds the thread as of
-        # it answers without a round trip; the compare-and-swap of the run's first write
-        # then checks that the thread is still there, and that write comes before any
-        # node that may act (a replayable one may have run, its work is then dropped).
+        # it answers without a round trip. Whether the thread is still there is then
+        # checked by the compare-and-swap of the run's first write, which comes before
+        # any node that may act (a replayable one may have run: its work is dropped), or,
+        # for a run refused or ending without a write, by a load (``_Run.confirm``).
         expected = config["expected_seq"] or None
         recall = getattr(store, "recall", None)
         if recall is not None:
             try:
                 recalled: Snapshot | None = recall(thread_id, expected)
-                return recalled
+                return recalled, True
             except LookupError:
                 pass
         snapshot = await store.aget(thread_id)
@@ -585,7 +613,7 @@ class CompiledGraph:
         if actual != expected:
             # Moved on since: nothing is applied or run.
             raise CheckpointConflict(thread_id, expected, actual)
-        return snapshot
+        return snapshot, False
 
     async def _accept(self, run: _Run, input: Any) -> str | None:
         """Check the input against the thread's status; return the node to run next."""

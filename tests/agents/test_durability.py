@@ -448,3 +448,27 @@ async def test_a_recalled_thread_that_moved_on_stops_before_anything_acts(config
     assert acted == ["sent"]
     snapshot = await store.aget("t-1")
     assert snapshot is not None and snapshot.seq == stale + 1
+
+
+async def test_a_recalled_run_that_writes_nothing_still_finds_a_thread_that_moved_on(config):
+    """Nothing to do on the recalled thread (or a refusal of the input there) proves
+    nothing: the run checks with the store before it reports either."""
+    store = RecallingStore()
+    graph = approval_graph(store, replayable=True)
+    out = await graph.ainvoke(user("refund"), {**config, "expected_seq": 0}, PARTIAL)
+    resumed = {"resume": "yes", "resume_interrupt_id": out["interrupt"]["id"]}
+    done = await graph.ainvoke(resumed, {**config, "expected_seq": out["seq"]}, PARTIAL)
+    stale = done["seq"]  # held as of the finished thread ...
+    await store.aput("t-1", CheckpointWrite(ThreadStatus.RUNNING, "approve"), parent_seq=stale)
+    store.held["t-1"] = dataclasses.replace(store.held["t-1"], seq=stale)  # ... still
+    loads = store.loads
+
+    with pytest.raises(CheckpointConflict):  # "nothing to continue" on the stale view
+        await graph.ainvoke({"messages": []}, {**config, "expected_seq": stale})
+    with pytest.raises(CheckpointConflict) as refused:  # "not paused" on the stale view
+        await graph.ainvoke(resumed, {**config, "expected_seq": stale})
+    assert type(refused.value.__cause__).__name__ == "ThreadNotPausedError"
+    assert store.loads == loads + 2
+    # On the thread as it is (left at `approve`, with no answer), the continue runs it.
+    went_on = await graph.ainvoke({"messages": []}, {**config, "expected_seq": stale + 1}, PARTIAL)
+    assert went_on["interrupt"] is not None and went_on["seq"] > stale + 1
