@@ -37,9 +37,12 @@ Recall. A worker passes the thread's seq as it read it when it took the run
 remembers the threads it last wrote durably on the worker's path (``RECENT``, a bounded
 LRU): a resume taken by the worker that paused the thread needs no load. A recalled
 thread is exactly what was committed at that seq, since checkpoints are append-only and a
-durable commit cannot be lost (one that skipped the disk could, and a seq then be
-written again with other steps, so those are not remembered). That the thread is still
-at that seq is checked by the compare-and-swap of the run's first write. A thread at seq
+durable commit is not lost (one that skipped the disk could be, and a seq then be written
+again with other steps, so those are not remembered). That holds with the server's
+``synchronous_commit`` on, as it ships; a failover to an asynchronous standby can lose
+commits too, so the worker forgets everything when its connection breaks. That
+the thread is still at that seq is checked by the compare-and-swap of the run's first
+write, or by a load for a run that writes nothing (see ``agents.graph``). A thread at seq
 0 has nothing to recall. Thread ids are not reused after a delete (the portal's are
 random UUIDs); ``adelete`` forgets the thread here too.
 
@@ -114,7 +117,7 @@ class _Held:
     interrupt: str | None
     agent: str | None
     title: str
-    size: int
+    size: int  # characters of JSON held: the messages, meta and interrupt
 
     def snapshot(self, thread_id: str) -> Snapshot:
         messages: list[dict[str, Any]] = []
@@ -136,16 +139,18 @@ class _Held:
         """This thread after ``writes`` were appended by ``step``."""
         last = writes[-1]
         added = tuple(m for (m, _), w in zip(step.encoded, writes, strict=True) if w.new_messages)
+        meta, interrupt = step.encoded[-1][1], _dump(step.pending)
+        history = self.size - len(self.meta) - len(self.interrupt or "")
         return _Held(
             seq=int(step.params["seq"]),
             status=ThreadStatus(last.status),
             next_node=last.next_node,
             messages=self.messages + added,
-            meta=step.encoded[-1][1],
-            interrupt=_dump(step.pending),
+            meta=meta,
+            interrupt=interrupt,
             agent=agent,
             title=title,
-            size=self.size + sum(map(len, added)),
+            size=history + sum(map(len, added)) + len(meta) + len(interrupt or ""),
         )
 
 
@@ -616,7 +621,7 @@ class DjangoCheckpointer:
             interrupt=interrupt,
             agent=rows[0][0],
             title=rows[0][1] or "",
-            size=sum(map(len, chunks)),
+            size=sum(map(len, chunks)) + len(meta or "") + len(interrupt or ""),
         )
         # Not into RECENT: what a load finds may be a commit that skipped the disk.
         self._held[pk] = held

@@ -417,7 +417,7 @@ class Worker:
                 # Our connection died (a database restart, a failover), not the run: give
                 # the run back, to continue from its last checkpoint after we reconnect.
                 log.warning("run %s: the database connection failed; releasing it", run.pk)
-                self._close_native()
+                self._connection_lost()
                 return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
@@ -450,7 +450,7 @@ class Worker:
         if not _using_postgres() or connection.in_atomic_block:
             return None
         if self._pg is not None and not self._native_usable():
-            self._close_native()
+            self._connection_lost()
         if self._pg is None:
             from portal.checkpointer import aconnect
 
@@ -477,6 +477,15 @@ class Worker:
             return False
         return True
 
+    def _connection_lost(self) -> None:
+        """The async connection broke (a database restart, a failover, which may have lost
+        the newest commits): close it, and forget the threads this process remembers
+        (``portal.checkpointer.RECENT``), so every run loads its thread again."""
+        from portal.checkpointer import RECENT
+
+        RECENT.clear()
+        self._close_native()
+
     def _close_native(self) -> None:
         conn, self._pg = self._pg, None
         if conn is not None and self._loop is not None and not self._loop.is_closed():
@@ -499,8 +508,9 @@ class Worker:
         self._loop = None
 
     def _recover(self, run: Run) -> tuple[dict[str, Any], int | None] | Outcome:
-        """The input to run with and, for an input applied again, the thread's checkpoint
-        it goes on top of; or the outcome an earlier attempt already reached."""
+        """The input to run with and, for a run taken over, the thread's checkpoint it goes
+        on top of (None: the thread's row as read before); or the outcome an earlier
+        attempt already reached."""
         stored = run.input if isinstance(run.input, dict) else {"invalid": run.input}
         if run.attempts <= 1:
             return stored, None
@@ -518,7 +528,9 @@ class Worker:
             if last.status == Checkpoint.Status.DONE:
                 return Outcome(Run.Status.SUCCEEDED)
         log.info("run %s: continuing from checkpoint %s after a crash", run.pk, last and last.seq)
-        return {"messages": []}, None
+        # Continue from the checkpoint looked at here (read after this run's steps were):
+        # should the earlier attempt write again meanwhile, the run is given back.
+        return {"messages": []}, last.seq if last is not None else 0
 
     def _finish(self, run: Run, outcome: Outcome) -> None:
         now = timezone.now()

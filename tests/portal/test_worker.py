@@ -353,16 +353,25 @@ def test_a_worker_recalls_the_threads_it_paused_instead_of_loading_them(
 def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next_run(
     support_agent,
 ):
+    import dataclasses
+    import uuid
+
     from django.db import connection
+
+    from portal.checkpointer import _NOTHING, RECENT
 
     worker = Worker(name="cut")
     try:
         first = worker._native_connection()
+        held = uuid.uuid4()
+        RECENT.put(held, dataclasses.replace(_NOTHING, seq=1))
         with connection.cursor() as cursor:  # as a database restart would
             cursor.execute("SELECT pg_terminate_backend(%s)", [first.info.backend_pid])
         thread, _ = services.thread_start(agent="approve", input=say("pay 3"), user=support_agent)
         second = worker._native_connection()
         assert second is not None and second is not first and first.closed
+        # A restart or a failover may have lost the newest commits: nothing is recalled.
+        assert RECENT.get(held, 1) is None
         assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
     finally:
         worker._close_loop()
@@ -503,3 +512,44 @@ def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwh
     assert (run.status, run.attempts) == (Run.Status.SUCCEEDED, 3)
     assert "the thread moved on under it" in caplog.text
     assert Thread.objects.get(pk=thread.pk).last_seq == 2  # the turn once, not twice
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_run_taken_over_as_its_earlier_attempt_writes_its_first_step_finishes_the_turn(
+    support_agent, monkeypatch
+):
+    """The stalled attempt writes the input just after the new worker read the thread's
+    row: the new worker continues from that step (it does not take the thread for new
+    and find nothing to do), and the turn ends once."""
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+
+    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=1,
+        lease_owner="stalled-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    recover = Worker._recover
+
+    def the_stalled_attempt_writes_first(self, claimed):
+        if not Checkpoint.objects.filter(run=claimed).exists():
+            step = CheckpointWrite(
+                ThreadStatus.RUNNING, "MAIN", new_messages=[say("hi")["messages"][0]]
+            )
+            DjangoCheckpointer(run=claimed).put_sync(str(thread.pk), step, parent_seq=None)
+        return recover(self, claimed)
+
+    monkeypatch.setattr(Worker, "_recover", the_stalled_attempt_writes_first)
+    worker = Worker(name="takes-over")
+    try:
+        assert worker.run_forever(once=True) >= 1
+    finally:
+        worker._close_loop()
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, thread.status) == (Run.Status.SUCCEEDED, Thread.Status.DONE)
+    snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
+    assert snapshot is not None and [m["role"] for m in snapshot.messages] == ["user", "assistant"]
