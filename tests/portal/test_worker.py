@@ -121,6 +121,18 @@ def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
     assert thread.status == Thread.Status.INTERRUPTED
 
 
+def stalled_echo_run(user) -> tuple[Thread, Run]:
+    """An echo run taken once by a worker that stalled: its lease has just expired."""
+    thread, run = services.thread_start(agent="echo", input=say("hi"), user=user)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        attempts=1,
+        lease_owner="stalled-worker",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    return thread, run
+
+
 def workers_kept_dying(run: Run, settings) -> None:
     """As if each worker that took ``run`` died: its attempts used up, its lease expired."""
     Run.objects.filter(pk=run.pk).update(
@@ -482,13 +494,7 @@ def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwh
     The run is given back, and its next claim finds the turn done."""
     from agents.checkpoint import CheckpointWrite, ThreadStatus
 
-    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.RUNNING,
-        attempts=1,
-        lease_owner="stalled-worker",
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    thread, run = stalled_echo_run(support_agent)
     recover = Worker._recover
     stalled = [True]
 
@@ -524,13 +530,7 @@ def test_a_run_taken_over_as_its_earlier_attempt_writes_its_first_step_finishes_
     and find nothing to do), and the turn ends once."""
     from agents.checkpoint import CheckpointWrite, ThreadStatus
 
-    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.RUNNING,
-        attempts=1,
-        lease_owner="stalled-worker",
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    thread, run = stalled_echo_run(support_agent)
     recover = Worker._recover
 
     def the_stalled_attempt_writes_first(self, claimed):
