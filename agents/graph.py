@@ -228,6 +228,18 @@ def _guards_effects(fn: Any) -> bool:
     return getattr(fn, "guards_effects", False) is True
 
 
+async def _load_at(
+    store: Checkpointer, thread_id: str, expected: int | None, cause: BaseException | None = None
+) -> Snapshot | None:
+    """The thread, loaded, if its newest checkpoint is ``expected``; else, the thread having
+    moved on, ``CheckpointConflict`` (from ``cause``) and nothing is applied or run."""
+    snapshot = await store.aget(thread_id)
+    actual = snapshot.seq if snapshot else None
+    if actual != expected:
+        raise CheckpointConflict(thread_id, expected, actual) from cause
+    return snapshot
+
+
 def _detached(write: CheckpointWrite) -> CheckpointWrite:
     """``write`` with its messages and meta copied as a store would keep them (JSON), so
     nothing that changes the live state later reaches it; the text goes with it, for the
@@ -380,10 +392,7 @@ class _Run:
         self.recalled = False
         store = self.graph.checkpointer
         assert store is not None
-        snapshot = await store.aget(self.thread_id)
-        actual = snapshot.seq if snapshot else None
-        if actual != self.seq:
-            raise CheckpointConflict(self.thread_id, self.seq, actual) from cause
+        await _load_at(store, self.thread_id, self.seq, cause)
 
     async def flush(self) -> None:
         """Write the deferred steps now (before anything that may act runs)."""
@@ -608,12 +617,7 @@ class CompiledGraph:
                 return recalled, True
             except LookupError:
                 pass
-        snapshot = await store.aget(thread_id)
-        actual = snapshot.seq if snapshot else None
-        if actual != expected:
-            # Moved on since: nothing is applied or run.
-            raise CheckpointConflict(thread_id, expected, actual)
-        return snapshot, False
+        return await _load_at(store, thread_id, expected), False
 
     async def _accept(self, run: _Run, input: Any) -> str | None:
         """Check the input against the thread's status; return the node to run next."""

@@ -117,7 +117,12 @@ class _Held:
     interrupt: str | None
     agent: str | None
     title: str
-    size: int  # characters of JSON held: the messages, meta and interrupt
+    history: int  # characters of the messages' JSON
+
+    @property
+    def size(self) -> int:
+        """Characters of JSON held: the messages, meta and interrupt."""
+        return self.history + len(self.meta) + len(self.interrupt or "")
 
     def snapshot(self, thread_id: str) -> Snapshot:
         messages: list[dict[str, Any]] = []
@@ -139,23 +144,21 @@ class _Held:
         """This thread after ``writes`` were appended by ``step``."""
         last = writes[-1]
         added = tuple(m for (m, _), w in zip(step.encoded, writes, strict=True) if w.new_messages)
-        meta, interrupt = step.encoded[-1][1], _dump(step.pending)
-        history = self.size - len(self.meta) - len(self.interrupt or "")
         return _Held(
             seq=int(step.params["seq"]),
             status=ThreadStatus(last.status),
             next_node=last.next_node,
             messages=self.messages + added,
-            meta=meta,
-            interrupt=interrupt,
+            meta=step.encoded[-1][1],
+            interrupt=_dump(step.pending),
             agent=agent,
             title=title,
-            size=history + sum(map(len, added)) + len(meta) + len(interrupt or ""),
+            history=self.history + sum(map(len, added)),
         )
 
 
 # A thread with no checkpoint yet (seq 0), which the first write builds on.
-_NOTHING = _Held(0, ThreadStatus.RUNNING, None, (), "", None, None, "", 0)
+_NOTHING = _Held(0, ThreadStatus.RUNNING, None, (), "", None, None, "", history=0)
 
 
 class _Recent:
@@ -430,10 +433,7 @@ class DjangoCheckpointer:
             return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
         pk = thread_pk(thread_id)
         cursor = await self._aconn.execute(_PG_LOAD, {"thread": pk})
-        rows = await cursor.fetchall()
-        snapshot = self._snapshot(thread_id, pk, rows)
-        self._hold_loaded(pk, rows)
-        return snapshot
+        return self._snapshot(thread_id, pk, await cursor.fetchall())
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         return await self.aput_steps(thread_id, [write], parent_seq=parent_seq)
@@ -582,35 +582,21 @@ class DjangoCheckpointer:
     # --- shared by both PostgreSQL executors --------------------------------------------
 
     def _snapshot(self, thread_id: str, pk: uuid.UUID, rows: Sequence[Any]) -> Snapshot | None:
+        """The thread from ``_PG_LOAD``'s rows; what is known of it is noted, and held as
+        the base of this instance's next write (not in RECENT: what a load finds may be a
+        commit that skipped the disk)."""
         if not rows:
             # No thread row: the first write creates one, with no agent (see the module's
             # docstring), so there is none to look up before it.
             self._known[pk] = _Known(None, "", "")
+            self._held[pk] = _NOTHING
             return None
         agent, title = rows[0][0], rows[0][1]
         if rows[0][2] is None:
             self._known[pk] = _Known(None, agent, title)
-            return None
-        messages: list[dict[str, Any]] = []
-        for row in rows:
-            messages.extend(json.loads(row[5]) or [])
-        _agent, _title, seq, status, next_node, _messages, meta, interrupt = rows[-1]
-        self._known[pk] = _Known(ThreadStatus(status), agent, title)
-        return Snapshot(
-            thread_id=thread_id,
-            seq=seq,
-            status=ThreadStatus(status),
-            next_node=next_node,
-            messages=messages,
-            meta=json.loads(meta) if meta else {},
-            interrupt=json.loads(interrupt) if interrupt else None,
-        )
-
-    def _hold_loaded(self, pk: uuid.UUID, rows: Sequence[Any]) -> None:
-        if not rows or rows[0][2] is None:
             self._held[pk] = _NOTHING
-            return
-        chunks = tuple(row[5] for row in rows if row[5] is not None)
+            return None
+        chunks = tuple(row[5] for row in rows)
         _agent, _title, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         held = _Held(
             seq=seq,
@@ -619,12 +605,13 @@ class DjangoCheckpointer:
             messages=chunks,
             meta=meta or "",
             interrupt=interrupt,
-            agent=rows[0][0],
-            title=rows[0][1] or "",
-            size=sum(map(len, chunks)) + len(meta or "") + len(interrupt or ""),
+            agent=agent,
+            title=title or "",
+            history=sum(map(len, chunks)),
         )
-        # Not into RECENT: what a load finds may be a commit that skipped the disk.
+        self._known[pk] = _Known(held.status, agent, title)
         self._held[pk] = held
+        return held.snapshot(thread_id)
 
     def _hold_written(
         self,
