@@ -244,11 +244,14 @@ def _cached_validator(schema_json: str) -> Draft202012Validator:
     return Draft202012Validator(json.loads(schema_json))
 
 
+_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
     # Building a validator costs more than validating a small answer; schemas repeat
     # (one per tool or agent), so keep the recent ones, keyed by their canonical text.
     try:
-        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        key = _canonical_json(schema)
     except (TypeError, ValueError):
         return Draft202012Validator(schema)
     return _cached_validator(key)
