@@ -166,14 +166,36 @@ class Impl:
 
 
 class _Counting:
-    """An async connection that counts the statements sent through it."""
+    """An async connection that counts the statements run through it: by its ``execute``
+    and by libpq's sends, which ``portal.pg.fetch_first`` uses (preparing one is not
+    running it)."""
 
     def __init__(self, conn: Any) -> None:
-        self.conn, self.autocommit, self.statements = conn, conn.autocommit, 0
+        self.conn, self.statements = conn, 0
+        self.pgconn = _CountingLibpq(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         self.statements += 1
         return await self.conn.execute(*args, **kwargs)
+
+
+class _CountingLibpq:
+    def __init__(self, owner: _Counting) -> None:
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.conn.pgconn, name)
+
+    def send_query_prepared(self, *args: Any, **kwargs: Any) -> Any:
+        self._owner.statements += 1
+        return self._owner.conn.pgconn.send_query_prepared(*args, **kwargs)
+
+    def send_query_params(self, *args: Any, **kwargs: Any) -> Any:
+        self._owner.statements += 1
+        return self._owner.conn.pgconn.send_query_params(*args, **kwargs)
 
 
 class Ours(Impl):

@@ -53,6 +53,7 @@ recorded decisions is kept (``ProtectedError``), because decisions are an audit 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -76,9 +77,10 @@ from agents.checkpoint import (
     CheckpointWrite,
     Snapshot,
     ThreadStatus,
+    compact_json,
     encode_step,
 )
-from portal import broadcast
+from portal import broadcast, pg
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.policies import expires_at_for, expiry_names_agents
 
@@ -87,8 +89,10 @@ log = logging.getLogger(__name__)
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
 
+@functools.lru_cache(maxsize=1024)
 def thread_pk(thread_id: str) -> uuid.UUID:
-    """The ``Thread`` primary key for a runtime thread id."""
+    """The ``Thread`` primary key for a runtime thread id (each write needs it: the
+    recent ones are kept)."""
     try:
         return uuid.UUID(str(thread_id))
     except ValueError:
@@ -301,13 +305,24 @@ _PG_WRITES = {
     for queue in (False, True)
     for durable in (False, True)
 }
+# The same, as the worker's connection sends them (``portal.pg.fetch_first``), with the
+# types of the parameters that are not text.
+_PG_TYPES = {
+    "thread": pg.UUID,
+    "run": pg.UUID,
+    "expected": pg.INT4,
+    "seq": pg.INT4,
+    "now": pg.TIMESTAMPTZ,
+    "expires_at": pg.TIMESTAMPTZ,
+}
+_PG_WIRE = {key: pg.Statement.of(sql, _PG_TYPES) for key, sql in _PG_WRITES.items()}
 
 _PG_LAST_SEQ = "SELECT last_seq FROM portal_thread WHERE id = %(thread)s"
 _PG_AGENT = "SELECT agent, title FROM portal_thread WHERE id = %(thread)s"
 
 
 def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else compact_json(value)
 
 
 def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
@@ -338,7 +353,7 @@ def _steps_json(writes: Sequence[CheckpointWrite]) -> tuple[str, list[tuple[str,
     rows, encoded = [], []
     for write in writes:
         messages, meta = encode_step(write)
-        head = json.dumps({**_step_head(write), "at": write.at}, separators=(",", ":"))
+        head = compact_json({**_step_head(write), "at": write.at})
         rows.append(f'{head[:-1]},"messages":{messages},"meta":{meta}}}')
         encoded.append((messages, meta))
     return "[" + ",".join(rows) + "]", encoded
@@ -372,7 +387,7 @@ class _Entered:
 class _PgStep:
     """One step's statement and parameters, and what to make of its result."""
 
-    sql: str
+    key: tuple[bool, bool, bool]  # (first step?, queue part?, durable?): see _PG_WRITES
     params: dict[str, Any]
     pending: dict[str, Any] | None
     durable: bool = True
@@ -452,8 +467,7 @@ class DjangoCheckpointer:
             cursor = await conn.execute(_PG_AGENT, {"thread": pk})
             self._remember(pk, await cursor.fetchone())
         step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
-        cursor = await conn.execute(step.sql, step.params)
-        row = await cursor.fetchone()
+        row = _counted(await pg.fetch_first(conn, _PG_WIRE[step.key], step.params))
         if not row or not row[0]:
             self._held.pop(pk, None)
             RECENT.forget(pk)
@@ -570,7 +584,7 @@ class DjangoCheckpointer:
                 cursor.execute(_PG_AGENT, {"thread": pk})
                 self._remember(pk, cursor.fetchone())
             step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes) or inside)
-            cursor.execute(step.sql, step.params)
+            cursor.execute(_PG_WRITES[step.key], step.params)
             row = cursor.fetchone()
             if not row or not row[0]:
                 cursor.execute(_PG_LAST_SEQ, {"thread": pk})
@@ -679,7 +693,7 @@ class DjangoCheckpointer:
         }
         first = parent_seq is None
         if not self._queue_may_change(pk, pending):
-            return _PgStep(_PG_WRITES[first, False, durable], params, pending, durable, encoded)
+            return _PgStep((first, False, durable), params, pending, durable, encoded)
         request = pending or {}
         reason = request.get("reason") or "input_required"
         known = self._known.get(pk)
@@ -697,7 +711,7 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
-        return _PgStep(_PG_WRITES[first, True, durable], params, pending, durable, encoded)
+        return _PgStep((first, True, durable), params, pending, durable, encoded)
 
     def _pg_done(self, pk: uuid.UUID, step: _PgStep, row: Sequence[Any]) -> list[dict[str, Any]]:
         """Remember the step; the queue changes to announce once it is committed."""
@@ -709,7 +723,7 @@ class DjangoCheckpointer:
         base = {"thread_id": pk, "agent": agent or ""}
         changes = [
             {**base, "interrupt_id": i, "reason": reason, "status": Interrupt.Status.RESOLVED.value}
-            for i, reason in json.loads(stale_json)
+            for i, reason in (json.loads(stale_json) if stale_json != "[]" else ())
         ]
         if entered and step.pending is not None:
             changes.append(
@@ -806,6 +820,14 @@ class DjangoCheckpointer:
 
     def delete_sync(self, thread_id: str) -> None:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
+
+
+def _counted(row: list[Any]) -> list[Any]:
+    """A write's result row as text (``pg.fetch_first``) with its two counts as numbers, as
+    a cursor gives it: steps inserted, requests entered."""
+    if row:
+        row[0], row[4] = int(row[0]), int(row[4])
+    return row
 
 
 def _first(row: Any) -> int | None:

@@ -1,0 +1,186 @@
+"""``portal.pg.fetch_first``: the checkpointer's write sent through libpq on the worker's
+connection. Each refusal must be psycopg's own exception, and a connection left in an
+unknown state must not be used again."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from asgiref.sync import async_to_sync
+
+from portal import pg
+
+ECHO = pg.Statement.of(
+    "SELECT %(thread)s::text, %(seq)s + 1, %(at)s::text, %(text)s, %(thread)s IS NULL, "
+    "%(none)s::text",
+    {"thread": pg.UUID, "seq": pg.INT4, "at": pg.TIMESTAMPTZ},
+)
+
+
+def test_a_statement_numbers_each_name_once_in_the_order_it_first_appears():
+    assert ECHO.sql == (b"SELECT $1::text, $2 + 1, $3::text, $4, $1 IS NULL, $5::text")
+    assert ECHO.params == ("thread", "seq", "at", "text", "none")
+    assert ECHO.types == (pg.UUID, pg.INT4, pg.TIMESTAMPTZ, pg.UNKNOWN, pg.UNKNOWN)
+    # Two different statements never share a prepared name.
+    assert pg.Statement.of("SELECT 1", {}).name != pg.Statement.of("SELECT 2", {}).name
+
+
+def test_a_statement_with_another_placeholder_style_is_refused():
+    with pytest.raises(ValueError, match="placeholder other than"):
+        pg.Statement.of("SELECT %s", {})
+
+
+def test_parameters_are_sent_as_text_and_what_has_no_text_form_is_refused():
+    params = {
+        "thread": uuid.UUID(int=7),
+        "seq": 41,
+        "at": datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
+        "text": "é",
+        "none": None,
+    }
+    assert ECHO.values(params) == [
+        b"00000000-0000-0000-0000-000000000007",
+        b"41",
+        b"2026-11-30T08:00:00+00:00",
+        "é".encode(),
+        None,
+    ]
+    with pytest.raises(ValueError, match="naive datetime"):
+        ECHO.values({**params, "at": datetime(2026, 11, 30, 8, 0)})
+    with pytest.raises(TypeError, match="type float"):
+        ECHO.values({**params, "seq": 1.5})
+    with pytest.raises(TypeError, match="type bool"):
+        ECHO.values({**params, "seq": True})
+
+
+async def _connect(**kwargs):
+    return await psycopg.AsyncConnection.connect(**pg.connect_kwargs(), autocommit=True, **kwargs)
+
+
+PARAMS = {
+    "thread": uuid.UUID(int=7),
+    "seq": 41,
+    "at": datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
+    "text": "hello",
+    "none": None,
+}
+
+
+@pytest.mark.postgres
+def test_the_first_row_comes_back_as_text_prepared_once_per_connection(transactional_db):
+    async def scenario():
+        conn = await _connect()
+        try:
+            first = await pg.fetch_first(conn, ECHO, PARAMS)
+            again = await pg.fetch_first(conn, ECHO, {**PARAMS, "seq": 1})
+            cursor = await conn.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE name = %s",
+                [ECHO.name.decode()],
+            )
+            prepared = (await cursor.fetchone())[0]
+            empty = await pg.fetch_first(conn, pg.Statement.of("SELECT 1 WHERE false", {}), {})
+        finally:
+            await conn.close()
+        return first, again, prepared, empty
+
+    first, again, prepared, empty = async_to_sync(scenario)()
+    assert first == [
+        "00000000-0000-0000-0000-000000000007",
+        "42",
+        "2026-11-30 08:00:00+00",
+        "hello",
+        "f",
+        None,
+    ]
+    assert again[1] == "2"
+    assert prepared == 1
+    assert empty == []
+
+
+@pytest.mark.postgres
+def test_a_server_error_is_psycopgs_exception_and_the_connection_goes_on(transactional_db):
+    divide = pg.Statement.of("SELECT 1 / %(seq)s", {"seq": pg.INT4})
+
+    async def scenario():
+        conn = await _connect()
+        try:
+            with pytest.raises(psycopg.errors.DivisionByZero, match="division by zero"):
+                await pg.fetch_first(conn, divide, {"seq": 0})
+            return await pg.fetch_first(conn, divide, {"seq": 1}), conn.closed
+        finally:
+            await conn.close()
+
+    assert async_to_sync(scenario)() == (["1"], False)
+
+
+@pytest.mark.postgres
+def test_a_statement_deallocated_behind_its_back_is_prepared_again(transactional_db):
+    async def scenario():
+        conn = await _connect()
+        try:
+            await pg.fetch_first(conn, ECHO, PARAMS)
+            await conn.execute("DEALLOCATE ALL")
+            return await pg.fetch_first(conn, ECHO, PARAMS)
+        finally:
+            await conn.close()
+
+    assert async_to_sync(scenario)()[1] == "42"
+
+
+@pytest.mark.postgres
+def test_a_connection_that_must_not_prepare_sends_unnamed_statements(transactional_db):
+    async def scenario():
+        conn = await _connect(prepare_threshold=None)
+        try:
+            row = await pg.fetch_first(conn, ECHO, PARAMS)
+            cursor = await conn.execute("SELECT count(*) FROM pg_prepared_statements")
+            return row, (await cursor.fetchone())[0]
+        finally:
+            await conn.close()
+
+    row, prepared = async_to_sync(scenario)()
+    assert row[1] == "42" and prepared == 0
+
+
+@pytest.mark.postgres
+def test_a_statement_cancelled_in_flight_closes_its_connection(transactional_db):
+    """Nobody can tell whether a statement cancelled in flight committed, and the connection
+    still owes its result: it is closed, not reused (the worker then opens another)."""
+    slow = pg.Statement.of("SELECT pg_sleep(%(seconds)s)", {})
+
+    async def scenario():
+        conn = await _connect()
+        task = asyncio.ensure_future(pg.fetch_first(conn, slow, {"seconds": "5"}))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        took = asyncio.get_running_loop().time() - started
+        return conn.closed, took
+
+    closed, took = async_to_sync(scenario)()
+    assert closed and took < 1
+
+
+@pytest.mark.postgres
+def test_a_connection_cut_by_the_server_raises_operational_error(transactional_db):
+    """What the worker takes for its own connection failing (``_connection_failed``)."""
+
+    async def scenario():
+        conn = await _connect()
+        other = await _connect()
+        try:
+            await pg.fetch_first(conn, ECHO, PARAMS)
+            await other.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
+            with pytest.raises(psycopg.OperationalError):
+                await pg.fetch_first(conn, ECHO, PARAMS)
+        finally:
+            await other.close()
+            await conn.close()
+
+    async_to_sync(scenario)()
