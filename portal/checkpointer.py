@@ -14,7 +14,7 @@ transaction too. Queue broadcasts go out after the commit.
 
 Two executors, one set of rules:
 
-- On PostgreSQL each write is one SQL statement (``_pg_write``: the compare-and-swap, the
+- On PostgreSQL each write is one SQL statement (``_PG_WRITES``: the compare-and-swap, the
   insert and the queue's changes as data-modifying CTEs, atomic as any statement) and a
   load is one SELECT. Round trips, not rows, are what a step costs, so this is the path
   that keeps a pause and a resume within a few milliseconds.
@@ -22,7 +22,8 @@ Two executors, one set of rules:
 
 The protocol is async. Given ``connection=`` (a psycopg ``AsyncConnection`` in
 autocommit mode, see ``aconnect``), the async methods run their statements on it directly,
-with no thread hop: the worker does this. Without one they run the synchronous halves
+with no thread hop: the worker does this; the write goes through libpq itself, prepared
+once per connection (``portal.pg.fetch_first``). Without one they run the synchronous halves
 through ``sync_to_async(thread_sensitive=True)``, on the caller's Django connection, so a
 caller that holds a transaction (a test, a script) keeps its writes inside it.
 
