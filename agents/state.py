@@ -17,8 +17,8 @@ JSON = Any
 
 
 def new_id(prefix: str) -> str:
-    """``prefix_`` and 16 random hex digits (64 bits from the OS's generator, as
-    ``uuid4().hex[:16]`` gave, without building a UUID)."""
+    """``prefix_`` and 16 random hex digits: 64 bits from the OS's generator (the 16
+    digits of ``uuid4().hex`` used before held 60, and cost a UUID object)."""
     return f"{prefix}_{os.urandom(8).hex()}"
 
 

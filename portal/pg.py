@@ -72,30 +72,39 @@ class Statement:
         text = _PLACEHOLDER.sub(number, sql)
         if "%" in text:
             raise ValueError(f"a placeholder other than %(name)s in {sql!r}")
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        return cls(
-            f"portal_{digest}".encode(),
-            text.encode(),
-            tuple(names),
-            tuple(types.get(name, UNKNOWN) for name in names),
-        )
+        kinds = tuple(types.get(name, UNKNOWN) for name in names)
+        # Named for its text and its parameters' types: another statement never gets a
+        # name this one prepared.
+        digest = hashlib.sha256(f"{text}\0{kinds}".encode()).hexdigest()[:16]
+        return cls(f"portal_{digest}".encode(), text.encode(), tuple(names), kinds)
 
-    def values(self, params: dict[str, Any]) -> list[bytes | None]:
-        return [_text(params[name]) for name in self.params]
+    def values(self, params: dict[str, Any], encoding: str) -> list[bytes | None]:
+        """The parameters as libpq sends them: text in the connection's encoding."""
+        values = []
+        for name in self.params:
+            try:
+                values.append(_text(params[name], encoding))
+            except (TypeError, ValueError) as exc:  # (UnicodeEncodeError is a ValueError)
+                kind = TypeError if isinstance(exc, TypeError) else ValueError
+                raise kind(f"parameter {name!r}: {exc}") from exc
+        return values
 
 
-def _text(value: Any) -> bytes | None:
+def _text(value: Any, encoding: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode()
+        if "\0" in value:
+            # libpq reads a parameter as a C string: the rest would be dropped in silence.
+            raise ValueError("PostgreSQL text cannot contain NUL (0x00) characters")
+        return value.encode(encoding)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError(f"a naive datetime ({value}) would be read in the session's zone")
         return value.isoformat().encode()
     if isinstance(value, int | UUID_TYPE) and not isinstance(value, bool):
         return str(value).encode()
-    raise TypeError(f"no text form for a parameter of type {type(value).__name__}")
+    raise TypeError(f"no text form for a value of type {type(value).__name__}")
 
 
 # The statements each open connection has prepared (a new connection starts with none).
@@ -109,7 +118,7 @@ async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -
     Should the caller be cancelled while the statement is in flight, the connection is
     closed: nobody could tell whether it committed, and its owner opens another (as it
     does for any connection that fails)."""
-    values = statement.values(params)
+    values = statement.values(params, conn.info.encoding)
     pg = conn.pgconn
     async with conn.lock:
         try:
@@ -117,7 +126,7 @@ async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -
                 pg.send_query_params(statement.sql, values, param_types=statement.types)
                 return _first_row(conn, await _results(pg))
             names = _prepared.setdefault(conn, set())
-            for _attempt in range(2):
+            for attempt in (1, 2):
                 if statement.name not in names:
                     pg.send_prepare(statement.name, statement.sql, param_types=statement.types)
                     _check(conn, await _results(pg))
@@ -125,11 +134,19 @@ async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -
                 pg.send_query_prepared(statement.name, values)
                 try:
                     return _first_row(conn, await _results(pg))
-                except errors.InvalidSqlStatementName:
-                    # Deallocated behind our back (DISCARD ALL): prepare it again, once.
-                    # Nothing ran: the server refused the statement before executing it.
-                    names.clear()
-            raise RuntimeError(f"statement {statement.name!r} could not be prepared")
+                except (errors.InvalidSqlStatementName, errors.FeatureNotSupported) as exc:
+                    # The server refused the statement before running any of it: it was
+                    # deallocated behind our back (DISCARD ALL), or a migration changed
+                    # a table it returns ("cached plan must not change result type").
+                    # Prepare it again, once.
+                    stale = isinstance(exc, errors.InvalidSqlStatementName)
+                    if attempt == 2 or not (stale or "cached plan" in str(exc)):
+                        raise
+                    names.discard(statement.name)
+                    if not stale:
+                        pg.send_query(b"DEALLOCATE " + statement.name)
+                        _check(conn, await _results(pg))
+            raise AssertionError("unreachable: the second attempt returns or raises")
         except BaseException:
             if pg.transaction_status == pq.TransactionStatus.ACTIVE:
                 await conn.close()
@@ -161,14 +178,16 @@ def _first_row(conn: Any, results: list[Any]) -> list[Any]:
 
 async def _results(pg: Any) -> list[Any]:
     """Send what libpq has buffered and collect the results of the one command sent."""
-    loop = asyncio.get_running_loop()
     while pg.flush():
-        await _ready(loop.add_writer, loop.remove_writer, pg.socket)
+        # Read too while the rest waits to go out, as libpq asks: a server blocked on
+        # writing to us would otherwise never read the rest.
+        await _ready(pg.socket, write=True)
+        pg.consume_input()
     results: list[Any] = []
     while True:
         pg.consume_input()
         if pg.is_busy():
-            await _ready(loop.add_reader, loop.remove_reader, pg.socket)
+            await _ready(pg.socket)
             continue
         result = pg.get_result()
         if result is None:
@@ -176,15 +195,21 @@ async def _results(pg: Any) -> list[Any]:
         results.append(result)
 
 
-async def _ready(add: Any, remove: Any, fd: int) -> None:
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+async def _ready(fd: int, *, write: bool = False) -> None:
+    """Until ``fd`` can be read (or, with ``write``, read or written)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
 
     def ready() -> None:
         if not waiter.done():  # (the loop may call again before the waiter resumes)
             waiter.set_result(None)
 
-    add(fd, ready)
+    loop.add_reader(fd, ready)
+    if write:
+        loop.add_writer(fd, ready)
     try:
         await waiter
     finally:
-        remove(fd)
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)

@@ -21,6 +21,15 @@ ECHO = pg.Statement.of(
 )
 
 
+PARAMS = {
+    "thread": uuid.UUID(int=7),
+    "seq": 41,
+    "at": datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
+    "text": "hello",
+    "none": None,
+}
+
+
 def test_a_statement_numbers_each_name_once_in_the_order_it_first_appears():
     assert ECHO.sql == (b"SELECT $1::text, $2 + 1, $3::text, $4, $1 IS NULL, $5::text")
     assert ECHO.params == ("thread", "seq", "at", "text", "none")
@@ -35,39 +44,31 @@ def test_a_statement_with_another_placeholder_style_is_refused():
 
 
 def test_parameters_are_sent_as_text_and_what_has_no_text_form_is_refused():
-    params = {
-        "thread": uuid.UUID(int=7),
-        "seq": 41,
-        "at": datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
-        "text": "é",
-        "none": None,
-    }
-    assert ECHO.values(params) == [
+    params = {**PARAMS, "text": "é"}
+    assert ECHO.values(params, "utf-8") == [
         b"00000000-0000-0000-0000-000000000007",
         b"41",
         b"2026-11-30T08:00:00+00:00",
         "é".encode(),
         None,
     ]
-    with pytest.raises(ValueError, match="naive datetime"):
-        ECHO.values({**params, "at": datetime(2026, 11, 30, 8, 0)})
-    with pytest.raises(TypeError, match="type float"):
-        ECHO.values({**params, "seq": 1.5})
+    # Text goes in the connection's encoding, whatever the server's default.
+    assert ECHO.values(params, "latin-1")[3] == b"\xe9"
+    with pytest.raises(ValueError, match="parameter 'at': a naive datetime"):
+        ECHO.values({**params, "at": datetime(2026, 11, 30, 8, 0)}, "utf-8")
+    with pytest.raises(TypeError, match="parameter 'seq': no text form for a value of type float"):
+        ECHO.values({**params, "seq": 1.5}, "utf-8")
     with pytest.raises(TypeError, match="type bool"):
-        ECHO.values({**params, "seq": True})
+        ECHO.values({**params, "seq": True}, "utf-8")
+    # libpq would cut the text at the NUL, and nobody would know.
+    with pytest.raises(ValueError, match="parameter 'text': PostgreSQL text cannot contain NUL"):
+        ECHO.values({**params, "text": "abc\x00def"}, "utf-8")
+    with pytest.raises(ValueError, match="parameter 'text': 'latin-1' codec"):
+        ECHO.values({**params, "text": "€"}, "latin-1")
 
 
 async def _connect(**kwargs):
     return await psycopg.AsyncConnection.connect(**pg.connect_kwargs(), autocommit=True, **kwargs)
-
-
-PARAMS = {
-    "thread": uuid.UUID(int=7),
-    "seq": 41,
-    "at": datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
-    "text": "hello",
-    "none": None,
-}
 
 
 @pytest.mark.postgres
@@ -184,3 +185,35 @@ def test_a_connection_cut_by_the_server_raises_operational_error(transactional_d
             await conn.close()
 
     async_to_sync(scenario)()
+
+
+@pytest.mark.postgres
+def test_text_goes_both_ways_in_the_connections_encoding(transactional_db):
+    async def scenario():
+        conn = await _connect(client_encoding="LATIN1")
+        try:
+            return await pg.fetch_first(conn, ECHO, {**PARAMS, "text": "café"})
+        finally:
+            await conn.close()
+
+    assert async_to_sync(scenario)()[3] == "café"
+
+
+@pytest.mark.postgres
+def test_a_statement_whose_table_a_migration_changed_is_prepared_again(transactional_db):
+    """After ALTER TABLE the server refuses the old plan ("cached plan must not change
+    result type") before running any of it: prepared again, the statement runs."""
+    select = pg.Statement.of("SELECT title FROM wire_scratch WHERE id = %(seq)s", {"seq": pg.INT4})
+
+    async def scenario():
+        conn = await _connect()
+        try:
+            await conn.execute("CREATE TEMP TABLE wire_scratch (id int, title varchar(5))")
+            await conn.execute("INSERT INTO wire_scratch VALUES (1, 'mug')")
+            before = await pg.fetch_first(conn, select, {"seq": 1})
+            await conn.execute("ALTER TABLE wire_scratch ALTER COLUMN title TYPE varchar(9)")
+            return before, await pg.fetch_first(conn, select, {"seq": 1})
+        finally:
+            await conn.close()
+
+    assert async_to_sync(scenario)() == (["mug"], ["mug"])
