@@ -434,7 +434,7 @@ def drive_interleaved(impls: list[Impl], n: int, block: int = 50) -> dict[str, d
     a busy neighbour slows them all alike rather than whichever ran at the time."""
     opened = [(impl, *impl.open()) for impl in impls]
     out: dict[str, dict[str, Any]] = {
-        impl.name: {"pause": [], "resume": [], "wall": 0.0} for impl in impls
+        impl.name: {"pause": [], "resume": [], "wall": 0.0, "cpu": 0.0} for impl in impls
     }
     clock = time.perf_counter
     try:
@@ -446,7 +446,7 @@ def drive_interleaved(impls: list[Impl], n: int, block: int = 50) -> dict[str, d
             for impl, pause, resume, _close in opened:
                 result = out[impl.name]
                 ids = new_ids(min(block, n - start))
-                began = clock()
+                began, cpu = clock(), time.process_time()
                 for tid in ids:
                     t0 = clock()
                     iid = pause(tid)
@@ -456,6 +456,9 @@ def drive_interleaved(impls: list[Impl], n: int, block: int = 50) -> dict[str, d
                     result["pause"].append(t1 - t0)
                     result["resume"].append(t2 - t1)
                 result["wall"] += clock() - began
+                # This process's CPU only: the client's share of a cycle (the server's
+                # runs in its own processes).
+                result["cpu"] += time.process_time() - cpu
     finally:
         for _impl, _pause, _resume, close in opened:
             close()
@@ -755,6 +758,7 @@ def _row(name: str, one: dict[str, Any], four: dict[str, Any] | None) -> list[ob
         r95,
         _cycle_p50(one),
         _cycle_ms(one),
+        f"{one['cpu'] / len(one['pause']) * 1000:.3f}",
         round(len(one["pause"]) / one["wall"]),
     ]
     if four is not None:
@@ -850,6 +854,7 @@ def _main() -> None:
         "resume p95 ms",
         "cycle p50 ms",
         "ms / cycle (wall mean)",
+        "client CPU ms / cycle",
         "cycles/s (1 proc)",
         f"cycles/s ({PROCS} procs)",
         f"pause p50 ms ({PROCS} procs)",
@@ -930,6 +935,9 @@ def _main() -> None:
             "autocommit INSERT at the pause and one UPDATE at the resume. Commits and rows "
             "written per cycle are `pg_stat_database` deltas (`xact_commit`; tuples inserted + "
             "updated + deleted) over a separate run of 100 cycles of each implementation alone. "
+            "Client CPU per cycle is this process's CPU time (`time.process_time`) over the "
+            "1-process run: the part of a cycle spent in Python and the driver rather than in "
+            "PostgreSQL or on the wire. "
             f"Ours issues {statements['pause']} SQL statements for a pause and "
             f"{statements['resume']} for a resume (counted at the connection).",
             table(headers, rows),
