@@ -320,6 +320,9 @@ _PG_WIRE = {key: pg.Statement.of(sql, _PG_TYPES) for key, sql in _PG_WRITES.item
 
 _PG_LAST_SEQ = "SELECT last_seq FROM portal_thread WHERE id = %(thread)s"
 _PG_AGENT = "SELECT agent, title FROM portal_thread WHERE id = %(thread)s"
+_PG_LOAD_WIRE, _PG_LAST_SEQ_WIRE, _PG_AGENT_WIRE = (
+    pg.Statement.of(sql, _PG_TYPES) for sql in (_PG_LOAD, _PG_LAST_SEQ, _PG_AGENT)
+)
 
 
 def _dump(value: Any) -> str | None:
@@ -448,8 +451,11 @@ class DjangoCheckpointer:
         if self._aconn is None:
             return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
         pk = thread_pk(thread_id)
-        cursor = await self._aconn.execute(_PG_LOAD, {"thread": pk})
-        return self._snapshot(thread_id, pk, await cursor.fetchall())
+        rows = await pg.fetch(self._aconn, _PG_LOAD_WIRE, {"thread": pk})
+        # (Text from the wire: the seq as a number, as a cursor gives it.)
+        for row in rows:
+            row[2] = None if row[2] is None else int(row[2])
+        return self._snapshot(thread_id, pk, rows)
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         return await self.aput_steps(thread_id, [write], parent_seq=parent_seq)
@@ -465,15 +471,15 @@ class DjangoCheckpointer:
         pk = thread_pk(thread_id)
         conn = self._aconn
         if self._needs_agent(pk, writes[-1]):
-            cursor = await conn.execute(_PG_AGENT, {"thread": pk})
-            self._remember(pk, await cursor.fetchone())
+            self._remember(pk, await pg.fetch_first(conn, _PG_AGENT_WIRE, {"thread": pk}))
         step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
         row = _counted(await pg.fetch_first(conn, _PG_WIRE[step.key], step.params))
         if not row or not row[0]:
             self._held.pop(pk, None)
             RECENT.forget(pk)
-            cursor = await conn.execute(_PG_LAST_SEQ, {"thread": pk})
-            raise CheckpointConflict(thread_id, parent_seq, _first(await cursor.fetchone()))
+            last = await pg.fetch_first(conn, _PG_LAST_SEQ_WIRE, {"thread": pk})
+            actual = int(last[0]) if last else None
+            raise CheckpointConflict(thread_id, parent_seq, actual or None)
         changes = self._pg_done(pk, step, row)
         self._hold_written(pk, writes, parent_seq, step)
         if changes:

@@ -38,11 +38,12 @@ def connect_kwargs() -> dict[str, Any]:
 # The checkpointer's step is one statement per write, on the worker's own autocommit
 # connection. Through psycopg's cursor it costs about 0.06 ms more client CPU than the same
 # statement through libpq (adapting each parameter, a cursor per call, its wait loop): as
-# much as a tenth of a pause on PostgreSQL. So that one statement goes through
+# much as a tenth of a pause on PostgreSQL. So that statement goes through
 # ``AsyncConnection.pgconn`` (psycopg's public libpq wrapper): prepared once per connection
 # (or unnamed each time when the connection was opened with ``prepare_threshold=None``, for
 # a pooler that cannot keep prepared statements), its parameters sent as text, and server
-# errors raised as psycopg's own exceptions.
+# errors raised as psycopg's own exceptions. The checkpointer's loads on that connection go
+# the same way, so every statement it prepares is prepared again after a migration.
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # Parameter types the server cannot infer from every place a parameter is used.
@@ -112,19 +113,25 @@ _prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionar
 
 
 async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -> list[Any]:
+    """``fetch``'s first row; [] for no row."""
+    rows = await fetch(conn, statement, params)
+    return rows[0] if rows else []
+
+
+async def fetch(conn: Any, statement: Statement, params: dict[str, Any]) -> list[list[Any]]:
     """Run ``statement`` on ``conn`` (an autocommit psycopg ``AsyncConnection``) and return
-    its first row, each value as text (None for NULL); [] for no row. A server error
-    raises psycopg's exception for it; a broken connection, ``psycopg.OperationalError``.
-    Should the caller be cancelled while the statement is in flight, the connection is
-    closed: nobody could tell whether it committed, and its owner opens another (as it
-    does for any connection that fails)."""
+    its rows, each value as text (None for NULL). A server error raises psycopg's
+    exception for it; a broken connection, ``psycopg.OperationalError``. Should the caller
+    be cancelled while the statement is in flight, the connection is closed: nobody could
+    tell whether it committed, and its owner opens another (as it does for any connection
+    that fails)."""
     values = statement.values(params, conn.info.encoding)
     pg = conn.pgconn
     async with conn.lock:
         try:
             if conn.prepare_threshold is None:
                 pg.send_query_params(statement.sql, values, param_types=statement.types)
-                return _first_row(conn, await _results(pg))
+                return _rows(conn, await _results(pg))
             names = _prepared.setdefault(conn, set())
             for attempt in (1, 2):
                 if statement.name not in names:
@@ -133,7 +140,7 @@ async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -
                     names.add(statement.name)
                 pg.send_query_prepared(statement.name, values)
                 try:
-                    return _first_row(conn, await _results(pg))
+                    return _rows(conn, await _results(pg))
                 except (errors.InvalidSqlStatementName, errors.FeatureNotSupported) as exc:
                     # The server refused the statement before running any of it: it was
                     # deallocated behind our back (DISCARD ALL), or a migration changed
@@ -165,14 +172,15 @@ def _check(conn: Any, results: list[Any]) -> Any:
     return results[0]
 
 
-def _first_row(conn: Any, results: list[Any]) -> list[Any]:
+def _rows(conn: Any, results: list[Any]) -> list[list[Any]]:
     result = _check(conn, results)
-    if not result.ntuples:
-        return []
-    encoding = conn.info.encoding
+    encoding, columns = conn.info.encoding, range(result.nfields)
     return [
-        None if value is None else value.decode(encoding)
-        for value in (result.get_value(0, column) for column in range(result.nfields))
+        [
+            None if value is None else value.decode(encoding)
+            for value in (result.get_value(row, column) for column in columns)
+        ]
+        for row in range(result.ntuples)
     ]
 
 

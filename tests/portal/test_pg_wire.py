@@ -217,3 +217,55 @@ def test_a_statement_whose_table_a_migration_changed_is_prepared_again(transacti
             await conn.close()
 
     assert async_to_sync(scenario)() == (["mug"], ["mug"])
+
+
+@pytest.mark.postgres
+def test_every_row_comes_back(transactional_db):
+    series = pg.Statement.of("SELECT g, NULL FROM generate_series(1, %(seq)s) g", {"seq": pg.INT4})
+
+    async def scenario():
+        conn = await _connect()
+        try:
+            return await pg.fetch(conn, series, {"seq": 3}), await pg.fetch(
+                conn, series, {"seq": 0}
+            )
+        finally:
+            await conn.close()
+
+    assert async_to_sync(scenario)() == ([["1", None], ["2", None], ["3", None]], [])
+
+
+@pytest.mark.postgres
+def test_the_worker_connection_still_loads_threads_after_a_migration(transactional_db):
+    """A deploy may migrate while workers run: a load prepared before ALTER TABLE is
+    prepared again rather than refused until the worker restarts."""
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+    from portal.checkpointer import DjangoCheckpointer, aconnect
+    from portal.models import Thread
+
+    thread = Thread.objects.create(agent="refunds", title="Broken mug")
+    write = CheckpointWrite(
+        status=ThreadStatus.DONE, next_node=None, new_messages=[{"role": "user", "content": "hi"}]
+    )
+
+    async def scenario():
+        conn, migrating = await aconnect(), await _connect()
+        store = DjangoCheckpointer(connection=conn)
+        alter = "ALTER TABLE portal_thread ALTER COLUMN title TYPE varchar({})"
+        try:
+            await store.aput(str(thread.pk), write, parent_seq=None)
+            for _ in range(6):  # (psycopg would prepare it at the fifth)
+                await store.aget(str(thread.pk))
+            # On another connection, as a deploy's migration runs.
+            await migrating.execute(alter.format(201))
+            try:
+                return await store.aget(str(thread.pk))
+            finally:
+                await migrating.execute(alter.format(200))
+        finally:
+            await store.aclose()
+            await conn.close()
+            await migrating.close()
+
+    snapshot = async_to_sync(scenario)()
+    assert (snapshot.seq, snapshot.messages[0]["content"]) == (1, "hi")
