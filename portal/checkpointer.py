@@ -22,8 +22,8 @@ Two executors, one set of rules:
 
 The protocol is async. Given ``connection=`` (a psycopg ``AsyncConnection`` in
 autocommit mode, see ``aconnect``), the async methods run their statements on it directly,
-with no thread hop: the worker does this; the write goes through libpq itself, prepared
-once per connection (``portal.pg.fetch_first``). Without one they run the synchronous halves
+with no thread hop: the worker does this; they go through libpq itself, each prepared
+once per connection (``portal.pg.fetch``). Without one they run the synchronous halves
 through ``sync_to_async(thread_sensitive=True)``, on the caller's Django connection, so a
 caller that holds a transaction (a test, a script) keeps its writes inside it.
 
@@ -306,8 +306,8 @@ _PG_WRITES = {
     for queue in (False, True)
     for durable in (False, True)
 }
-# The same, as the worker's connection sends them (``portal.pg.fetch_first``), with the
-# types of the parameters that are not text.
+# The same, as the worker's connection sends them (``portal.pg.fetch``), with the types of
+# the parameters that are not text.
 _PG_TYPES = {
     "thread": pg.UUID,
     "run": pg.UUID,
