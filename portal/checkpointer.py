@@ -452,9 +452,6 @@ class DjangoCheckpointer:
             return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
         pk = thread_pk(thread_id)
         rows = await pg.fetch(self._aconn, _PG_LOAD_WIRE, {"thread": pk})
-        # (Text from the wire: the seq as a number, as a cursor gives it.)
-        for row in rows:
-            row[2] = None if row[2] is None else int(row[2])
         return self._snapshot(thread_id, pk, rows)
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
@@ -473,13 +470,12 @@ class DjangoCheckpointer:
         if self._needs_agent(pk, writes[-1]):
             self._remember(pk, await pg.fetch_first(conn, _PG_AGENT_WIRE, {"thread": pk}))
         step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
-        row = _counted(await pg.fetch_first(conn, _PG_WIRE[step.key], step.params))
+        row = await pg.fetch_first(conn, _PG_WIRE[step.key], step.params)
         if not row or not row[0]:
             self._held.pop(pk, None)
             RECENT.forget(pk)
             last = await pg.fetch_first(conn, _PG_LAST_SEQ_WIRE, {"thread": pk})
-            actual = int(last[0]) if last else None
-            raise CheckpointConflict(thread_id, parent_seq, actual or None)
+            raise CheckpointConflict(thread_id, parent_seq, _first(last))
         changes = self._pg_done(pk, step, row)
         self._hold_written(pk, writes, parent_seq, step)
         if changes:
@@ -827,14 +823,6 @@ class DjangoCheckpointer:
 
     def delete_sync(self, thread_id: str) -> None:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
-
-
-def _counted(row: list[Any]) -> list[Any]:
-    """A write's result row as text (``pg.fetch_first``) with its two counts as numbers, as
-    a cursor gives it: steps inserted, requests entered."""
-    if row:
-        row[0], row[4] = int(row[0]), int(row[4])
-    return row
 
 
 def _first(row: Any) -> int | None:

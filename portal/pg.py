@@ -1,6 +1,6 @@
 """Plain psycopg connections to Django's PostgreSQL database, for the two places that need
 one beside Django's own: the worker's LISTEN connection and the checkpointer's async path;
-and ``fetch_first``, which runs the checkpointer's write on the latter through libpq."""
+and ``fetch``, which runs the checkpointer's statements on the latter through libpq."""
 
 from __future__ import annotations
 
@@ -120,7 +120,8 @@ async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -
 
 async def fetch(conn: Any, statement: Statement, params: dict[str, Any]) -> list[list[Any]]:
     """Run ``statement`` on ``conn`` (an autocommit psycopg ``AsyncConnection``) and return
-    its rows, each value as text (None for NULL). A server error raises psycopg's
+    its rows as a cursor would: integers as ``int``, every other value as text (None for
+    NULL). A server error raises psycopg's
     exception for it; a broken connection, ``psycopg.OperationalError``. Should the caller
     be cancelled while the statement is in flight, the connection is closed: nobody could
     tell whether it committed, and its owner opens another (as it does for any connection
@@ -172,16 +173,27 @@ def _check(conn: Any, results: list[Any]) -> Any:
     return results[0]
 
 
+# Integer columns (int2, int4, int8) come back as numbers; the rest as text.
+_INTEGERS = frozenset({21, INT4, 20})
+
+
 def _rows(conn: Any, results: list[Any]) -> list[list[Any]]:
     result = _check(conn, results)
-    encoding, columns = conn.info.encoding, range(result.nfields)
-    return [
-        [
-            None if value is None else value.decode(encoding)
-            for value in (result.get_value(row, column) for column in columns)
-        ]
-        for row in range(result.ntuples)
+    encoding = conn.info.encoding
+    columns = [
+        (column, int if result.ftype(column) in _INTEGERS else None)
+        for column in range(result.nfields)
     ]
+    rows = []
+    for row in range(result.ntuples):
+        values = []
+        for column, number in columns:
+            value = result.get_value(row, column)
+            if value is not None:
+                value = number(value) if number else value.decode(encoding)
+            values.append(value)
+        rows.append(values)
+    return rows
 
 
 async def _results(pg: Any) -> list[Any]:

@@ -72,7 +72,7 @@ async def _connect(**kwargs):
 
 
 @pytest.mark.postgres
-def test_the_first_row_comes_back_as_text_prepared_once_per_connection(transactional_db):
+def test_the_first_row_comes_back_typed_as_a_cursor_types_it_prepared_once(transactional_db):
     async def scenario():
         conn = await _connect()
         try:
@@ -91,13 +91,13 @@ def test_the_first_row_comes_back_as_text_prepared_once_per_connection(transacti
     first, again, prepared, empty = async_to_sync(scenario)()
     assert first == [
         "00000000-0000-0000-0000-000000000007",
-        "42",
+        42,
         "2026-11-30 08:00:00+00",
         "hello",
         "f",
         None,
     ]
-    assert again[1] == "2"
+    assert again[1] == 2
     assert prepared == 1
     assert empty == []
 
@@ -115,7 +115,7 @@ def test_a_server_error_is_psycopgs_exception_and_the_connection_goes_on(transac
         finally:
             await conn.close()
 
-    assert async_to_sync(scenario)() == (["1"], False)
+    assert async_to_sync(scenario)() == ([1], False)
 
 
 @pytest.mark.postgres
@@ -129,7 +129,7 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(transactional
         finally:
             await conn.close()
 
-    assert async_to_sync(scenario)()[1] == "42"
+    assert async_to_sync(scenario)()[1] == 42
 
 
 @pytest.mark.postgres
@@ -144,7 +144,7 @@ def test_a_connection_that_must_not_prepare_sends_unnamed_statements(transaction
             await conn.close()
 
     row, prepared = async_to_sync(scenario)()
-    assert row[1] == "42" and prepared == 0
+    assert row[1] == 42 and prepared == 0
 
 
 @pytest.mark.postgres
@@ -221,7 +221,9 @@ def test_a_statement_whose_table_a_migration_changed_is_prepared_again(transacti
 
 @pytest.mark.postgres
 def test_every_row_comes_back(transactional_db):
-    series = pg.Statement.of("SELECT g, NULL FROM generate_series(1, %(seq)s) g", {"seq": pg.INT4})
+    series = pg.Statement.of(
+        "SELECT g, (2 * g)::bigint, NULL FROM generate_series(1, %(seq)s) g", {"seq": pg.INT4}
+    )
 
     async def scenario():
         conn = await _connect()
@@ -232,7 +234,7 @@ def test_every_row_comes_back(transactional_db):
         finally:
             await conn.close()
 
-    assert async_to_sync(scenario)() == ([["1", None], ["2", None], ["3", None]], [])
+    assert async_to_sync(scenario)() == ([[1, 2, None], [2, 4, None], [3, 6, None]], [])
 
 
 @pytest.mark.postgres
