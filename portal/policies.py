@@ -42,6 +42,10 @@ class Policy:
     expires_after: timedelta | None = None
 
 
+def _policies() -> dict[str, dict[str, Any]]:
+    return getattr(settings, "PORTAL_POLICIES", {}) or {}
+
+
 def _keys(agent: str, reason: str) -> tuple[str, ...]:
     return (f"{agent}:{reason}", f"{agent}:*", f"*:{reason}", "*:*")
 
@@ -62,7 +66,7 @@ def _seconds(value: Any, key: str) -> timedelta | None:
 
 def policy_for(agent: str, reason: str) -> Policy:
     """The policy for requests of ``agent`` with ``reason`` (see the module docstring)."""
-    policies: dict[str, dict[str, Any]] = getattr(settings, "PORTAL_POLICIES", {}) or {}
+    policies = _policies()
     for key in _keys(agent or "", reason or ""):
         if key in policies:
             entry = policies[key] or {}
@@ -78,7 +82,7 @@ def policy_for(agent: str, reason: str) -> Policy:
 def expiry_names_agents(reason: str) -> bool:
     """Whether a request's expiry with ``reason`` can depend on its agent: some key for
     that reason (or for any reason) names an agent rather than ``*``."""
-    policies: dict[str, dict[str, Any]] = getattr(settings, "PORTAL_POLICIES", {}) or {}
+    policies = _policies()
     for key in policies:
         agent, _, for_reason = key.partition(":")
         if agent != "*" and for_reason in (reason, "*"):
