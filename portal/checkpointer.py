@@ -266,28 +266,37 @@ _PG_STEP = """, step AS (
 
 _PG_RESULT = " SELECT (SELECT count(*) FROM step), NULL, NULL, '[]', 0, {commit}"
 
-# Keeping the queue equal to the checkpoint: pending requests of the thread that the step
-# no longer names leave it, and the step's own request enters it.
-_PG_QUEUE_AND_RESULT = """, stale AS (
+# Keeping the queue equal to the checkpoint, in two parts a statement has only when they
+# can change something (each part costs the server its table's indexes to set up, even when
+# it writes no row): pending requests of the thread that the step no longer names leave
+# the queue (``stale``: not on a thread's first step, which has no request yet), and the
+# step's own request enters it (``entered``: only when the step pauses).
+_PG_STALE = """, stale AS (
     UPDATE portal_interrupt SET status = %(resolved)s, resolved_at = %(now)s
     WHERE thread_id = %(thread)s AND status = %(pending)s AND id <> %(pending_key)s
       AND EXISTS (SELECT 1 FROM moved)
     RETURNING id, reason
-), entered AS (
+)"""
+_PG_ENTERED = """, entered AS (
     INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
                                   response_schema, tool_call_id, status, created_at, expires_at,
                                   claimed_by_id, claimed_at, resolved_at, checkpoint_seq)
     SELECT %(pending_key)s, id, agent, %(key)s, %(request_node)s, %(value)s::jsonb,
            %(message)s, %(reason)s, %(schema)s::jsonb, %(tool_call_id)s, %(pending)s,
            %(now)s, %(expires_at)s, NULL, NULL, NULL, %(seq)s
-    FROM moved WHERE %(pending_key)s <> ''
+    FROM moved WHERE %(pending_key)s::varchar <> ''
     ON CONFLICT (id) DO NOTHING
     RETURNING id
-)
+)"""
+_PG_QUEUE_RESULT = """
 SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved), (SELECT title FROM moved),
-       (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),
-       (SELECT count(*) FROM entered), {commit}
+       {stale}, {entered}, {commit}
 """
+_PG_STALE_RESULT = {
+    True: "(SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale)",
+    False: "'[]'",
+}
+_PG_ENTERED_RESULT = {True: "(SELECT count(*) FROM entered)", False: "0"}
 
 # How the statement's own transaction commits: as the server is set (durable steps), or,
 # for a step that need not be durable, without waiting for the WAL to reach the disk. The
@@ -296,14 +305,39 @@ SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved), (SELECT title FRO
 # is written in order).
 _PG_COMMIT = {True: "NULL", False: "set_config('synchronous_commit', 'off', true)"}
 
-# The eight statements a step can be: (first step?, queue part?, durable?) -> SQL.
-# Constant strings joined, no input in them.
+
+def _pg_write(first: bool, queue: tuple[bool, bool] | None, durable: bool) -> str:
+    """The statement for a step: ``queue`` is None (no queue part) or (stale?, entered?).
+    Constant strings joined, no input in them."""
+    sql = (_PG_MOVE_FIRST if first else _PG_MOVE) + _PG_STEP
+    commit = _PG_COMMIT[durable]
+    if queue is None:
+        return sql + _PG_RESULT.format(commit=commit)
+    stale, entered = queue
+    return (
+        sql
+        + (_PG_STALE if stale else "")
+        + (_PG_ENTERED if entered else "")
+        + _PG_QUEUE_RESULT.format(
+            stale=_PG_STALE_RESULT[stale], entered=_PG_ENTERED_RESULT[entered], commit=commit
+        )
+    )
+
+
+# Every statement a step can be: (first step?, queue part, durable?) -> SQL. A first step
+# has no stale part.
+_PG_QUEUE_PARTS: tuple[tuple[bool, bool] | None, ...] = (
+    None,
+    (False, False),
+    (False, True),
+    (True, False),
+    (True, True),
+)
 _PG_WRITES = {
-    (first, queue, durable): (_PG_MOVE_FIRST if first else _PG_MOVE)
-    + _PG_STEP
-    + (_PG_QUEUE_AND_RESULT if queue else _PG_RESULT).format(commit=_PG_COMMIT[durable])
+    (first, queue, durable): _pg_write(first, queue, durable)
     for first in (False, True)
-    for queue in (False, True)
+    for queue in _PG_QUEUE_PARTS
+    if not (first and queue is not None and queue[0])
     for durable in (False, True)
 }
 # The same, as the worker's connection sends them (``portal.pg.fetch``), with the types of
@@ -391,7 +425,7 @@ class _Entered:
 class _PgStep:
     """One step's statement and parameters, and what to make of its result."""
 
-    key: tuple[bool, bool, bool]  # (first step?, queue part?, durable?): see _PG_WRITES
+    key: tuple[bool, tuple[bool, bool] | None, bool]  # see _PG_WRITES
     params: dict[str, Any]
     pending: dict[str, Any] | None
     durable: bool = True
@@ -568,7 +602,7 @@ class DjangoCheckpointer:
                 for n, write in enumerate(writes, start=1)
             )
             pending = _pending(writes[-1])
-            if self._queue_may_change(pk, pending):
+            if pending is not None or self._may_have_pending(pk):
                 self._sync_queue(pk, seq, pending)
         self._known[pk] = _Known(status)
         return seq
@@ -665,10 +699,13 @@ class DjangoCheckpointer:
         known = self._known.get(pk)
         self._known[pk] = _Known(known.status if known else None, agent, title)
 
-    def _queue_may_change(self, pk: uuid.UUID, pending: dict[str, Any] | None) -> bool:
+    def _may_have_pending(self, pk: uuid.UUID) -> bool:
+        """Whether the thread may have a pending request: unless this instance knows its
+        last status, and it was not a pause (each write that is not a pause resolves the
+        thread's pending requests, and only a pause makes one)."""
         known = self._known.get(pk)
         previous = known.status if known is not None else None
-        return pending is not None or previous in (None, ThreadStatus.INTERRUPTED)
+        return previous in (None, ThreadStatus.INTERRUPTED)
 
     def _pg_step(
         self,
@@ -695,8 +732,10 @@ class DjangoCheckpointer:
             "run": self.run_id,
         }
         first = parent_seq is None
-        if not self._queue_may_change(pk, pending):
-            return _PgStep((first, False, durable), params, pending, durable, encoded)
+        # A thread's first step has no request to resolve yet.
+        stale = not first and self._may_have_pending(pk)
+        if not stale and pending is None:
+            return _PgStep((first, None, durable), params, pending, durable, encoded)
         request = pending or {}
         reason = request.get("reason") or "input_required"
         known = self._known.get(pk)
@@ -714,7 +753,8 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
-        return _PgStep((first, True, durable), params, pending, durable, encoded)
+        queue = (stale, pending is not None)
+        return _PgStep((first, queue, durable), params, pending, durable, encoded)
 
     def _pg_done(self, pk: uuid.UUID, step: _PgStep, row: Sequence[Any]) -> list[dict[str, Any]]:
         """Remember the step; the queue changes to announce once it is committed."""

@@ -267,6 +267,73 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
     )
 
 
+@pytest.mark.postgres
+def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_may_need(
+    transactional_db, monkeypatch
+):
+    """A thread's first step cannot have a request to resolve, and a step that does not
+    pause enters none: their statements leave those parts out (each costs the server the
+    interrupt table's indexes even when it writes nothing). What the queue then holds is
+    the same as with every part in: checked after each kind of step, including a pause that
+    replaces a pause and an instance that knows nothing of the thread."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from portal import pg
+    from portal.checkpointer import aconnect
+
+    thread = Thread.objects.create(agent="refunds")
+    tid = str(thread.pk)
+    second = {**REQUEST, "id": "int_def", "key": "TOOL:call_2:0", "tool_call_id": "call_2"}
+    sent = []
+    fetch_first = pg.fetch_first
+
+    async def watched(conn, statement, params):
+        sent.append(statement.sql.decode())
+        return await fetch_first(conn, statement, params)
+
+    monkeypatch.setattr(pg, "fetch_first", watched)
+    statuses = sync_to_async(
+        lambda: dict(Interrupt.objects.filter(thread=thread).values_list("id", "status"))
+    )
+    reopen = sync_to_async(
+        lambda: Interrupt.objects.filter(pk="int_def").update(status=Interrupt.Status.PENDING)
+    )
+
+    async def scenario():
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn)
+        fresh = DjangoCheckpointer(connection=conn)
+        seen = []
+        try:
+            await store.aput(tid, pause(), parent_seq=None)  # a first step that pauses
+            seen.append(await statuses())
+            await store.aput(tid, pause(interrupt=second), parent_seq=1)  # replaces it
+            seen.append(await statuses())
+            await store.aput(tid, step(3), parent_seq=2)  # the resume
+            seen.append(await statuses())
+            await store.aput(tid, step(4), parent_seq=3)  # known running: no queue part
+            await reopen()
+            await fresh.aput(tid, step(5), parent_seq=4)  # knows nothing: checks the queue
+            seen.append(await statuses())
+        finally:
+            await store.aclose()
+            await fresh.aclose()
+            await conn.close()
+        return seen
+
+    assert async_to_sync(scenario)() == [
+        {"int_abc": "pending"},
+        {"int_abc": "resolved", "int_def": "pending"},
+        {"int_abc": "resolved", "int_def": "resolved"},
+        {"int_abc": "resolved", "int_def": "resolved"},
+    ]
+    writes = [sql for sql in sent if "INSERT INTO portal_checkpoint" in sql]
+    parts = [
+        ("UPDATE portal_interrupt" in sql, "INSERT INTO portal_interrupt" in sql) for sql in writes
+    ]
+    assert parts == [(False, True), (True, True), (True, False), (False, False), (True, False)]
+
+
 def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
     """The statements name their tables' columns by hand: a new model field must be
     added there too, or PostgreSQL writes would fail (SQLite's ORM path would not)."""
@@ -280,7 +347,7 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
     for model, sql in (
         (Thread, checkpointer._PG_MOVE_FIRST),
         (Checkpoint, checkpointer._PG_STEP),
-        (Interrupt, checkpointer._PG_QUEUE_AND_RESULT),
+        (Interrupt, checkpointer._PG_ENTERED),
     ):
         columns = {f.column for f in model._meta.concrete_fields}
         auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id
