@@ -8,8 +8,8 @@ memory at a time. ``COLUMNS`` is the one list of columns the page, the CSV and t
 export all show.
 
 Full-text search on PostgreSQL matches ``to_tsvector('simple', message || payload)``
-against a ``websearch_to_tsquery``, served by a GIN expression index (migration 0003); on
-SQLite it is a plain case-insensitive substring match.
+against a ``websearch_to_tsquery``, served by a GIN expression index over decided requests
+(migrations 0003 and 0008); on SQLite it is a plain case-insensitive substring match.
 """
 
 from __future__ import annotations
@@ -245,10 +245,15 @@ class _HasToolCall(Func):
         return sql, (*p1, *p2)
 
 
+# Every decided request has left the queue; saying so lets PostgreSQL use the search
+# indexes, which hold only such requests (migration 0008).
+_DECIDED = Q(interrupt__resolved_at__isnull=False)
+
+
 def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
     if connection.vendor == "postgresql":
         payload_text = Cast("interrupt__value", TextField())
-        return qs.filter(_FullText(F("interrupt__message"), payload_text, Value(text)))
+        return qs.filter(_DECIDED, _FullText(F("interrupt__message"), payload_text, Value(text)))
     return qs.filter(Q(interrupt__message__icontains=text) | Q(interrupt__value__icontains=text))
 
 
@@ -256,7 +261,8 @@ def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
     by_node = Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
     if connection.vendor == "postgresql":
         # jsonb containment: an element of tool_calls whose name is `name` (GIN-indexable).
-        return qs.filter(Q(interrupt__value__contains={"tool_calls": [{"name": name}]}) | by_node)
+        calls = Q(interrupt__value__contains={"tool_calls": [{"name": name}]})
+        return qs.filter(_DECIDED, calls | by_node)
     return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
 
 

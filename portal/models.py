@@ -166,7 +166,13 @@ class Interrupt(models.Model):
                 name="interrupt_pending_filtered",
                 condition=Q(status="pending"),
             ),
-            models.Index(fields=["-resolved_at"], name="interrupt_history"),
+            # Only requests that left the queue: a pending row (resolved_at NULL) costs
+            # its pause no entry here (migration 0008).
+            models.Index(
+                fields=["-resolved_at"],
+                name="interrupt_history",
+                condition=Q(resolved_at__isnull=False),
+            ),
             # The checkpointer looks up a thread's pending requests on every write.
             models.Index(
                 fields=["thread"],

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from portal import history
 from portal.models import Decision, Interrupt
@@ -22,7 +23,10 @@ def record(
     """A decision at a chosen time (the filters need dates); the chain is sealed as usual."""
     if value is None and outcome in ("approved", "rejected"):
         value = {"approved": outcome == "approved"}
-    Interrupt.objects.filter(pk=interrupt.pk).update(status=Interrupt.Status.RESOLVED)
+    # As every path that records a decision does: the request leaves the queue with it.
+    Interrupt.objects.filter(pk=interrupt.pk).update(
+        status=Interrupt.Status.RESOLVED, resolved_at=at or timezone.now()
+    )
     fields = {"created_at": at} if at is not None else {}
     return Decision.objects.create(
         interrupt=interrupt,
@@ -145,15 +149,58 @@ def test_search_on_sqlite_and_postgres_finds_words_in_the_tool_arguments(decisio
 
 @pytest.mark.postgres
 def test_postgres_search_uses_the_full_text_index(decisions):
+    """On a table of some size (2,000 decided requests, analysed), a word that one request
+    has is found through the full-text index. The index holds decided requests only, so
+    this also shows the search says so (the planner must prove the index's WHERE)."""
     from django.db import connection
 
-    qs = history.filtered({"q": "kettle"}).values("id")
+    with connection.cursor() as cursor:
+        # Copies of a decided request, each with its own words (rolled back with the test).
+        cursor.execute(
+            "INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message,"
+            " reason, response_schema, tool_call_id, status, created_at, expires_at,"
+            " claimed_by_id, claimed_at, resolved_at, checkpoint_seq)"
+            " SELECT 'copy-' || n, thread_id, agent, key, node, value, 'word' || n, reason,"
+            " response_schema, tool_call_id, status, created_at, expires_at, claimed_by_id,"
+            " claimed_at, resolved_at, checkpoint_seq"
+            " FROM portal_interrupt, generate_series(1, 2000) AS n WHERE id = %s",
+            [decisions["refund"].interrupt_id],
+        )
+        cursor.execute("ANALYZE portal_interrupt")
+    plan = _plan(history.filtered({"q": "kettle"}).values("id"))
+    assert "portal_interrupt_fulltext" in plan, plan
+    assert ids({"q": "kettle"}) == {decisions["refund"].pk}
+
+
+def _plan(qs) -> str:
+    from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         sql, params = qs.query.sql_with_params()
         cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "portal_interrupt_fulltext" in plan
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.postgres
+def test_postgres_search_indexes_hold_only_requests_that_left_the_queue(db):
+    """A pause does not pay for indexes that only decided requests are looked up by."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'portal_interrupt'"
+        )
+        defs = dict(cursor.fetchall())
+    decided_only = {
+        "portal_interrupt_fulltext",
+        "portal_interrupt_value_path",
+        "portal_interrupt_summary",
+        "interrupt_history",
+    }
+    for name in decided_only:
+        assert defs[name].endswith("WHERE (resolved_at IS NOT NULL)"), defs[name]
+    assert not [d for d in defs.values() if "pattern_ops" in d]
 
 
 def _walk(criteria: dict, size: int) -> list[list[int]]:
