@@ -142,12 +142,14 @@ class Interrupt(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Indexed only where set (Meta): most requests are never claimed.
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="claimed_interrupts",
+        db_index=False,
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -165,6 +167,12 @@ class Interrupt(models.Model):
                 fields=["agent", "reason", "created_at"],
                 name="interrupt_pending_filtered",
                 condition=Q(status="pending"),
+            ),
+            # Requests a reviewer holds (the user's deletion clears them by this).
+            models.Index(
+                fields=["claimed_by"],
+                name="interrupt_claimed",
+                condition=Q(claimed_by__isnull=False),
             ),
             # Only requests that left the queue: a pending row (resolved_at NULL) costs
             # its pause no entry here (migration 0008).

@@ -184,7 +184,8 @@ def _plan(qs) -> str:
 
 @pytest.mark.postgres
 def test_postgres_search_indexes_hold_only_requests_that_left_the_queue(db):
-    """A pause does not pay for indexes that only decided requests are looked up by."""
+    """A pause does not pay for indexes that only decided (or claimed) requests are looked
+    up by."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -200,7 +201,9 @@ def test_postgres_search_indexes_hold_only_requests_that_left_the_queue(db):
     }
     for name in decided_only:
         assert defs[name].endswith("WHERE (resolved_at IS NOT NULL)"), defs[name]
+    assert defs["interrupt_claimed"].endswith("WHERE (claimed_by_id IS NOT NULL)")
     assert not [d for d in defs.values() if "pattern_ops" in d]
+    assert not [d for d in defs.values() if d.endswith("(claimed_by_id)")]  # the full one
 
 
 def _walk(criteria: dict, size: int) -> list[list[int]]:

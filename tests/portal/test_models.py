@@ -83,3 +83,17 @@ def test_the_migrations_match_the_models():
     # Exits non-zero (SystemExit) when a model change has no migration.
     call_command("makemigrations", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_deleting_a_reviewer_releases_their_claims(reviewer):
+    """Their requests go back to the queue unclaimed (the claimant's index, which holds
+    claimed requests only, is how the deletion finds them)."""
+    from portal.models import Interrupt
+
+    claimed, unclaimed = make_interrupt(), make_interrupt()
+    Interrupt.objects.filter(pk=claimed.pk).update(claimed_by=reviewer)
+    reviewer.delete()
+    claimed.refresh_from_db()
+    unclaimed.refresh_from_db()
+    assert (claimed.claimed_by_id, unclaimed.claimed_by_id) == (None, None)
+    assert claimed.status == Interrupt.Status.PENDING
