@@ -260,9 +260,10 @@ def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
 def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
     by_node = Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
     if connection.vendor == "postgresql":
-        # jsonb containment: an element of tool_calls whose name is `name` (GIN-indexable).
+        # jsonb containment: an element of tool_calls whose name is `name`. (No index
+        # serves it: with the OR, the other conditions select the rows; migration 0010.)
         calls = Q(interrupt__value__contains={"tool_calls": [{"name": name}]})
-        return qs.filter(_DECIDED, calls | by_node)
+        return qs.filter(calls | by_node)
     return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
 
 
