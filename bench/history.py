@@ -65,7 +65,7 @@ FROM generate_series(%(first)s, %(first)s + %(n)s - 1) AS i;
 
 INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
     response_schema, tool_call_id, status, created_at, expires_at, resolved_at,
-    checkpoint_seq, claimed_by_id, claimed_at)
+    checkpoint_seq, claimed_by_id, claimed_at, decided)
 SELECT 'bench_' || i, lpad(to_hex(i), 32, '0')::uuid, (%(agents)s::text[])[1 + i %% 4],
        'TOOL:-:0', 'TOOL',
        jsonb_build_object('tool_calls', jsonb_build_array(jsonb_build_object(
@@ -80,7 +80,7 @@ SELECT 'bench_' || i, lpad(to_hex(i), 32, '0')::uuid, (%(agents)s::text[])[1 + i
        %(start)s::timestamptz + (i * %(step)s) * interval '1 second', NULL,
        %(start)s::timestamptz
          + (i * %(step)s + 5 + (i::bigint * 7919) %% 100000) * interval '1 second',
-       2, NULL, NULL
+       2, NULL, NULL, true
 FROM generate_series(%(first)s, %(first)s + %(n)s - 1) AS i;
 
 INSERT INTO portal_decision (interrupt_id, thread_id, reviewer_id, value, note, outcome,
@@ -107,7 +107,7 @@ _SQLITE = [
        datetime(?, '+' || (i * ?) || ' seconds'), 3 FROM seq""",
     """INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
        response_schema, tool_call_id, status, created_at, expires_at, resolved_at,
-       checkpoint_seq, claimed_by_id, claimed_at) """
+       checkpoint_seq, claimed_by_id, claimed_at, decided) """
     + _SQLITE_SEQ
     + """SELECT 'bench_' || i, printf('%032x', i), json_extract(?, '$[' || (i % 4) || ']'),
        'TOOL:-:0', 'TOOL',
@@ -120,7 +120,7 @@ _SQLITE = [
        json_extract(?, '$[' || (i % 5) || ']'),
        '{"type": "object", "properties": {"approved": {"type": "boolean"}}}', NULL,
        'resolved', datetime(?, '+' || (i * ?) || ' seconds'), NULL,
-       datetime(?, '+' || (i * ? + 5 + (i * 7919) % 100000) || ' seconds'), 2, NULL, NULL
+       datetime(?, '+' || (i * ? + 5 + (i * 7919) % 100000) || ' seconds'), 2, NULL, NULL, 1
        FROM seq""",
     """INSERT INTO portal_decision (interrupt_id, thread_id, reviewer_id, value, note, outcome,
        original_args, executed_args, created_at, payload_hash, prev_hash, hash) """

@@ -280,10 +280,11 @@ _PG_STALE = """, stale AS (
 _PG_ENTERED = """, entered AS (
     INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
                                   response_schema, tool_call_id, status, created_at, expires_at,
-                                  claimed_by_id, claimed_at, resolved_at, checkpoint_seq)
+                                  claimed_by_id, claimed_at, resolved_at, decided,
+                                  checkpoint_seq)
     SELECT %(pending_key)s, id, agent, %(key)s, %(request_node)s, %(value)s::jsonb,
            %(message)s, %(reason)s, %(schema)s::jsonb, %(tool_call_id)s, %(pending)s,
-           %(now)s, %(expires_at)s, NULL, NULL, NULL, %(seq)s
+           %(now)s, %(expires_at)s, NULL, NULL, NULL, false, %(seq)s
     FROM moved WHERE %(pending_key)s::varchar <> ''
     ON CONFLICT (id) DO NOTHING
     RETURNING id

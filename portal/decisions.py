@@ -311,9 +311,7 @@ def decision_submit(
                 )
         except IntegrityError:
             raise _already_decided(locked) from None
-        locked.status = Interrupt.Status.RESOLVED
-        locked.resolved_at = timezone.now()
-        locked.save(update_fields=["status", "resolved_at"])
+        locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
         try:
             run = thread_resume(
                 thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
@@ -482,9 +480,7 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 outcome=Decision.Outcome.EXPIRED,
                 original_args=_outcome_and_args(locked, None)[1],
             )
-            locked.status = Interrupt.Status.EXPIRED
-            locked.resolved_at = now
-            locked.save(update_fields=["status", "resolved_at"])
+            locked.decided_as(Interrupt.Status.EXPIRED, now)
             thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
             broadcast.queue_change_on_commit(locked)
             recorded.append(decision)

@@ -9,7 +9,7 @@ export all show.
 
 Full-text search on PostgreSQL matches ``to_tsvector('simple', message || payload)``
 against a ``websearch_to_tsquery``, served by a GIN expression index over decided requests
-(migrations 0003 and 0008); on SQLite it is a plain case-insensitive substring match.
+(migrations 0003 and 0011); on SQLite it is a plain case-insensitive substring match.
 """
 
 from __future__ import annotations
@@ -245,9 +245,9 @@ class _HasToolCall(Func):
         return sql, (*p1, *p2)
 
 
-# Every decided request has left the queue; saying so lets PostgreSQL use the search
-# indexes, which hold only such requests (migration 0008).
-_DECIDED = Q(interrupt__resolved_at__isnull=False)
+# Every decision's request is marked decided; saying so lets PostgreSQL use the search
+# index, which holds only such requests (migration 0011).
+_DECIDED = Q(interrupt__decided=True)
 
 
 def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:

@@ -211,10 +211,10 @@ def summary(start: datetime, end: datetime) -> dict[str, Any]:
     qs: Any = Decision.objects.filter(created_at__gte=start, created_at__lt=end)
     wait_counts = _wait_counts()
     waited = wait_counts.pop("waited")
-    # (Every decided request has left the queue; saying so lets PostgreSQL read each one's
-    # agent and time from the covering index of such requests, migration 0008.)
+    # (Every decision's request is marked decided; saying so lets PostgreSQL read each
+    # one's agent and time from the covering index of such requests, migration 0011.)
     groups = list(
-        qs.filter(interrupt__resolved_at__isnull=False)
+        qs.filter(interrupt__decided=True)
         .alias(waited=waited)
         .values("interrupt__agent")
         .annotate(**_outcome_counts(), **wait_counts)

@@ -16,6 +16,7 @@ Only ``portal.services``, the ORM checkpointer and the worker write to these tab
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -153,6 +154,9 @@ class Interrupt(models.Model):
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # A decision was recorded for it (``decided_as``): the history lists it and searches
+    # it. A request that left the queue without one (its thread moved on) was not.
+    decided = models.BooleanField(default=False, db_default=False)
     checkpoint_seq = models.PositiveIntegerField()
 
     class Meta:
@@ -191,6 +195,12 @@ class Interrupt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+    def decided_as(self, status: str, at: datetime) -> None:
+        """Take this (row-locked, pending) request out of the queue with the decision its
+        caller records in the same transaction: the only way a request is marked decided."""
+        self.status, self.resolved_at, self.decided = status, at, True
+        self.save(update_fields=["status", "resolved_at", "decided"])
 
     @property
     def is_pending(self) -> bool:

@@ -131,9 +131,7 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
             raise InterruptNotPending(
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
-        locked.status = Interrupt.Status.CANCELLED
-        locked.resolved_at = timezone.now()
-        locked.save(update_fields=["status", "resolved_at"])
+        locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
         Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,

@@ -295,6 +295,8 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
     statuses = sync_to_async(
         lambda: dict(Interrupt.objects.filter(thread=thread).values_list("id", "status"))
     )
+    # (Left without a decision: not the history's, so not marked decided.)
+    decided = sync_to_async(lambda: Interrupt.objects.filter(thread=thread, decided=True).count())
     reopen = sync_to_async(
         lambda: Interrupt.objects.filter(pk="int_def").update(status=Interrupt.Status.PENDING)
     )
@@ -315,6 +317,7 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
             await reopen()
             await fresh.aput(tid, step(5), parent_seq=4)  # knows nothing: checks the queue
             seen.append(await statuses())
+            seen.append(await decided())
         finally:
             await store.aclose()
             await fresh.aclose()
@@ -326,6 +329,7 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
         {"int_abc": "resolved", "int_def": "pending"},
         {"int_abc": "resolved", "int_def": "resolved"},
         {"int_abc": "resolved", "int_def": "resolved"},
+        0,
     ]
     writes = [sql for sql in sent if "INSERT INTO portal_checkpoint" in sql]
     parts = [

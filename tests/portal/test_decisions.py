@@ -44,6 +44,7 @@ def test_an_approval_is_recorded_the_interrupt_resolved_and_one_resume_queued(re
     interrupt.refresh_from_db()
     assert interrupt.status == Interrupt.Status.RESOLVED
     assert interrupt.resolved_at is not None
+    assert interrupt.decided  # the history lists and searches it
     [run] = resume_runs(interrupt.thread)
     assert run.status == Run.Status.QUEUED
     assert run.input == {

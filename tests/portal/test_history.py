@@ -24,9 +24,7 @@ def record(
     if value is None and outcome in ("approved", "rejected"):
         value = {"approved": outcome == "approved"}
     # As every path that records a decision does: the request leaves the queue with it.
-    Interrupt.objects.filter(pk=interrupt.pk).update(
-        status=Interrupt.Status.RESOLVED, resolved_at=at or timezone.now()
-    )
+    interrupt.decided_as(Interrupt.Status.RESOLVED, at or timezone.now())
     fields = {"created_at": at} if at is not None else {}
     return Decision.objects.create(
         interrupt=interrupt,
@@ -159,10 +157,10 @@ def test_postgres_search_uses_the_full_text_index(decisions):
         cursor.execute(
             "INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message,"
             " reason, response_schema, tool_call_id, status, created_at, expires_at,"
-            " claimed_by_id, claimed_at, resolved_at, checkpoint_seq)"
+            " claimed_by_id, claimed_at, resolved_at, decided, checkpoint_seq)"
             " SELECT 'copy-' || n, thread_id, agent, key, node, value, 'word' || n, reason,"
             " response_schema, tool_call_id, status, created_at, expires_at, claimed_by_id,"
-            " claimed_at, resolved_at, checkpoint_seq"
+            " claimed_at, resolved_at, decided, checkpoint_seq"
             " FROM portal_interrupt, generate_series(1, 2000) AS n WHERE id = %s",
             [decisions["refund"].interrupt_id],
         )
@@ -193,9 +191,9 @@ def test_postgres_search_indexes_hold_only_requests_that_left_the_queue(db):
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'portal_interrupt'"
         )
         defs = dict(cursor.fetchall())
-    decided_only = {"portal_interrupt_fulltext", "portal_interrupt_summary", "interrupt_history"}
-    for name in decided_only:
-        assert defs[name].endswith("WHERE (resolved_at IS NOT NULL)"), defs[name]
+    for name in ("portal_interrupt_fulltext", "portal_interrupt_summary"):
+        assert defs[name].endswith("WHERE decided"), defs[name]
+    assert defs["interrupt_history"].endswith("WHERE (resolved_at IS NOT NULL)")
     assert defs["interrupt_claimed"].endswith("WHERE (claimed_by_id IS NOT NULL)")
     assert not [d for d in defs.values() if "pattern_ops" in d]
     assert "portal_interrupt_value_path" not in defs  # no query could use it (0010)

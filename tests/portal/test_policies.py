@@ -201,7 +201,7 @@ def test_an_overdue_request_is_resolved_as_expired_and_resumed_with_a_decline():
     [decision] = interrupts_expire()
 
     interrupt.refresh_from_db()
-    assert interrupt.status == Interrupt.Status.EXPIRED
+    assert interrupt.status == Interrupt.Status.EXPIRED and interrupt.decided
     assert decision.outcome == Decision.Outcome.EXPIRED
     assert decision.reviewer is None
     [run] = Run.objects.filter(thread=interrupt.thread, kind=Run.Kind.RESUME)

@@ -125,6 +125,7 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
     request.refresh_from_db()
     assert request.status == Interrupt.Status.CANCELLED
     assert request.resolved_at is not None
+    assert request.decided
     decision = Decision.objects.get(interrupt=request)
     assert (decision.outcome, decision.value, decision.reviewer) == ("cancelled", None, reviewer)
     assert run.input == {"resume": None, "resume_interrupt_id": request.pk}
