@@ -505,7 +505,18 @@ class DjangoCheckpointer:
         if self._needs_agent(pk, writes[-1]):
             self._remember(pk, await pg.fetch_first(conn, _PG_AGENT_WIRE, {"thread": pk}))
         step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
-        row = await pg.fetch_first(conn, _PG_WIRE[step.key], step.params)
+        # A pause's queue row is rendered while the server runs the statement, from what
+        # is known of the thread; announced only once the statement has committed, and
+        # rendered again then should the thread's row say otherwise.
+        early: list[tuple[_Entered, str]] = []
+        meanwhile = None
+        if step.pending is not None:
+
+            def meanwhile() -> None:
+                entered = self._entered(pk, step)
+                early.append((entered, _row_html(entered)))
+
+        row = await pg.fetch_first(conn, _PG_WIRE[step.key], step.params, meanwhile=meanwhile)
         if not row or not row[0]:
             self._held.pop(pk, None)
             RECENT.forget(pk)
@@ -515,7 +526,8 @@ class DjangoCheckpointer:
         self._hold_written(pk, writes, parent_seq, step)
         if changes:
             entered = self._entered(pk, step) if row[4] else None
-            task = asyncio.get_running_loop().create_task(_announce(changes, entered))
+            html = early[0][1] if entered is not None and early and early[0][0] == entered else None
+            task = asyncio.get_running_loop().create_task(_announce(changes, entered, html))
             self._announcing.add(task)
             task.add_done_callback(self._announcing.discard)
         return int(step.params["seq"])
@@ -870,18 +882,27 @@ def _first(row: Any) -> int | None:
     return (row[0] or None) if row else None
 
 
-async def _announce(changes: list[dict[str, Any]], entered: _Entered | None) -> None:
+def _row_html(entered: _Entered) -> str:
+    """The queue row of a request a step put in the queue, or "" if it cannot be rendered
+    (the watchers then re-fetch their queue)."""
+    try:
+        return broadcast.render_queue_item(entered)
+    except Exception:
+        log.warning("rendering the queue row of %s failed", entered.pk, exc_info=True)
+        return ""
+
+
+async def _announce(
+    changes: list[dict[str, Any]], entered: _Entered | None, rendered: str | None = None
+) -> None:
     """Queue broadcasts for a step written on the async path (already committed). A task
-    on the run's own loop, so it goes out while the run waits on its next statement. It
-    neither queries nor leaves the loop: the new row renders from what the step wrote
+    on the run's own loop. It neither queries nor leaves the loop: the new row is
+    ``rendered`` already (while the statement ran), or renders from what the step wrote
     (work in another thread would fight the run for the GIL)."""
     for change in changes:
         html = ""
         if entered is not None and change["interrupt_id"] == entered.pk:
-            try:
-                html = broadcast.render_queue_item(entered)
-            except Exception:  # the watchers re-fetch their queue instead
-                log.warning("rendering the queue row of %s failed", entered.pk, exc_info=True)
+            html = _row_html(entered) if rendered is None else rendered
         await broadcast.agroup_send(
             broadcast.QUEUE_GROUP, broadcast.queue_changed(**change, html=html)
         )

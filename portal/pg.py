@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +17,8 @@ from uuid import UUID as UUID_TYPE
 
 from django.db import connection
 from psycopg import errors, pq
+
+log = logging.getLogger(__name__)
 
 # OPTIONS that Django's backend interprets itself rather than passing to psycopg.
 _DJANGO_ONLY = frozenset({"isolation_level", "server_side_binding", "pool", "assume_role"})
@@ -112,27 +116,43 @@ def _text(value: Any, encoding: str) -> bytes | None:
 _prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
 
 
-async def fetch_first(conn: Any, statement: Statement, params: dict[str, Any]) -> list[Any]:
+async def fetch_first(
+    conn: Any,
+    statement: Statement,
+    params: dict[str, Any],
+    *,
+    meanwhile: Callable[[], None] | None = None,
+) -> list[Any]:
     """``fetch``'s first row; [] for no row."""
-    rows = await fetch(conn, statement, params)
+    rows = await fetch(conn, statement, params, meanwhile=meanwhile)
     return rows[0] if rows else []
 
 
-async def fetch(conn: Any, statement: Statement, params: dict[str, Any]) -> list[list[Any]]:
+async def fetch(
+    conn: Any,
+    statement: Statement,
+    params: dict[str, Any],
+    *,
+    meanwhile: Callable[[], None] | None = None,
+) -> list[list[Any]]:
     """Run ``statement`` on ``conn`` (an autocommit psycopg ``AsyncConnection``) and return
     its rows as a cursor would: integers as ``int``, every other value as text (None for
     NULL). A server error raises psycopg's
     exception for it; a broken connection, ``psycopg.OperationalError``. Should the caller
     be cancelled while the statement is in flight, the connection is closed: nobody could
     tell whether it committed, and its owner opens another (as it does for any connection
-    that fails)."""
+    that fails).
+
+    ``meanwhile``, if given, is called once the statement is on its way, before waiting
+    for the server: work that need not wait for the result, done while the server runs
+    it. It must not raise (an exception is logged and the statement goes on)."""
     values = statement.values(params, conn.info.encoding)
     pg = conn.pgconn
     async with conn.lock:
         try:
             if conn.prepare_threshold is None:
                 pg.send_query_params(statement.sql, values, param_types=statement.types)
-                return _rows(conn, await _results(pg))
+                return _rows(conn, await _results(pg, meanwhile))
             names = _prepared.setdefault(conn, set())
             for attempt in (1, 2):
                 if statement.name not in names:
@@ -141,7 +161,7 @@ async def fetch(conn: Any, statement: Statement, params: dict[str, Any]) -> list
                     names.add(statement.name)
                 pg.send_query_prepared(statement.name, values)
                 try:
-                    return _rows(conn, await _results(pg))
+                    return _rows(conn, await _results(pg, meanwhile))
                 except (errors.InvalidSqlStatementName, errors.FeatureNotSupported) as exc:
                     # The server refused the statement before running any of it: it was
                     # deallocated behind our back (DISCARD ALL), or a migration changed
@@ -151,6 +171,7 @@ async def fetch(conn: Any, statement: Statement, params: dict[str, Any]) -> list
                     if attempt == 2 or not (stale or "cached plan" in str(exc)):
                         raise
                     names.discard(statement.name)
+                    meanwhile = None  # (it ran with the refused attempt)
                     if not stale:
                         pg.send_query(b"DEALLOCATE " + statement.name)
                         _check(conn, await _results(pg))
@@ -196,13 +217,19 @@ def _rows(conn: Any, results: list[Any]) -> list[list[Any]]:
     return rows
 
 
-async def _results(pg: Any) -> list[Any]:
-    """Send what libpq has buffered and collect the results of the one command sent."""
+async def _results(pg: Any, meanwhile: Callable[[], None] | None = None) -> list[Any]:
+    """Send what libpq has buffered and collect the results of the one command sent,
+    calling ``meanwhile`` once it is sent."""
     while pg.flush():
         # Read too while the rest waits to go out, as libpq asks: a server blocked on
         # writing to us would otherwise never read the rest.
         await _ready(pg.socket, write=True)
         pg.consume_input()
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except Exception:
+            log.exception("work done while a statement ran failed")
     results: list[Any] = []
     while True:
         pg.consume_input()

@@ -287,9 +287,9 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
     sent = []
     fetch_first = pg.fetch_first
 
-    async def watched(conn, statement, params):
+    async def watched(conn, statement, params, **kwargs):
         sent.append(statement.sql.decode())
-        return await fetch_first(conn, statement, params)
+        return await fetch_first(conn, statement, params, **kwargs)
 
     monkeypatch.setattr(pg, "fetch_first", watched)
     statuses = sync_to_async(
@@ -336,6 +336,56 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
         ("UPDATE portal_interrupt" in sql, "INSERT INTO portal_interrupt" in sql) for sql in writes
     ]
     assert parts == [(False, True), (True, True), (True, False), (False, False), (True, False)]
+
+
+@pytest.mark.postgres
+def test_on_its_own_connection_a_row_rendered_early_is_rendered_again_if_the_thread_changed(
+    transactional_db, monkeypatch
+):
+    """The pause's queue row is rendered while its statement runs, from what this instance
+    knows of the thread; if the statement finds the thread renamed meanwhile, the row that
+    goes out is rendered again from the thread's row."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from portal.checkpointer import aconnect
+
+    thread = Thread.objects.create(agent="refunds", title="Broken mug")
+    tid = str(thread.pk)
+    announced = []
+
+    async def send(group, message):
+        announced.append(message)
+
+    monkeypatch.setattr(broadcast, "agroup_send", send)
+    rendered = []
+    render = broadcast.render_queue_item
+    monkeypatch.setattr(
+        broadcast,
+        "render_queue_item",
+        lambda item: rendered.append(item.thread.title) or render(item),
+    )
+    rename = sync_to_async(lambda: Thread.objects.filter(pk=thread.pk).update(title="Cracked mug"))
+
+    async def scenario():
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn, thread=thread)  # as the worker does
+        try:
+            await store.aput(tid, step(0), parent_seq=None)
+            await store.aput(tid, pause(), parent_seq=1)
+            await store.aput(tid, step(2), parent_seq=2)
+            await rename()
+            second = {**REQUEST, "id": "int_def", "key": "TOOL:call_2:0"}
+            await store.aput(tid, pause(interrupt=second), parent_seq=3)
+        finally:
+            await store.aclose()
+            await conn.close()
+
+    async_to_sync(scenario)()
+    entered = [m for m in announced if m["status"] == "pending"]
+    assert [m["interrupt_id"] for m in entered] == ["int_abc", "int_def"]
+    assert "Broken mug" in entered[0]["html"] and "Cracked mug" in entered[1]["html"]
+    # Once each while the statement ran; the second again after it, with the new title.
+    assert rendered == ["Broken mug", "Broken mug", "Cracked mug"]
 
 
 def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():

@@ -5,6 +5,7 @@ unknown state must not be used again."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -130,6 +131,40 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(transactional
             await conn.close()
 
     assert async_to_sync(scenario)()[1] == 42
+
+
+@pytest.mark.postgres
+def test_work_given_for_meanwhile_runs_once_while_the_server_has_the_statement(
+    transactional_db, caplog
+):
+    """Once per statement, after it is sent and before its result is read, even when the
+    statement is prepared again; an exception in it is logged and the statement goes on."""
+    slow = pg.Statement.of("SELECT pg_sleep(0.2), %(seq)s + 1", {"seq": pg.INT4})
+    calls = []
+
+    def meanwhile():
+        calls.append(time.monotonic())
+        if len(calls) == 3:
+            raise RuntimeError("rendering went wrong")
+
+    async def scenario():
+        conn = await _connect()
+        try:
+            started = time.monotonic()
+            first = await pg.fetch_first(conn, slow, {"seq": 1}, meanwhile=meanwhile)
+            elapsed = time.monotonic() - started
+            await conn.execute("DEALLOCATE ALL")  # the next is refused, then prepared again
+            second = await pg.fetch_first(conn, slow, {"seq": 2}, meanwhile=meanwhile)
+            third = await pg.fetch_first(conn, slow, {"seq": 3}, meanwhile=meanwhile)
+            return started, elapsed, [first[1], second[1], third[1]]
+        finally:
+            await conn.close()
+
+    started, elapsed, answers = async_to_sync(scenario)()
+    assert answers == [2, 3, 4]
+    assert len(calls) == 3
+    assert calls[0] - started < elapsed - 0.15  # it ran while the server slept
+    assert "work done while a statement ran failed" in caplog.text
 
 
 @pytest.mark.postgres
