@@ -62,7 +62,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -508,11 +508,13 @@ class DjangoCheckpointer:
         # A pause's queue row is rendered while the server runs the statement, from what
         # is known of the thread; announced only once the statement has committed, and
         # rendered again then should the thread's row say otherwise.
+        # So is the thread as it will be after the write (for recall).
         early: list[tuple[_Entered, str]] = []
-        meanwhile = None
-        if step.pending is not None:
+        held: list[_Held | None] = []
 
-            def meanwhile() -> None:
+        def meanwhile() -> None:
+            held.append(self._next_held(pk, writes, parent_seq, step))
+            if step.pending is not None:
                 entered = self._entered(pk, step)
                 early.append((entered, _row_html(entered)))
 
@@ -523,7 +525,7 @@ class DjangoCheckpointer:
             last = await pg.fetch_first(conn, _PG_LAST_SEQ_WIRE, {"thread": pk})
             raise CheckpointConflict(thread_id, parent_seq, _first(last))
         changes = self._pg_done(pk, step, row)
-        self._hold_written(pk, writes, parent_seq, step)
+        self._hold_written(pk, writes, parent_seq, step, held)
         if changes:
             entered = self._entered(pk, step) if row[4] else None
             html = early[0][1] if entered is not None and early and early[0][0] == entered else None
@@ -677,21 +679,41 @@ class DjangoCheckpointer:
         self._held[pk] = held
         return held.snapshot(thread_id)
 
+    def _next_held(
+        self,
+        pk: uuid.UUID,
+        writes: Sequence[CheckpointWrite],
+        parent_seq: int | None,
+        step: _PgStep,
+    ) -> _Held | None:
+        """The thread as it will be once ``writes`` are in, if this instance held it at
+        the seq they build on (None otherwise)."""
+        base = self._held.get(pk)
+        if base is None or base.seq != (parent_seq or 0):
+            return None
+        known = self._known.get(pk) or _Known(None, base.agent, base.title)
+        return base.then(writes, step, agent=known.agent, title=known.title)
+
     def _hold_written(
         self,
         pk: uuid.UUID,
         writes: Sequence[CheckpointWrite],
         parent_seq: int | None,
         step: _PgStep,
+        early: list[_Held | None],
     ) -> None:
         """Follow the thread through a write built on what this instance held; only a
-        durable one reaches RECENT (a commit that skipped the disk could yet be lost)."""
-        base = self._held.get(pk)
-        if base is None or base.seq != (parent_seq or 0):
+        durable one reaches RECENT (a commit that skipped the disk could yet be lost).
+        ``early`` has ``_next_held`` as worked out while the statement ran, unless it did
+        not run: then it is worked out now. The statement says the thread's agent and
+        title, which the early one may not have known."""
+        held = early[0] if early else self._next_held(pk, writes, parent_seq, step)
+        if held is None:
             self._held.pop(pk, None)
             return
-        known = self._known.get(pk) or _Known(None, base.agent, base.title)
-        held = base.then(writes, step, agent=known.agent, title=known.title)
+        known = self._known[pk]  # (``_pg_done`` set it from the statement's answer)
+        if (held.agent, held.title) != (known.agent, known.title):
+            held = replace(held, agent=known.agent, title=known.title)
         self._held[pk] = held
         if step.durable:
             RECENT.put(pk, held)
