@@ -505,10 +505,10 @@ class DjangoCheckpointer:
         if self._needs_agent(pk, writes[-1]):
             self._remember(pk, await pg.fetch_first(conn, _PG_AGENT_WIRE, {"thread": pk}))
         step = self._pg_step(pk, writes, parent_seq, durable=_durable(writes))
-        # A pause's queue row is rendered while the server runs the statement, from what
-        # is known of the thread; announced only once the statement has committed, and
-        # rendered again then should the thread's row say otherwise.
-        # So is the thread as it will be after the write (for recall).
+        # While the server runs the statement, from what this instance knows of the
+        # thread: the thread as it will be after the write (for recall), and a pause's
+        # queue row. Both are corrected from the statement's answer should it differ, and
+        # the row is announced only once the statement has committed.
         early: list[tuple[_Entered, str]] = []
         held: list[_Held | None] = []
 
