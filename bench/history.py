@@ -275,6 +275,12 @@ def _ensure_data() -> tuple[Any, float | None]:
             cursor.execute("VACUUM ANALYZE portal_decision")
         seconds = time.perf_counter() - began
         print(f"generated in {seconds:.1f}s", flush=True)
+    else:
+        # Kept data, perhaps from before a migration added statistics or indexes: as
+        # autovacuum would in a database in use, bring the planner's statistics up to date.
+        with connection.cursor() as cursor:
+            for table in ("portal_thread", "portal_interrupt", "portal_decision"):
+                cursor.execute(f"ANALYZE {table}")
     return auditor, seconds
 
 

@@ -21,6 +21,8 @@ migration outside a transaction). Backwards, the indexes cover every row again.
 
 from django.db import migrations, models
 
+from portal.migrations._indexes import swap_index
+
 DECIDED = "resolved_at IS NOT NULL"
 # (name, what follows ``ON portal_interrupt``): the indexes that hold decided requests only.
 INDEXES = [
@@ -37,26 +39,13 @@ SQLITE_ONLY = {"interrupt_history"}  # the others are PostgreSQL's alone (0003, 
 LIKE = ("portal_interrupt_id_1e3d6b0b_like", "(id varchar_pattern_ops)")
 
 
-def _replace(execute, name: str, spec: str, where: str, *, concurrently: bool) -> None:
-    """Build ``name`` anew (``where`` may be empty) and put it in the old one's place."""
-    how = " CONCURRENTLY" if concurrently else ""
-    execute(f"DROP INDEX{how} IF EXISTS {name}_new")  # a build a failed run left invalid
-    execute(f"CREATE INDEX{how} {name}_new ON portal_interrupt {spec}{where}")
-    execute(f"DROP INDEX{how} IF EXISTS {name}")
-    execute(f"ALTER INDEX {name}_new RENAME TO {name}")
-
-
 def _indexes(partial: bool):
     def run(apps, schema_editor):
         postgres = schema_editor.connection.vendor == "postgresql"
         where = f" WHERE {DECIDED}" if partial else ""
         for name, spec in INDEXES:
-            if postgres:
-                _replace(schema_editor.execute, name, spec, where, concurrently=True)
-            elif name in SQLITE_ONLY:
-                # SQLite has no ALTER INDEX ... RENAME; the table is the demo's, and small.
-                schema_editor.execute(f"DROP INDEX IF EXISTS {name}")
-                schema_editor.execute(f"CREATE INDEX {name} ON portal_interrupt {spec}{where}")
+            if postgres or name in SQLITE_ONLY:
+                swap_index(schema_editor, table="portal_interrupt", name=name, spec=spec + where)
         if postgres:
             name, spec = LIKE
             if partial:

@@ -12,24 +12,20 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from portal.migrations._indexes import swap_index
+
 OLD = "portal_interrupt_claimed_by_id_da3aef85"
 NEW = "interrupt_claimed"
 
 
 def _swap(forwards: bool):
     def run(apps, schema_editor):
-        how = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
-        execute = schema_editor.execute
         if forwards:
-            execute(f"DROP INDEX{how} IF EXISTS {NEW}")  # a build a failed run left invalid
-            execute(
-                f"CREATE INDEX{how} {NEW} ON portal_interrupt (claimed_by_id)"
-                " WHERE claimed_by_id IS NOT NULL"
-            )
-            execute(f"DROP INDEX{how} IF EXISTS {OLD}")
+            spec = "(claimed_by_id) WHERE claimed_by_id IS NOT NULL"
+            swap_index(schema_editor, table="portal_interrupt", name=NEW, spec=spec, replaces=OLD)
         else:
-            execute(f"CREATE INDEX{how} IF NOT EXISTS {OLD} ON portal_interrupt (claimed_by_id)")
-            execute(f"DROP INDEX{how} IF EXISTS {NEW}")
+            spec = "(claimed_by_id)"
+            swap_index(schema_editor, table="portal_interrupt", name=OLD, spec=spec, replaces=NEW)
 
     return run
 

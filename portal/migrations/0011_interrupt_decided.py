@@ -14,12 +14,22 @@ Built CONCURRENTLY under a new name on PostgreSQL, as in 0008.
 
 from django.db import migrations, models
 
+from portal.migrations._indexes import swap_index
+
 FULLTEXT = (
     "USING gin (to_tsvector('simple'::regconfig, "
     "COALESCE(\"message\", '') || ' ' || COALESCE((\"value\")::text, '')))"
 )
 SUMMARY = "(id) INCLUDE (agent, created_at)"
 INDEXES = [("portal_interrupt_fulltext", FULLTEXT), ("portal_interrupt_summary", SUMMARY)]
+
+
+def _created_index(apps, schema_editor):
+    # SQLite adds a column by rebuilding the table, which keeps only the indexes the
+    # models declare: 0005's is put back (a no-op where it survived).
+    schema_editor.execute(
+        "CREATE INDEX IF NOT EXISTS portal_interrupt_created ON portal_interrupt (created_at)"
+    )
 
 
 def _fill(apps, schema_editor):
@@ -33,12 +43,8 @@ def _indexes(where: str):
     def run(apps, schema_editor):
         if schema_editor.connection.vendor != "postgresql":
             return  # these two indexes are PostgreSQL's alone (0003, 0005)
-        execute = schema_editor.execute
         for name, spec in INDEXES:
-            execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}_new")  # a failed run's
-            execute(f"CREATE INDEX CONCURRENTLY {name}_new ON portal_interrupt {spec} {where}")
-            execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-            execute(f"ALTER INDEX {name}_new RENAME TO {name}")
+            swap_index(schema_editor, table="portal_interrupt", name=name, spec=f"{spec} {where}")
 
     return run
 
@@ -51,11 +57,13 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(migrations.RunPython.noop, _created_index),
         migrations.AddField(
             model_name="interrupt",
             name="decided",
             field=models.BooleanField(db_default=False, default=False),
         ),
+        migrations.RunPython(_created_index, migrations.RunPython.noop),
         migrations.RunPython(_fill, migrations.RunPython.noop),
         migrations.RunPython(_indexes("WHERE decided"), _indexes("WHERE resolved_at IS NOT NULL")),
     ]

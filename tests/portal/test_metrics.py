@@ -168,3 +168,12 @@ def test_a_range_with_no_data_still_renders(client, auditor):
     response = client.get(reverse("metrics"), {"date_from": "2001-01-01", "date_to": "2001-01-31"})
     assert response.status_code == 200
     assert "No decisions in this range." in response.content.decode()
+
+
+def test_the_arrivals_index_survives_every_migration_on_either_database():
+    """Queue depth counts requests by arrival time through ``portal_interrupt_created``
+    (0005, outside the models). SQLite rebuilds a table to add a column, keeping only
+    the indexes the models declare, so 0011 had to put it back."""
+    with connection.cursor() as cursor:
+        indexes = connection.introspection.get_constraints(cursor, "portal_interrupt")
+    assert indexes["portal_interrupt_created"]["columns"] == ["created_at"]
