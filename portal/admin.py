@@ -131,6 +131,7 @@ class InterruptAdmin(ReadOnlyAdmin):
                     "claimed_by",
                     "claimed_at",
                     "resolved_at",
+                    "decided",
                     "checkpoint_seq",
                 ]
             },
@@ -153,6 +154,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         "claimed_by",
         "claimed_at",
         "resolved_at",
+        "decided",
         "checkpoint_seq",
     ]
 
