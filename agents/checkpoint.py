@@ -66,9 +66,12 @@ class CheckpointWrite:
     # When the step happened (epoch seconds): a step written later, with the next one,
     # keeps its own time.
     at: float = field(default_factory=time.time)
-    # ``new_messages`` and ``meta`` as compact JSON, when the runtime encoded them already
-    # (it copies a step it keeps for later that way): a store that stores JSON may use
-    # this text rather than encode them again. ``encode_step`` gives it either way.
+    # ``new_messages`` and ``meta`` as compact JSON, as they were at the step, when the
+    # runtime encoded them then: a step it keeps for later is recorded this way, and its
+    # objects, still shared with the live state, may change before it is written. When
+    # set, this text is the step's record: a store takes the messages and meta through
+    # ``encode_step`` (this text) or ``step_values`` (decoded from it), never from the
+    # objects. ``len(new_messages)`` and its truth stay exact.
     encoded: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
 
@@ -84,6 +87,15 @@ def encode_step(write: CheckpointWrite) -> tuple[str, str]:
     if write.encoded is not None:
         return write.encoded
     return compact_json(write.new_messages), compact_json(write.meta)
+
+
+def step_values(write: CheckpointWrite) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``write``'s messages and meta as objects a store may keep: decoded from the step's
+    record (``encoded``) when there is one, else copies of the lists and dicts given."""
+    if write.encoded is not None:
+        messages, meta = write.encoded
+        return json.loads(messages), json.loads(meta)
+    return list(write.new_messages), dict(write.meta)
 
 
 @dataclass(frozen=True)

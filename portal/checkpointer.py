@@ -80,6 +80,7 @@ from agents.checkpoint import (
     ThreadStatus,
     compact_json,
     encode_step,
+    step_values,
 )
 from portal import broadcast, pg
 from portal.models import Checkpoint, Interrupt, Run, Thread
@@ -383,7 +384,8 @@ def _step_head(write: CheckpointWrite) -> dict[str, Any]:
 
 def _step_row(write: CheckpointWrite) -> dict[str, Any]:
     """The checkpoint columns a step fills itself (the ORM's; see ``_steps_json``)."""
-    return {**_step_head(write), "messages": list(write.new_messages), "meta": dict(write.meta)}
+    messages, meta = step_values(write)
+    return {**_step_head(write), "messages": messages, "meta": meta}
 
 
 def _steps_json(writes: Sequence[CheckpointWrite]) -> tuple[str, list[tuple[str, str]]]:

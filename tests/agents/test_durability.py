@@ -246,6 +246,32 @@ async def test_a_deferred_step_keeps_the_state_as_it_was_at_that_step(config):
     assert state is not None and state.notes == ["first", "second"]
 
 
+async def test_a_deferred_step_keeps_its_messages_as_they_were_at_that_step(config):
+    """Its record is the JSON taken at the step: a later node changing an earlier
+    message in place (its meta, say) does not reach the stored step."""
+    store = RecordingStore()
+
+    def first(state: AgentState) -> Message:
+        return Message(role="assistant", content="drafted", meta={"draft": 1})
+
+    def second(state: AgentState) -> Message:
+        state.context[-1].meta["draft"] = 2  # in place, then the node fails
+        raise RuntimeError("the model is down")
+
+    graph = StateGraph(AgentState)
+    graph.add_node("first", first, replayable=True)
+    graph.add_node("second", second, replayable=True)
+    graph.set_entry_point("first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    compiled = graph.compile(checkpointer=store)
+    with pytest.raises(RuntimeError):
+        await compiled.ainvoke(user("go"), config)
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None and snapshot.next_node == "second"
+    assert [m.get("meta") for m in snapshot.messages] == [None, {"draft": 1}]
+
+
 class WorkerKilled(BaseException):
     """Stands for a worker process dying: nothing after it runs, not even a flush."""
 

@@ -203,6 +203,22 @@ def test_a_step_between_pauses_skips_the_queue_but_a_step_after_a_pause_syncs_it
     assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.RESOLVED
 
 
+def test_a_step_recorded_as_json_is_stored_as_recorded_not_as_its_objects_now(thread):
+    """A step the runtime kept for later carries its record (``encoded``); its objects
+    may have changed since, and the store keeps the record."""
+    import dataclasses
+
+    from agents.checkpoint import encode_step
+
+    write = step(1)
+    recorded = dataclasses.replace(write, encoded=encode_step(write))
+    recorded.new_messages[0]["content"] = "changed later"
+    recorded.meta["later"] = True
+    DjangoCheckpointer().put_sync(str(thread.pk), recorded, parent_seq=None)
+    row = Checkpoint.objects.get(thread=thread, seq=1)
+    assert (row.messages[0]["content"], row.meta) == ("hi 1", {})
+
+
 def test_an_own_connection_must_commit_each_statement(db):
     class Manual:
         autocommit = False
