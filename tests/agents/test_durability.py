@@ -214,6 +214,24 @@ class NotesState(AgentState):
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
+async def fail_in_second(store, state_type, first, second, config) -> tuple[Any, Any]:
+    """first -> second -> END, both replayable, run until ``second`` raises RuntimeError;
+    the graph, and the thread as stored then (its deferred steps flushed by the failure,
+    so it waits at ``second``)."""
+    graph = StateGraph(state_type)
+    graph.add_node("first", first, replayable=True)
+    graph.add_node("second", second, replayable=True)
+    graph.set_entry_point("first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    compiled = graph.compile(checkpointer=store)
+    with pytest.raises(RuntimeError):
+        await compiled.ainvoke(user("go"), config)
+    snapshot = await store.aget("t-1")
+    assert snapshot is not None and snapshot.next_node == "second"
+    return compiled, snapshot
+
+
 async def test_a_deferred_step_keeps_the_state_as_it_was_at_that_step(config):
     """A later node changing a state value in place must not reach an earlier step that
     is still waiting to be written (here: flushed when that later node fails)."""
@@ -229,17 +247,7 @@ async def test_a_deferred_step_keeps_the_state_as_it_was_at_that_step(config):
             raise failures.pop()
         return {"notes": state.notes}
 
-    graph = StateGraph(NotesState)
-    graph.add_node("first", first, replayable=True)
-    graph.add_node("second", second, replayable=True)
-    graph.set_entry_point("first")
-    graph.add_edge("first", "second")
-    graph.add_edge("second", END)
-    compiled = graph.compile(checkpointer=store)
-    with pytest.raises(RuntimeError):
-        await compiled.ainvoke(user("go"), config)
-    snapshot = await store.aget("t-1")
-    assert snapshot is not None and snapshot.next_node == "second"
+    compiled, snapshot = await fail_in_second(store, NotesState, first, second, config)
     assert snapshot.meta["values"]["notes"] == ["first"]
     await compiled.ainvoke({"messages": []}, config)  # the retry continues from there
     state = await compiled.aget_state("t-1")
@@ -258,17 +266,7 @@ async def test_a_deferred_step_keeps_its_messages_as_they_were_at_that_step(conf
         state.context[-1].meta["draft"] = 2  # in place, then the node fails
         raise RuntimeError("the model is down")
 
-    graph = StateGraph(AgentState)
-    graph.add_node("first", first, replayable=True)
-    graph.add_node("second", second, replayable=True)
-    graph.set_entry_point("first")
-    graph.add_edge("first", "second")
-    graph.add_edge("second", END)
-    compiled = graph.compile(checkpointer=store)
-    with pytest.raises(RuntimeError):
-        await compiled.ainvoke(user("go"), config)
-    snapshot = await store.aget("t-1")
-    assert snapshot is not None and snapshot.next_node == "second"
+    _, snapshot = await fail_in_second(store, AgentState, first, second, config)
     assert [m.get("meta") for m in snapshot.messages] == [None, {"draft": 1}]
 
 
