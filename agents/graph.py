@@ -243,7 +243,7 @@ def _detached(write: CheckpointWrite) -> CheckpointWrite:
     """``write`` with its messages and meta recorded now, as the JSON a store keeps
     (``CheckpointWrite.encoded``, which stores read instead of the objects), so nothing
     that changes the live state later reaches it. (Decoding copies of the objects as well
-    cost a pause on PostgreSQL about 4%, and no store needs them.)"""
+    cost about 4% of a pause-and-resume cycle on PostgreSQL, and no store needs them.)"""
     return dataclasses.replace(write, encoded=encode_step(write))
 
 
