@@ -35,7 +35,8 @@ INDEXES = [
     ("portal_interrupt_summary", "(id) INCLUDE (agent, created_at)"),
     ("interrupt_history", '("resolved_at" DESC)'),
 ]
-SQLITE_ONLY = {"interrupt_history"}  # the others are PostgreSQL's alone (0003, 0005)
+# The one of them SQLite has too (a model index); the others are PostgreSQL's alone.
+ON_SQLITE_TOO = {"interrupt_history"}
 LIKE = ("portal_interrupt_id_1e3d6b0b_like", "(id varchar_pattern_ops)")
 
 
@@ -44,7 +45,7 @@ def _indexes(partial: bool):
         postgres = schema_editor.connection.vendor == "postgresql"
         where = f" WHERE {DECIDED}" if partial else ""
         for name, spec in INDEXES:
-            if postgres or name in SQLITE_ONLY:
+            if postgres or name in ON_SQLITE_TOO:
                 swap_index(schema_editor, table="portal_interrupt", name=name, spec=spec + where)
         if postgres:
             name, spec = LIKE
