@@ -27,6 +27,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from portal.api import api_token_create
 from portal.models import Thread
+from portal.routing import websocket_urlpatterns
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 
 PERSONAS = (
@@ -353,6 +354,16 @@ async def test_every_websocket_path_answers_each_persona_as_the_table_says(appli
         ("/ws/queue/",): "/ws/queue/",
         ("/ws/no-such-path/",): "/ws/no-such-path/",
     }
+    # Each row stands for one websocket route (the last catches every other path).
+    routes = {
+        ("/ws/threads/<Sally's-thread>/",): "ws/threads/<uuid:thread_id>/",
+        ("/ws/queue/",): "ws/queue/",
+        ("/ws/no-such-path/",): "",
+    }
+    assert set(routes) == set(paths) == set(WS_TABLE)
+    assert set(routes.values()) == {str(p.pattern) for p in websocket_urlpatterns}, (
+        "each websocket route needs a row in WS_TABLE"
+    )
     seen = []
     for row in WS_TABLE:
         seen.append(
