@@ -1,13 +1,14 @@
 """Every object lookup for a request goes through here.
 
 A stranger gets 404 (it does not learn the object exists); a user who may see the object
-but asks to change it with a read-only role gets 403. Support staff see their own threads;
-reviewers and auditors see all of them.
+but asks to change it without the permission gets 403. Everyone sees their own threads;
+users with ``view_all_threads`` (reviewers, auditors) see all of them.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -20,7 +21,7 @@ from portal.models import Interrupt, Thread
 def visible_threads(user: roles.User) -> QuerySet[Thread]:
     if not user.is_authenticated:
         return Thread.objects.none()
-    if roles.can_view_all(user) or user.is_staff:
+    if roles.can_view_all(user):
         return Thread.objects.all()
     return Thread.objects.filter(owner=user)
 
@@ -40,16 +41,16 @@ def get_thread_for_user(request: HttpRequest, thread_id: object) -> Thread:
 
 
 def get_interrupt_for_user(
-    request: HttpRequest, interrupt_id: str, *, decide: bool = False
+    request: HttpRequest, interrupt_id: str, *, needs: Callable[[roles.User], bool] | None = None
 ) -> Interrupt:
-    """The interrupt if its thread is visible to the user (404 otherwise). With
-    ``decide=True`` a user who can see it but may not decide gets 403."""
+    """The interrupt if its thread is visible to the user (404 otherwise). A user who can
+    see it but fails ``needs`` (say ``roles.can_decide``) gets 403."""
     try:
         interrupt = Interrupt.objects.select_related("thread", "claimed_by").get(
             pk=interrupt_id, thread__in=visible_threads(request.user)
         )
     except Interrupt.DoesNotExist:
         raise Http404("No such interrupt") from None
-    if decide and not (roles.can_decide(request.user) or request.user.is_staff):
-        raise PermissionDenied("Your role can read this request but not decide it.")
+    if needs is not None and not needs(request.user):
+        raise PermissionDenied("Your role can read this request but not act on it.")
     return interrupt

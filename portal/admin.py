@@ -4,7 +4,8 @@ Services are the only writers, so nothing here edits a row directly. Threads, ch
 runs and decisions are read-only; decisions cannot be added, changed or deleted even by a
 superuser (they are the audit record). The one write is the decision form on an
 interrupt's change page, which goes through ``portal.decisions.decision_submit`` with the
-same form, validation and errors as the dashboard.
+same form, validation and errors as the dashboard, and needs the same permission
+(``roles.can_decide``): the admin's view permission only lets staff read.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from portal import roles
 from portal.decisions import DecisionRefused
 from portal.forms import DecisionForm
 from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
@@ -187,7 +189,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, interrupt: Interrupt, form: DecisionForm | None
     ) -> dict[str, Any]:
         decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
-        if form is None and interrupt.is_pending:
+        if form is None and interrupt.is_pending and roles.can_decide(request.user):
             form = DecisionForm(interrupt=interrupt)
         return {
             "interrupt": interrupt,
@@ -219,6 +221,13 @@ class InterruptAdmin(ReadOnlyAdmin):
         )
         if not self.has_view_permission(request, interrupt):
             return HttpResponse("You cannot see this interrupt.", status=403)
+        if not roles.can_decide(request.user):
+            return HttpResponse(
+                "Deciding needs the decide permission (portal.decide_interrupt); the "
+                "admin's view permission only lets you read this request.",
+                status=403,
+                content_type="text/plain; charset=utf-8",
+            )
         form = DecisionForm(request.POST, interrupt=interrupt)
         status = 422
         if form.is_valid():

@@ -291,7 +291,7 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
 def start_thread(request: HttpRequest, payload: StartIn) -> Any:
     """Start a conversation with an agent; the worker runs it (202: queued)."""
     user = _user(request)
-    if not (roles.can_start(user) or user.is_staff):
+    if not roles.can_start(user):
         raise ApiProblem(403, "Your role cannot start conversations.")
     try:
         thread, run = thread_start(agent=payload.agent, input=payload.input, user=user)
@@ -344,7 +344,7 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
     the request's schema.
     """
     user = _user(request)
-    if not (roles.can_decide(user) or user.is_staff):
+    if not roles.can_decide(user):
         raise ApiProblem(403, "Your role cannot decide requests.")
     thread = _thread_or_404(request, thread_id)
     decision = decision_submit_for_thread(

@@ -5,3 +5,7 @@ class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = "Reviewer portal"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Connects the receivers that close a user's sockets when their rights change.
+        from portal import signals  # noqa: F401

@@ -15,17 +15,16 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from portal.routing import websocket_urlpatterns  # noqa: E402
+from portal.routing import OriginValidator, websocket_urlpatterns  # noqa: E402
 
+# The Origin check compares scheme, host and port (portal/routing.py says the rule);
+# channels' AllowedHostsOriginValidator compared only the host.
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -16,6 +16,11 @@ Groups and events:
   interrupt is added (status "pending") or leaves the queue (resolved/cancelled/expired).
   It also carries ``html``: the queue row, rendered once by the publisher while the
   interrupt is pending (empty otherwise); see ``publish_queue_row`` for claims.
+- ``user_group(user_id)``: every socket one user has open, whatever it watches.
+  ``user.revoke`` ``{"session_key"}`` when the user's right to their sockets may have
+  changed (logout, deactivation, password, groups or permissions): each socket checks
+  its session and permission again and closes if they no longer hold; with a
+  ``session_key`` (a logout) the sockets of that session close at once.
 """
 
 from __future__ import annotations
@@ -37,11 +42,17 @@ QUEUE_GROUP = "queue"
 THREAD_CHUNK = "thread.chunk"
 THREAD_STATUS = "thread.status"
 QUEUE_CHANGED = "queue.changed"
+USER_REVOKE = "user.revoke"
 
 
 def thread_group(thread_id: object) -> str:
     """The group for one thread (group names allow letters, digits, '-', '_' and '.')."""
     return f"thread.{thread_id}"
+
+
+def user_group(user_id: object) -> str:
+    """The group of every socket one user has open."""
+    return f"user.{user_id}"
 
 
 # The in-memory channel layer (the embedded demo) is plain asyncio queues: a send made on
@@ -264,3 +275,10 @@ def publish_queue_row(*, interrupt_id: str) -> None:
 
 
 # --- end live portal ------------------------------------------------------------------
+
+
+def publish_user_revoke(user_ids: Any, *, session_key: str | None = None) -> None:
+    """Tell the open sockets of ``user_ids`` to check their right to stay open (see
+    ``user_group``). Call it after the change committed (``transaction.on_commit``)."""
+    for user_id in dict.fromkeys(user_ids):
+        group_send(user_group(user_id), {"type": USER_REVOKE, "session_key": session_key})

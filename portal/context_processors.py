@@ -10,4 +10,6 @@ def role_flags(request: HttpRequest) -> dict[str, object]:
         "can_decide": roles.can_decide(user),
         "can_view_all": roles.can_view_all(user),
         "can_view_history": roles.can_view_history(user),
+        "can_export_history": roles.can_export_history(user),
+        "can_view_metrics": roles.can_view_metrics(user),
     }

@@ -134,11 +134,11 @@ def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
 def _check_may_decide(interrupt: Interrupt, reviewer: Any) -> None:
     if reviewer is None or not reviewer.is_authenticated:
         raise DecisionForbidden("Log in as a reviewer to decide requests.")
-    if not (roles.can_decide(reviewer) or reviewer.is_staff):
+    if not roles.can_decide(reviewer):
         raise DecisionForbidden("Your role can read this request but not decide it.")
     holder = interrupt.claimed_by
-    # Claims coordinate reviewers; they do not block an admin.
-    if holder is not None and holder.pk != reviewer.pk and not reviewer.is_staff:
+    # Claims coordinate reviewers; they do not block whoever may take claims over.
+    if holder is not None and holder.pk != reviewer.pk and not roles.can_take_over_claims(reviewer):
         raise DecisionForbidden(
             f"{_who(holder)} claimed this request at {_when(interrupt.claimed_at)}; "
             "ask them to release it first."
@@ -372,10 +372,10 @@ def decision_submit_for_thread(
 def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
     """Mark ``interrupt`` as held by ``user`` so other reviewers see who is on it.
 
-    A claim held by someone else is refused (409) unless ``user`` is an admin, who takes
-    it over. Claiming your own claim again is a no-op.
+    A claim held by someone else is refused (409) unless ``user`` may take claims over
+    (``roles.can_take_over_claims``). Claiming your own claim again is a no-op.
     """
-    if not (roles.can_decide(user) or user.is_staff):
+    if not roles.can_claim(user):
         raise DecisionForbidden("Your role can read this request but not claim it.")
     with transaction.atomic():
         # Row lock: two reviewers clicking "claim" together would both see it unclaimed.
@@ -387,7 +387,7 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         if locked.status != Interrupt.Status.PENDING:
             raise _already_decided(locked)
         holder = locked.claimed_by
-        if holder is not None and holder.pk != user.pk and not user.is_staff:
+        if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
             raise ClaimConflict(
                 f"{_who(holder)} already claimed this request at {_when(locked.claimed_at)}."
             )
@@ -404,7 +404,10 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
 
 
 def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
-    """Release a claim. Only its holder or an admin may; releasing nothing is a no-op."""
+    """Release a claim. Only its holder, or a user who may take claims over, may; releasing
+    nothing is a no-op."""
+    if not roles.can_claim(user):
+        raise DecisionForbidden("Your role can read this request but not release claims.")
     with transaction.atomic():
         # Row lock: a release racing a takeover must not clear the new holder's claim.
         locked = (
@@ -414,7 +417,7 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         )
         holder = locked.claimed_by
         if holder is not None:
-            if holder.pk != user.pk and not user.is_staff:
+            if holder.pk != user.pk and not roles.can_take_over_claims(user):
                 raise DecisionForbidden(
                     f"{_who(holder)} holds this claim; only they or an admin can release it."
                 )

@@ -21,3 +21,7 @@ class InterruptNotPending(Refused):
 
 class ThreadNotRetryable(Refused):
     """``thread_continue`` on a thread that has not failed, or already has work queued."""
+
+
+class NotThreadOwner(Refused):
+    """A follow-up from someone other than the person who started the thread."""

@@ -23,7 +23,6 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField, Value
@@ -118,13 +117,19 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
 # --- who may look ---------------------------------------------------------------------
 
 
-def may_view_history(user: roles.User) -> bool:
-    return roles.can_view_history(user) or bool(getattr(user, "is_staff", False))
-
-
 def require_history_access(request: HttpRequest) -> None:
-    if not may_view_history(request.user):
+    if not roles.can_view_history(request.user):
         raise PermissionDenied("Decision history is for reviewers and auditors.")
+
+
+def require_export_access(request: HttpRequest) -> None:
+    if not roles.can_export_history(request.user):
+        raise PermissionDenied("Exporting the decision history needs the export permission.")
+
+
+def require_metrics_access(request: HttpRequest) -> None:
+    if not roles.can_view_metrics(request.user):
+        raise PermissionDenied("The metrics page needs the metrics permission.")
 
 
 def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
@@ -339,15 +344,7 @@ def iter_rows(
 def filter_choices() -> dict[str, list[str]]:
     """Suggestions for the filter inputs, from small tables and settings only (never a
     scan of the decision table)."""
-    user_model = get_user_model()
-    reviewers = list(
-        user_model.objects.filter(
-            Q(groups__permissions__codename="decide_interrupt") | Q(is_staff=True)
-        )
-        .distinct()
-        .order_by("username")
-        .values_list("username", flat=True)[:200]
-    )
+    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
     return {
         "agents": sorted(getattr(settings, "PORTAL_AGENTS", {})),
         "reviewers": [*reviewers, SYSTEM],

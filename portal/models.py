@@ -70,6 +70,13 @@ class Thread(models.Model):
     def __str__(self) -> str:
         return self.title or f"{self.agent or 'thread'} {self.id}"
 
+    def written_into_by(self, user: Any) -> bool:
+        """Whether ``user`` wrote any human message into this thread: started it, or is
+        the author of a run that carried messages (a follow-up)."""
+        if user is None or user.pk is None:
+            return False
+        return self.owner_id == user.pk or self.runs.filter(author_id=user.pk).exists()
+
     @staticmethod
     def title_from(text: str) -> str:
         """A one-line title from a user message."""
@@ -160,7 +167,11 @@ class Interrupt(models.Model):
     checkpoint_seq = models.PositiveIntegerField()
 
     class Meta:
-        permissions = [("decide_interrupt", "Can decide interrupts")]
+        permissions = [
+            ("decide_interrupt", "Can decide interrupts"),
+            ("claim_interrupt", "Can claim and release interrupts"),
+            ("take_over_claim", "Can take over or release another reviewer's claim"),
+        ]
         indexes = [
             models.Index(
                 fields=["created_at", "id"],
@@ -265,7 +276,11 @@ class Decision(models.Model):
     objects = DecisionQuerySet.as_manager()
 
     class Meta:
-        permissions = [("view_history", "Can browse decision history")]
+        permissions = [
+            ("view_history", "Can browse decision history"),
+            ("export_history", "Can export decision history"),
+            ("view_metrics", "Can see decision metrics"),
+        ]
         indexes = [models.Index(fields=["-created_at"], name="decision_recent")]
 
     def __str__(self) -> str:
@@ -304,6 +319,17 @@ class Run(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     input = models.JSONField(default=dict, blank=True)
+    # Who wrote the human messages this run carries (a start or a follow-up); null for
+    # resumes, whose input is a decision, and for threads started by the system.
+    # Separation of duties reads it (Thread.written_into_by).
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="authored_runs",
+        db_index=False,  # run_author (Meta), only where set
+    )
     attempts = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=128, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -319,6 +345,9 @@ class Run(models.Model):
                 fields=["lease_expires_at"], name="run_leased", condition=Q(status="running")
             ),
             models.Index(fields=["thread", "-created_at"], name="run_thread_recent"),
+            # A user's deletion clears their authorship by this; resumes have no author
+            # and cost it nothing.
+            models.Index(fields=["author"], name="run_author", condition=Q(author__isnull=False)),
         ]
 
     def __str__(self) -> str:

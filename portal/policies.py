@@ -6,8 +6,9 @@ and is used whole (keys are not merged), in this order: ``agent:reason``, ``agen
 a new interrupt, so the two never disagree. Settings a matching entry leaves out take the
 defaults below; with no matching entry at all the defaults apply too.
 
-- ``separation_of_duties`` (default True): whoever started a thread cannot decide its
-  requests, whatever their role.
+- ``separation_of_duties`` (default True): whoever wrote into a thread (started it, or
+  sent any of its human messages: ``Thread.written_into_by``) cannot decide its requests,
+  whatever their role or permissions.
 - ``required_group`` (default None): the decider must be in this Django group.
 - ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
   pending request is resolved as expired and the run resumes with a decline.
@@ -104,10 +105,9 @@ def check_decider(*, interrupt: Any, user: Any) -> None:
     Role permission is checked by the caller; this is only what the policy adds.
     """
     policy = policy_for(interrupt.agent, interrupt.reason)
-    owner_id = interrupt.thread.owner_id
-    if policy.separation_of_duties and owner_id is not None and owner_id == user.pk:
+    if policy.separation_of_duties and interrupt.thread.written_into_by(user):
         raise PolicyViolation(
-            "You started this conversation, so someone else must decide its requests "
+            "You wrote into this conversation, so someone else must decide its requests "
             "(separation of duties). Ask another reviewer."
         )
     if policy.required_group and not user.groups.filter(name=policy.required_group).exists():

@@ -1,49 +1,121 @@
-"""Who may do what. Roles are Django groups; code checks permissions, never group names,
-so an admin can grant a single permission without inventing a role."""
+"""Who may do what: one permission and one function per capability.
+
+Roles are Django groups holding permissions; code asks these functions, never group names
+and never ``is_staff``, so an admin can grant a single capability without inventing a role.
+``is_staff`` only opens the Django admin's door: inside it a staff member still sees only
+what their model permissions allow, and deciding there asks ``can_decide`` like everywhere
+else. Superusers hold every permission (Django's ``has_perm``), so they keep everything.
+
+Capabilities (all in the app ``portal``):
+
+=====================  ====================================================  =============
+permission             lets the user                                         groups
+=====================  ====================================================  =============
+``start_thread``       start conversations and send follow-ups in their own  support
+``decide_interrupt``   decide requests; open the review queue and its feed   reviewer
+``claim_interrupt``    claim and release requests                            reviewer
+``take_over_claim``    take over or release a claim someone else holds       (none)
+``view_all_threads``   read every thread, not only their own                 reviewer, auditor
+``view_history``       browse the decision history                           reviewer, auditor
+``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
+``view_metrics``       open the metrics page                                 reviewer, auditor
+=====================  ====================================================  =============
+
+Whatever the permissions, the policies (``portal.policies``) still refuse a decider who
+wrote into the thread, and only a thread's owner may post into it.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser, Permission
 from django.contrib.auth.models import User as AuthUser
+from django.db.models import Q, QuerySet
 
 SUPPORT, REVIEWER, AUDITOR = "support", "reviewer", "auditor"
 
 START_THREAD = "portal.start_thread"
 DECIDE = "portal.decide_interrupt"
+CLAIM = "portal.claim_interrupt"
+TAKE_OVER_CLAIM = "portal.take_over_claim"
 VIEW_ALL = "portal.view_all_threads"
 VIEW_HISTORY = "portal.view_history"
+EXPORT_HISTORY = "portal.export_history"
+VIEW_METRICS = "portal.view_metrics"
 
-# Group name -> permission codenames (app "portal"). setup_roles and the data migration
-# both read this, so the two can never disagree.
+# Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     SUPPORT: ["start_thread"],
-    REVIEWER: ["decide_interrupt", "view_all_threads", "view_history"],
-    AUDITOR: ["view_all_threads", "view_history"],
+    REVIEWER: [
+        "decide_interrupt",
+        "claim_interrupt",
+        "view_all_threads",
+        "view_history",
+        "export_history",
+        "view_metrics",
+    ],
+    AUDITOR: ["view_all_threads", "view_history", "export_history", "view_metrics"],
 }
 
 User = AuthUser | AnonymousUser
 
 
+def _has(user: User, perm: str) -> bool:
+    # has_perm is already False for an inactive user; the is_authenticated check keeps an
+    # anonymous user from reaching a backend that might grant anonymous permissions.
+    return bool(user.is_authenticated and user.has_perm(perm))
+
+
 def can_start(user: User) -> bool:
-    return user.is_authenticated and user.has_perm(START_THREAD)
+    return _has(user, START_THREAD)
 
 
 def can_decide(user: User) -> bool:
-    return user.is_authenticated and user.has_perm(DECIDE)
+    return _has(user, DECIDE)
+
+
+def can_claim(user: User) -> bool:
+    return _has(user, CLAIM)
+
+
+def can_take_over_claims(user: User) -> bool:
+    return _has(user, TAKE_OVER_CLAIM)
 
 
 def can_view_all(user: User) -> bool:
-    return user.is_authenticated and user.has_perm(VIEW_ALL)
+    return _has(user, VIEW_ALL)
 
 
 def can_view_history(user: User) -> bool:
-    return user.is_authenticated and user.has_perm(VIEW_HISTORY)
+    return _has(user, VIEW_HISTORY)
+
+
+def can_export_history(user: User) -> bool:
+    return _has(user, EXPORT_HISTORY)
+
+
+def can_view_metrics(user: User) -> bool:
+    return _has(user, VIEW_METRICS)
+
+
+def deciders() -> QuerySet[AuthUser]:
+    """Users who may decide (``can_decide``), as a query: through a group, directly, or
+    as a superuser."""
+    app_label, _, codename = DECIDE.partition(".")
+    perm = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    granted = Q(groups__permissions__in=perm) | Q(user_permissions__in=perm)
+    return (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(granted | Q(is_superuser=True))
+        .distinct()
+    )
 
 
 def role_names(user: User) -> list[str]:
     if not user.is_authenticated:
         return []
     names = sorted(user.groups.values_list("name", flat=True))
-    if user.is_staff:
+    if user.is_superuser:
         names.append("admin")
     return names

@@ -16,13 +16,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import broadcast, worker
-from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
+from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
     "InputError",
     "InterruptNotPending",
+    "NotThreadOwner",
     "ThreadNotRetryable",
     "UnknownAgentError",
     "thread_cancel",
@@ -93,13 +94,14 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     get_agent_builder(agent)
     clean = validate_start_input(input)
     with transaction.atomic():
+        author = _user_or_none(user)
         thread = Thread.objects.create(
             agent=agent,
-            owner=_user_or_none(user),
+            owner=author,
             title=Thread.title_from(clean["messages"][0]["content"]),
             status=Thread.Status.IDLE,
         )
-        run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean)
+        run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
         worker.notify_workers()
     return thread, run
 
@@ -170,9 +172,12 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
             payload: dict[str, Any] = (
                 failed.input if isinstance(failed.input, dict) else {"messages": []}
             )
+            author = failed.author_id  # the messages sent again are still theirs
         else:
-            payload = {"messages": []}
-        run = Run.objects.create(thread=locked, kind=Run.Kind.CONTINUE, input=payload)
+            payload, author = {"messages": []}, None
+        run = Run.objects.create(
+            thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
+        )
         worker.notify_workers()
     return run
 
@@ -183,10 +188,18 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
 def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
     """Queue a new user turn on a finished thread (the support chat's follow-up).
 
-    Raises ``InputError`` for an empty or oversized message and ``ThreadNotRetryable``
-    unless the thread is done with no run waiting: a new turn goes on only after the
-    previous one finished (a failed thread is retried with ``thread_continue``).
+    Only the thread's owner may write into it (``NotThreadOwner`` otherwise): separation
+    of duties trusts that nobody else's words reach the agent. Raises ``InputError`` for
+    an empty or oversized message and ``ThreadNotRetryable`` unless the thread is done
+    with no run waiting: a new turn goes on only after the previous one finished (a
+    failed thread is retried with ``thread_continue``). The run records its author.
     """
+    author = _user_or_none(user)
+    if author is None or thread.owner_id != author.pk:
+        raise NotThreadOwner(
+            "Only the person who started this conversation can write into it; "
+            "start a new conversation instead."
+        )
     clean = validate_start_input({"messages": [{"role": "user", "content": text}]})
     with transaction.atomic():
         # Row lock: two sends at once (a double click) would otherwise queue two turns
@@ -203,7 +216,7 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
         if busy:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
-        run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean)
+        run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
         worker.notify_workers()
     return run
 

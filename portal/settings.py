@@ -265,6 +265,10 @@ PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
 # How often an open queue page re-fetches its table: live updates are best effort (see
 # portal/broadcast.py), and this bounds how long a missed one can leave it stale.
 PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum=5)
+# How often an open websocket checks its session and permission again. Changes made
+# through Django (logout, deactivation, groups) close sockets at once; this bounds how long
+# a lost event or a change made behind Django's back leaves one open.
+PORTAL_WS_RECHECK_SECONDS = env_int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1)
 # The JSON API answers decisions only when enabled (403 otherwise), as an operator switch.
 PORTAL_API_ENABLED = env_bool("PORTAL_API_ENABLED", True)
 # Per agent and reason policies; "*" matches any. See portal/policies.py.

@@ -20,7 +20,7 @@ from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST
 
 from portal import access, roles, services
-from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
+from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Interrupt
 from portal.registry import UnknownAgentError, agent_names
 from portal.setup import DEMO_CONVERSATIONS
@@ -62,8 +62,18 @@ class ChatReplyForm(forms.Form):
 
 
 def _require_starter(request: HttpRequest) -> None:
-    if not (roles.can_start(request.user) or request.user.is_staff):
+    if not roles.can_start(request.user):
         raise PermissionDenied("The support chat is for support staff.")
+
+
+def _require_owner(request: HttpRequest, thread: Any) -> None:
+    # A conversation's chat page is its owner's alone: anyone else who may read it does so
+    # on the thread page, and nobody else's words may reach its agent.
+    if thread.owner_id != request.user.pk:
+        raise PermissionDenied(
+            "Only the person who started this conversation can open it in the chat; "
+            "read it on its thread page."
+        )
 
 
 def _recent(request: HttpRequest) -> Any:
@@ -119,9 +129,11 @@ def chat(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @login_required
 def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
-    """One conversation, live. POST sends a follow-up once the previous turn is done."""
+    """One conversation, live, for its owner. POST sends a follow-up once the previous
+    turn is done."""
     thread = access.get_thread_for_user(request, thread_id)
     _require_starter(request)
+    _require_owner(request, thread)
     status = 200
     form = ChatReplyForm()
     if request.method == "POST":
@@ -131,6 +143,8 @@ def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
                 services.thread_message(
                     thread=thread, text=form.cleaned_data["message"], user=request.user
                 )
+            except NotThreadOwner as exc:
+                raise PermissionDenied(str(exc)) from None
             except (InputError, ThreadNotRetryable) as exc:
                 form.add_error("message", str(exc))
             else:
@@ -148,7 +162,7 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
     The agent resumes with a decline (fail closed) and tells the customer so in the chat;
     the withdrawal is recorded as a cancelled decision."""
     thread = access.get_thread_for_user(request, thread_id)
-    if thread.owner_id != request.user.pk and not request.user.is_staff:
+    if thread.owner_id != request.user.pk:
         raise PermissionDenied(
             "Only the person who started this conversation can withdraw its request; "
             "reviewers reject it from the review queue instead."

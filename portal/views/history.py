@@ -204,7 +204,7 @@ def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
 
 
 def _export(request: HttpRequest, kind: str) -> StreamingHttpResponse:
-    history.require_history_access(request)
+    history.require_export_access(request)
     form = _filter_form(request)
     rows = history.iter_rows(form.criteria())
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
@@ -237,7 +237,7 @@ def export_jsonl(request: HttpRequest) -> StreamingHttpResponse:
 @require_GET
 @login_required
 def metrics_page(request: HttpRequest) -> HttpResponse:
-    history.require_history_access(request)
+    history.require_metrics_access(request)
     form = metrics.MetricsRange(request.GET or None)
     start, end = form.bounds()
     context = {

@@ -71,14 +71,14 @@ def _asking_calls(interrupt: Interrupt, conversation: list[dict[str, Any]]) -> l
 
 def _blocked_reason(interrupt: Interrupt, user: Any) -> str:
     """Why this user cannot decide this request right now ("" when they can)."""
-    if not (roles.can_decide(user) or user.is_staff):
+    if not roles.can_decide(user):
         return "Your role can read this request but not decide it."
     try:
         policies.check_decider(interrupt=interrupt, user=user)
     except policies.PolicyViolation as exc:
         return str(exc)
     holder = interrupt.claimed_by
-    if holder is not None and holder.pk != user.pk and not user.is_staff:
+    if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
         return f"{holder.get_username()} has claimed this request."
     return ""
 
@@ -93,7 +93,7 @@ def _render(
 ) -> HttpResponse:
     conversation = _conversation(interrupt)
     decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
-    can_decide = roles.can_decide(request.user) or request.user.is_staff
+    can_decide = roles.can_decide(request.user)
     blocked = _blocked_reason(interrupt, request.user) if interrupt.is_pending else ""
     if form is None and interrupt.is_pending and can_decide and not blocked:
         form = DecisionForm(interrupt=interrupt)
@@ -105,6 +105,8 @@ def _render(
         "decision": decision,
         "form": form,
         "can_decide": can_decide,
+        "can_claim": roles.can_claim(request.user),
+        "can_take_over": roles.can_take_over_claims(request.user),
         "blocked_reason": blocked,
         "refusal": refusal,
         # A refusal the form does not carry (a conflict): shown above the panel.
@@ -124,7 +126,7 @@ def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
-    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, needs=roles.can_decide)
     form = DecisionForm(request.POST, interrupt=interrupt)
     if not form.is_valid():
         return _render(request, interrupt, form=form, status=422)
@@ -164,14 +166,14 @@ def _claim_response(request: HtmxRequest, interrupt: Interrupt, action: Any) -> 
 @require_POST
 @login_required
 def interrupt_claim_view(request: HtmxRequest, interrupt_id: str) -> HttpResponse:
-    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, needs=roles.can_claim)
     return _claim_response(request, interrupt, interrupt_claim)
 
 
 @require_POST
 @login_required
 def interrupt_unclaim_view(request: HtmxRequest, interrupt_id: str) -> HttpResponse:
-    interrupt = access.get_interrupt_for_user(request, interrupt_id, decide=True)
+    interrupt = access.get_interrupt_for_user(request, interrupt_id, needs=roles.can_claim)
     return _claim_response(request, interrupt, interrupt_unclaim)
 
 

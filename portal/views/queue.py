@@ -39,10 +39,6 @@ KNOWN_REASONS = ["tool_approval", "transfer_approval", "breakpoint", "input_requ
 SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
 
 
-def can_use_queue(user: roles.User) -> bool:
-    return roles.can_decide(user) or bool(getattr(user, "is_staff", False))
-
-
 def encode_cursor(item: Interrupt) -> str:
     return f"{item.created_at.isoformat()}~{item.pk}"
 
@@ -127,7 +123,7 @@ def queue_page(
 @require_GET
 @login_required
 def queue(request: HtmxRequest) -> HttpResponse:
-    if not can_use_queue(request.user):
+    if not roles.can_decide(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
     agents = sorted(settings.PORTAL_AGENTS)
     agent = request.GET.get("agent", "")

@@ -118,7 +118,7 @@ def threads(request: HttpRequest) -> HttpResponse:
         "statuses": Thread.Status.values,
         "next_qs": urlencode({"status": status, "after": next_cursor}) if next_cursor else "",
         "paged": cursor is not None,
-        "sees_all": roles.can_view_all(request.user) or request.user.is_staff,
+        "sees_all": roles.can_view_all(request.user),
     }
     return render(request, "portal/threads.html", context)
 

@@ -226,3 +226,47 @@ def test_run_and_checkpoint_pages_render(admin_client):
     assert admin_client.get(reverse("admin:portal_run_changelist")).status_code == 200
     page = admin_client.get(reverse("admin:portal_checkpoint_change", args=[checkpoint.pk]))
     assert page.status_code == 200
+
+
+@pytest.fixture
+def staff_auditor(auditor):
+    """An auditor who may open the admin and read its interrupts, and nothing more."""
+    from django.contrib.auth.models import Permission
+
+    auditor.is_staff = True
+    auditor.save()
+    auditor.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_interrupt", "view_thread", "view_decision"])
+    )
+    return auditor
+
+
+def test_the_admins_view_permission_does_not_let_staff_decide(client, staff_auditor):
+    interrupt = make_interrupt()
+    client.force_login(staff_auditor)
+
+    page = client.get(change_url(interrupt))
+    assert page.status_code == 200
+    assert 'id="decision-form"' not in page.content.decode()
+
+    response = client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+    assert response.status_code == 403
+    assert "decide permission" in response.content.decode()
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not Decision.objects.filter(interrupt=interrupt).exists()
+
+
+def test_staff_with_the_decide_permission_decide_through_the_admin(client, staff_auditor):
+    from django.contrib.auth.models import Permission
+
+    staff_auditor.user_permissions.add(Permission.objects.get(codename="decide_interrupt"))
+    interrupt = make_interrupt()
+    client.force_login(staff_auditor)
+    response = client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+    assert response.status_code == 302
+    assert Decision.objects.get(interrupt=interrupt).reviewer == staff_auditor

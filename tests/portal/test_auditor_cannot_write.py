@@ -202,6 +202,7 @@ def test_decisions_cannot_be_changed_or_deleted_through_the_admin(admin_user, wo
 # --- websockets ------------------------------------------------------------------------
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")
 SOCKET_ACTIONS = [
     {"action": "decide", "interrupt_id": "{interrupt_id}", "value": {"approved": True}},
     {"action": "claim", "interrupt_id": "{interrupt_id}"},
@@ -254,7 +255,7 @@ async def test_an_auditors_socket_messages_change_nothing_and_the_queue_socket_i
 
     # The thread socket: auditors may watch (read), and whatever they send is ignored.
     thread_socket = WebsocketCommunicator(
-        application, f"/ws/threads/{world['thread_id']}/", headers=[ORIGIN, cookie]
+        application, f"/ws/threads/{world['thread_id']}/", headers=[HOST, ORIGIN, cookie]
     )
     connected, _ = await thread_socket.connect()
     assert connected
@@ -264,7 +265,7 @@ async def test_an_auditors_socket_messages_change_nothing_and_the_queue_socket_i
     await thread_socket.disconnect()
 
     # The queue socket is for reviewers: an auditor's connection is closed with 4403.
-    queue_socket = WebsocketCommunicator(application, "/ws/queue/", headers=[ORIGIN, cookie])
+    queue_socket = WebsocketCommunicator(application, "/ws/queue/", headers=[HOST, ORIGIN, cookie])
     await queue_socket.connect()
     closed = await queue_socket.receive_output(timeout=2)
     assert closed["type"] == "websocket.close"

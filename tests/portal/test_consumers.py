@@ -17,6 +17,7 @@ from tests.factories import make_interrupt, make_thread
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # browsers send both; the Origin check compares them
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def _cookie(user) -> tuple[bytes, bytes]:
 
 
 async def _connect(application, path: str, user=None, origin=ORIGIN):
-    headers = [origin]
+    headers = [HOST, origin]
     if user is not None:
         headers.append(await sync_to_async(_cookie)(user))
     communicator = WebsocketCommunicator(application, path, headers=headers)

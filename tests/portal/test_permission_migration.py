@@ -1,0 +1,48 @@
+"""Upgrading keeps what each group could do: the migration that splits the capabilities
+into their own permissions grants the new ones to whoever held the one they came from."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from tests.factories import make_user
+
+BEFORE = ("portal", "0012_interrupt_search_statistics")
+AFTER = ("portal", "0013_permissions_per_capability")
+NEW = ["claim_interrupt", "take_over_claim", "export_history", "view_metrics"]
+
+
+def _migrate(target: tuple[str, str]) -> None:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate([target])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_upgrading_grants_the_new_permissions_to_whoever_could_do_the_same_before():
+    _migrate(BEFORE)
+    # A database from before: the new permissions do not exist yet.
+    Permission.objects.filter(content_type__app_label="portal", codename__in=NEW).delete()
+    deciders = Group.objects.create(name="old-reviewers")
+    deciders.permissions.add(Permission.objects.get(codename="decide_interrupt"))
+    readers = Group.objects.create(name="old-auditors")
+    readers.permissions.add(Permission.objects.get(codename="view_history"))
+    solo = make_user("solo-reader")
+    solo.user_permissions.add(Permission.objects.get(codename="view_history"))
+    starters = Group.objects.create(name="old-support")
+    starters.permissions.add(Permission.objects.get(codename="start_thread"))
+
+    _migrate(AFTER)
+
+    def codenames(holder_perms) -> set[str]:
+        return set(holder_perms.values_list("codename", flat=True))
+
+    assert codenames(deciders.permissions) == {"decide_interrupt", "claim_interrupt"}
+    assert codenames(readers.permissions) == {"view_history", "export_history", "view_metrics"}
+    assert codenames(solo.user_permissions) == {"view_history", "export_history", "view_metrics"}
+    assert codenames(starters.permissions) == {"start_thread"}
+    # Taking over claims was an is_staff privilege; nobody gets it by upgrading.
+    assert not Permission.objects.get(codename="take_over_claim").group_set.exists()
