@@ -191,6 +191,8 @@ def interrupt(
     ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt,
     ``response_schema`` a JSON schema every answer must satisfy. Returns ``None`` when the
     request was cancelled. See the module docstring for the re-run and ordering rules.
+    The graph checks the request before saving the pause (``check_interrupt``): an unsafe
+    schema or an over-long ``reason`` fails the run instead.
     """
     run = current_run()
     key = run.next_key()
