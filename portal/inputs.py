@@ -59,14 +59,32 @@ def _pairs_problem(pairs: Any, where: str) -> Refusal | None:
     return None
 
 
+def _too_large() -> Refusal:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    line = f"body: over the limit of {limit} bytes"
+    return 413, f"The request is too large ({line}); send less.", [line]
+
+
+def _form_problem(request: HttpRequest) -> Refusal | None:
+    try:
+        return _pairs_problem(request.POST, "form field")
+    except RequestDataTooBig:
+        return _too_large()
+    except TooManyFieldsSent:
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        line = f"body: over the limit of {limit} form fields"
+        return 400, f"The form has too many fields ({line}).", [line]
+
+
 def _body_problem(request: HttpRequest) -> Refusal | None:
+    if request.content_type == "multipart/form-data":
+        return _form_problem(request)  # parsed as a stream: files do not count to the limit
     try:
         body = request.body
     except RequestDataTooBig:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        sent = request.META.get("CONTENT_LENGTH") or "more"
-        line = f"body: {sent} bytes, over the limit of {limit} bytes"
-        return 413, f"The request is too large ({line}); send less.", [line]
+        return _too_large()
+    if request.content_type == "application/x-www-form-urlencoded":
+        return _form_problem(request)
     if request.content_type == "application/json" and body:
         try:
             loads(body)
@@ -75,14 +93,6 @@ def _body_problem(request: HttpRequest) -> Refusal | None:
         except ValueError as exc:
             line = f"body: {exc}"
             return 400, f"The request body is not JSON this server accepts ({exc}).", [line]
-        return None
-    if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        try:
-            return _pairs_problem(request.POST, "form field")
-        except TooManyFieldsSent:
-            limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
-            line = f"body: over the limit of {limit} form fields"
-            return 400, f"The form has too many fields ({line}).", [line]
     return None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.admin.utils import quote
 from django.test import AsyncClient, Client
 
 from portal.api import api_token_create
@@ -29,9 +30,9 @@ JSON_SCHEMA = {"type": "array", "items": {"type": "object"}}  # answered in a JS
 @dataclass
 class Case:
     name: str
-    who: str  # api-support | api-reviewer | support | reviewer | auditor
+    who: str  # api-support | api-reviewer | support | reviewer | auditor | admin
     method: str
-    url: str  # {thread} {interrupt} {json_interrupt} {done_thread} are filled in
+    url: str  # {thread}, {interrupt}... are filled in from the world fixture
     status: int
     says: str  # the response names the problem with these words
     body: Any = None  # dict: form fields (or JSON for the API); str: raw JSON
@@ -281,6 +282,32 @@ CASES = [
         {"resume_interrupt_id": "{json_interrupt}", "value": DEEP},
     ),
     Case("claim: NUL in the request id", "reviewer", "post", "/interrupts/%00/claim", 400, NUL, {}),
+    Case(
+        "admin decide: NUL in the note",
+        "admin",
+        "post",
+        "/admin/portal/interrupt/{admin_interrupt}/decide/",
+        400,
+        NUL,
+        {"resume_interrupt_id": "{interrupt}", "action": "approve", "note": "ok\x00"},
+    ),
+    Case(
+        "admin decide as JSON: NaN",
+        "admin",
+        "post",
+        "/admin/portal/interrupt/{admin_json_interrupt}/decide/",
+        422,
+        "NaN is not a JSON number",
+        {"resume_interrupt_id": "{json_interrupt}", "value": "[NaN]"},
+    ),
+    Case(
+        "admin: NUL in a changelist search",
+        "admin",
+        "get",
+        "/admin/portal/decision/?q=%00",
+        400,
+        NUL,
+    ),
     # --- query strings and ids in addresses -----------------------------------------------
     Case(
         "history: a day with no day after it",
@@ -340,7 +367,7 @@ CASES = [
 
 
 @pytest.fixture
-def world(support_agent, reviewer, auditor):
+def world(support_agent, reviewer, auditor, admin_user):
     interrupt = make_interrupt(owner=support_agent)
     json_interrupt = make_interrupt(owner=support_agent, schema=JSON_SCHEMA)
     done = make_thread(owner=support_agent)
@@ -351,8 +378,15 @@ def world(support_agent, reviewer, auditor):
             "interrupt": interrupt.pk,
             "json_interrupt": json_interrupt.pk,
             "done_thread": str(done.pk),
+            "admin_interrupt": quote(interrupt.pk),
+            "admin_json_interrupt": quote(json_interrupt.pk),
         },
-        "users": {"support": support_agent, "reviewer": reviewer, "auditor": auditor},
+        "users": {
+            "support": support_agent,
+            "reviewer": reviewer,
+            "auditor": auditor,
+            "admin": admin_user,
+        },
         "tokens": {
             "api-support": api_token_create(user=support_agent, name="t")[1],
             "api-reviewer": api_token_create(user=reviewer, name="t")[1],
