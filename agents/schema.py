@@ -274,6 +274,10 @@ def _structure_problem(schema: Any) -> str | None:
     return None
 
 
+_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+_METASCHEMA = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
 def schema_problem(schema: Any) -> str | None:
     """Why ``schema`` cannot be used as a response schema (one readable line), or None.
 
@@ -283,16 +287,30 @@ def schema_problem(schema: Any) -> str | None:
     """
     if not isinstance(schema, dict):
         return f"$: a schema must be a JSON object, got {type(schema).__name__}"
+    try:
+        key = _canonical_json(schema)
+    except (TypeError, ValueError, RecursionError):
+        return json_problem(schema) or "$: the schema is not JSON data"
+    return _checked(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(schema_json: str) -> str | None:
+    # The metaschema costs milliseconds and a tool or an agent raises the same schema
+    # again and again, so verdicts are kept by the schema's canonical text.
+    size = len(schema_json.encode())
+    if size > MAX_SCHEMA_BYTES:
+        return f"$: {size} bytes of JSON, over the limit of {MAX_SCHEMA_BYTES}"
+    schema = json.loads(schema_json)
+    if not isinstance(schema, dict):
+        return f"$: a schema must be a JSON object, got {type(schema).__name__}"
     problem = json_problem(schema)
     if problem is not None:
         return problem
-    size = len(json.dumps(schema, separators=(",", ":")).encode())
-    if size > MAX_SCHEMA_BYTES:
-        return f"$: {size} bytes of JSON, over the limit of {MAX_SCHEMA_BYTES}"
     dialect = schema.get("$schema")
     if dialect is not None and (not isinstance(dialect, str) or dialect.rstrip("#") != _DIALECT):
         return f"$.$schema: {dialect!r} is not supported; write draft 2020-12 (or leave it out)"
-    error = best_match(Draft202012Validator(Draft202012Validator.META_SCHEMA).iter_errors(schema))
+    error = best_match(_METASCHEMA.iter_errors(schema))
     if error is not None:
         return f"{_path(tuple(error.absolute_path))}: {error.message} (draft 2020-12 metaschema)"
     return _structure_problem(schema)
@@ -303,15 +321,11 @@ class SchemaRefused(ValueError):
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(schema_json: str) -> Any:
-    schema = json.loads(schema_json)
-    problem = schema_problem(schema)
+def _validator(schema_json: str) -> Any:
+    problem = _checked(schema_json)
     if problem is not None:
         return SchemaRefused(problem)
-    return _Validator(schema, registry=_NO_RETRIEVAL)
-
-
-_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+    return _Validator(json.loads(schema_json), registry=_NO_RETRIEVAL)
 
 
 def validator_for(schema: dict[str, Any]) -> Any:
@@ -322,10 +336,9 @@ def validator_for(schema: dict[str, Any]) -> Any:
     validator costs more than validating a small answer, so recent ones are kept.
     """
     try:
-        key = _canonical_json(schema)
+        result = _validator(_canonical_json(schema))
     except (TypeError, ValueError, RecursionError):
-        raise SchemaRefused("$: the schema is not strict JSON data") from None
-    result = _cached(key)
+        result = SchemaRefused(schema_problem(schema) or "$: the schema is not JSON data")
     if isinstance(result, SchemaRefused):
         raise SchemaRefused(str(result))
     return result

@@ -104,6 +104,12 @@ def test_a_catastrophic_pattern_answers_in_well_under_a_second():
         assert (expected in errors[0]) if expected else errors == []
 
 
+@pytest.mark.parametrize("schema", [["not", "a", "schema"], {"type": "strin"}, {"a": float("nan")}])
+def test_an_answer_to_a_stored_schema_that_fails_the_check_is_refused_saying_why(schema):
+    errors = validate_resume({"approved": True}, schema)
+    assert len(errors) == 1 and errors[0].startswith("the request's response_schema cannot be used")
+
+
 def test_patterns_still_match_and_refuse_as_the_schema_says():
     schema = {
         "type": "object",
