@@ -301,7 +301,10 @@ def _checked(schema_json: str) -> str | None:
     size = len(schema_json.encode())
     if size > MAX_SCHEMA_BYTES:
         return f"$: {size} bytes of JSON, over the limit of {MAX_SCHEMA_BYTES}"
-    schema = json.loads(schema_json)
+    try:
+        schema = json.loads(schema_json)
+    except RecursionError:
+        return f"$: nested deeper than {MAX_DEPTH} levels"
     if not isinstance(schema, dict):
         return f"$: a schema must be a JSON object, got {type(schema).__name__}"
     problem = json_problem(schema)
