@@ -15,6 +15,7 @@ from agents.errors import (
     GraphSetupError,
     InterruptMismatchError,
     InvalidInputError,
+    InvalidInterruptError,
     ResumeValidationError,
     ThreadNotPausedError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Interrupt",
     "InterruptMismatchError",
     "InvalidInputError",
+    "InvalidInterruptError",
     "Message",
     "ModelError",
     "ReactAgent",

@@ -31,6 +31,11 @@ class ResumeValidationError(AgentsError):
         )
 
 
+class InvalidInterruptError(AgentsError):
+    """A node raised an interrupt that cannot be stored or answered safely (a bad
+    ``response_schema``, an over-long ``reason``...). The run fails; nothing is queued."""
+
+
 class InterruptMismatchError(AgentsError):
     """``resume_interrupt_id`` names another interrupt than the one the thread waits on."""
 

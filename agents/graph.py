@@ -39,6 +39,7 @@ from agents.interrupt import (
     Interrupt,
     RunContext,
     _current,
+    check_interrupt,
     current_run,
     validate_resume,
 )
@@ -485,6 +486,7 @@ class CompiledGraph:
                 except GraphInterrupt as paused:
                     if self.checkpointer is None:
                         raise CheckpointerRequiredError(_NEEDS_CHECKPOINTER) from None
+                    check_interrupt(paused.interrupt)  # a bad request fails the run here
                     return await run.pause(paused.interrupt, node)
                 run.emit(StreamEvent.UPDATES, status="node_end", node=node)
                 run.answers.clear()

@@ -18,17 +18,22 @@ the node; they are dropped when the node completes.
 
 from __future__ import annotations
 
-import functools
-import json
-import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import ValidationError
 
+from agents.errors import InvalidInterruptError
+from agents.schema import (
+    SchemaRefused,
+    extra_properties,
+    json_problem,
+    schema_problem,
+    validator_for,
+)
 from agents.state import AgentState, Message, StreamChunk, StreamEvent, new_id
 
 
@@ -186,6 +191,8 @@ def interrupt(
     ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt,
     ``response_schema`` a JSON schema every answer must satisfy. Returns ``None`` when the
     request was cancelled. See the module docstring for the re-run and ordering rules.
+    The graph checks the request before saving the pause (``check_interrupt``): an unsafe
+    schema or an over-long ``reason`` fails the run instead.
     """
     run = current_run()
     key = run.next_key()
@@ -229,32 +236,10 @@ def _lines(error: ValidationError) -> list[str]:
         return [f"{path}.{name}: required" for name in expected if name not in instance]
     if kind == "additionalProperties" and expected is False and isinstance(instance, dict):
         schema = error.schema if isinstance(error.schema, dict) else {}
-        known, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
-        extra = [
-            k for k in instance if k not in known and not any(re.search(p, k) for p in patterns)
-        ]
-        return [f"{path}: unexpected field {k!r}" for k in extra]
+        return [f"{path}: unexpected field {k!r}" for k in extra_properties(instance, schema)]
     if kind == "enum":
         return [f"{path}: expected one of {expected!r}, got {instance!r}"]
     return [f"{path}: {error.message}"]
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_validator(schema_json: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema_json))
-
-
-_canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-
-
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
-    # Building a validator costs more than validating a small answer; schemas repeat
-    # (one per tool or agent), so keep the recent ones, keyed by their canonical text.
-    try:
-        key = _canonical_json(schema)
-    except (TypeError, ValueError):
-        return Draft202012Validator(schema)
-    return _cached_validator(key)
 
 
 def validate_resume(value: Any, schema: dict[str, Any] | None) -> list[str]:
@@ -264,7 +249,10 @@ def validate_resume(value: Any, schema: dict[str, Any] | None) -> list[str]:
     """
     if value is None or not schema:
         return []
-    validator = _validator(schema)
+    try:
+        validator = validator_for(schema)
+    except SchemaRefused as exc:
+        return [f"the request's response_schema cannot be used, so no answer fits it: {exc}"]
     if validator.is_valid(value):
         return []
     lines: list[str] = []
@@ -273,3 +261,43 @@ def validate_resume(value: Any, schema: dict[str, Any] | None) -> list[str]:
             if line not in lines:
                 lines.append(line)
     return lines
+
+
+# What the portal's queue stores for a reason (and shows as a label).
+MAX_REASON_CHARS = 64
+
+
+def check_interrupt(interrupt: Interrupt) -> None:
+    """Refuse an interrupt that cannot be stored or answered safely.
+
+    Called by the graph when a node pauses, before anything is saved, so a bad request
+    fails the run (``InvalidInterruptError``, saying what to fix) instead of reaching a
+    person. It is checked there and not in ``interrupt()``: tools catch ``Exception``, and
+    a schema error caught by a tool would go back to the model as a tool result.
+    """
+    where = f"the interrupt raised in node `{interrupt.node}`"
+    problems: list[str] = []
+    if not isinstance(interrupt.reason, str) or not interrupt.reason:
+        problems.append(f"reason must be a non-empty string, got {interrupt.reason!r}")
+    elif len(interrupt.reason) > MAX_REASON_CHARS:
+        problems.append(
+            f"reason is {len(interrupt.reason)} characters, over the limit of "
+            f"{MAX_REASON_CHARS}; use a short label and put the detail in `message`"
+        )
+    if interrupt.message is not None and not isinstance(interrupt.message, str):
+        problems.append(f"message must be a string, got {type(interrupt.message).__name__}")
+    for name, data in (("reason", interrupt.reason), ("message", interrupt.message)):
+        if isinstance(data, str) and (bad := json_problem(data)) is not None:
+            problems.append(f"{name} {bad.removeprefix('$: ')}")
+    if (bad := json_problem(interrupt.value)) is not None:
+        problems.append(f"value {bad}")
+    if interrupt.response_schema is not None:
+        if (bad := schema_problem(interrupt.response_schema)) is not None:
+            problems.append(f"response_schema {bad}")
+    if problems:
+        raise InvalidInterruptError(
+            f"{where} cannot be sent to a person: " + "; ".join(problems),
+            interrupt_id=interrupt.id,
+            node=interrupt.node,
+            problems=problems,
+        )

@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.interrupt import validate_resume
+from agents.schema import json_problem
 from agents.state import Message
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
@@ -154,7 +155,7 @@ def _schema_has_note(schema: Any) -> bool:
     return isinstance(props, dict) and "note" in props
 
 
-def _validate(interrupt: Interrupt, value: Any, note: str) -> None:
+def _validate(schema: Any, value: Any, note: str) -> None:
     errors: list[str] = []
     limit = settings.PORTAL_MAX_NOTE_CHARS
     if not isinstance(note, str):
@@ -164,15 +165,15 @@ def _validate(interrupt: Interrupt, value: Any, note: str) -> None:
     inner = value.get("note") if isinstance(value, dict) else None
     if isinstance(inner, str) and inner != note and len(inner) > limit:
         errors.append(f"$.note: {len(inner)} characters, over the limit of {limit}")
-    try:
-        size = len(json.dumps(value, separators=(",", ":")).encode())
-    except (TypeError, ValueError) as exc:
-        raise InvalidDecision("The answer is not JSON data.", errors=[f"$: {exc}"]) from None
+    problem = json_problem(value)
+    if problem is not None:
+        raise InvalidDecision("The answer is not JSON data we can store.", errors=[problem])
+    size = len(json.dumps(value, separators=(",", ":")).encode())
     if size > settings.PORTAL_MAX_INPUT_BYTES:
         errors.append(
             f"$: {size} bytes of JSON, over the limit of {settings.PORTAL_MAX_INPUT_BYTES}"
         )
-    errors.extend(validate_resume(value, interrupt.response_schema))
+    errors.extend(validate_resume(value, schema))
     if errors:
         raise InvalidDecision(
             "The answer does not fit this request; nothing was recorded.", errors=errors
@@ -261,6 +262,19 @@ def decision_submit(
     pk = interrupt.pk if isinstance(interrupt, Interrupt) else str(interrupt)
     if note is None:
         note = ""
+    # Validated before the lock: the schema is fixed when the request is raised, so the
+    # answer's fit cannot change, and validating under the lock would make every other
+    # decision on this request wait for it. Under the lock only what can change is checked.
+    if isinstance(interrupt, Interrupt):
+        schema = interrupt.response_schema
+    else:
+        found = Interrupt.objects.filter(pk=pk).values_list("response_schema", flat=True)
+        if not found:
+            raise ThreadNotPaused(f"There is no request {pk}.")
+        schema = found[0]
+    if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
+        value = {**value, "note": note}
+    _validate(schema, value, note)
     with transaction.atomic():
         # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
         # the same request at once. Both read "pending"; without the lock both would record
@@ -285,14 +299,6 @@ def decision_submit(
             )
         _check_pending_in_checkpoint(locked)
         _check_may_decide(locked, reviewer)
-        if (
-            note
-            and isinstance(value, dict)
-            and "note" not in value
-            and _schema_has_note(locked.response_schema)
-        ):
-            value = {**value, "note": note}
-        _validate(locked, value, note)
         outcome, original, executed = _outcome_and_args(locked, value)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]

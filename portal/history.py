@@ -32,6 +32,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from portal import access, roles
+from portal.inputs import DayField
 from portal.models import Decision
 
 PAGE_SIZE = 50
@@ -173,8 +174,8 @@ class Cursor:
 
 
 class HistoryFilter(forms.Form):
-    date_from = forms.DateField(required=False, label="From")
-    date_to = forms.DateField(required=False, label="To")
+    date_from = DayField(required=False, label="From")
+    date_to = DayField(required=False, label="To")
     agent = forms.CharField(required=False, max_length=64)
     reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
     outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])

@@ -19,6 +19,7 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Q
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
+from portal.inputs import DayField
 from portal.models import Decision, Interrupt
 
 MAX_BUCKETS = 90
@@ -43,8 +44,8 @@ PAD_LEFT, PAD_BOTTOM, PAD_TOP, PAD_RIGHT = 48, 28, 12, 12
 
 
 class MetricsRange(forms.Form):
-    date_from = forms.DateField(required=False, label="From")
-    date_to = forms.DateField(required=False, label="To")
+    date_from = DayField(required=False, label="From")
+    date_to = DayField(required=False, label="To")
 
     def bounds(self) -> tuple[datetime, datetime]:
         """[start, end) of the chosen days; the last ``DEFAULT_DAYS`` days by default."""

@@ -32,6 +32,8 @@ from typing import Any
 
 from django import forms
 
+from agents.schema import loads
+
 SEP = "."
 JSON_FALLBACK = "json"
 _SCALARS = {"string", "number", "integer", "boolean"}
@@ -71,7 +73,7 @@ class JSONTextField(forms.CharField):
         if not text:
             return EMPTY
         try:
-            return json.loads(text)
+            return loads(text)  # strict: no NaN, NUL or lone surrogates, bounded nesting
         except ValueError as exc:
             raise forms.ValidationError(f"This is not valid JSON: {exc}") from None
 
@@ -105,7 +107,10 @@ class LinesField(forms.CharField):
             if self.item_type == "integer":
                 return int(line)
             if self.item_type == "number":
-                return float(line)
+                number = float(line)
+                if number - number != 0:  # nan, inf: not JSON numbers
+                    raise ValueError(line)
+                return number
         except ValueError:
             kind = "a whole number" if self.item_type == "integer" else "a number"
             raise forms.ValidationError(f"Line {n}: {line!r} is not {kind}.") from None

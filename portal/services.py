@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents.schema import json_problem
 from portal import broadcast, worker
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
@@ -38,10 +39,11 @@ def _user_or_none(user: Any) -> Any:
 
 
 def _check_size(data: Any, what: str) -> None:
-    try:
-        size = len(json.dumps(data, separators=(",", ":")).encode())
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{what} must be JSON data: {exc}") from None
+    # Strict JSON first: NaN, NUL or a lone surrogate would fail at the database instead.
+    problem = json_problem(data)
+    if problem is not None:
+        raise InputError(f"{what} is not JSON data that can be stored: {problem}")
+    size = len(json.dumps(data, separators=(",", ":")).encode())
     limit = settings.PORTAL_MAX_INPUT_BYTES
     if size > limit:
         raise InputError(

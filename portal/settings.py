@@ -128,6 +128,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Before any view (and CSRF's view check) reads the body: see portal/inputs.py.
+    "portal.inputs.refuse_bad_input",
 ]
 
 ROOT_URLCONF = "portal.urls"

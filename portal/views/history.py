@@ -203,9 +203,18 @@ def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield json.dumps(record, default=_json_default, ensure_ascii=False) + "\n"
 
 
-def _export(request: HttpRequest, kind: str) -> StreamingHttpResponse:
+def _export(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
     history.require_export_access(request)
     form = _filter_form(request)
+    if form.errors:
+        # The page drops a bad filter and says so; a file cannot, and would hold rows
+        # that were not asked for.
+        lines = [f"{name}: {e}" for name, errors in form.errors.items() for e in errors]
+        return HttpResponse(
+            "Nothing was exported; fix the filters: " + " ".join(lines),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
     rows = history.iter_rows(form.criteria())
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     if kind == "csv":
@@ -221,13 +230,13 @@ def _export(request: HttpRequest, kind: str) -> StreamingHttpResponse:
 
 @require_GET
 @login_required
-def export_csv(request: HttpRequest) -> StreamingHttpResponse:
+def export_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return _export(request, "csv")
 
 
 @require_GET
 @login_required
-def export_jsonl(request: HttpRequest) -> StreamingHttpResponse:
+def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return _export(request, "jsonl")
 
 

@@ -9,6 +9,8 @@ count executions across processes that share nothing else.
 - ``crash``: "crash" calls ``fast_step`` then ``slow_step`` in one turn. The slow one
   writes ``slow_started.log``, then waits for the file ``release`` before finishing.
 - ``marker``: a one-node graph that appends the thread id to ``marker.log``.
+- ``asker``: a one-node graph that pauses with the ``response_schema`` and ``reason``
+  given as JSON in the user's message (for the checks on what agents ask with).
 - ``echo``: answers "You said: ..." (scripted), or uses the given model with fast
   retries, for the model-failure test.
 """
@@ -30,6 +32,7 @@ AGENTS = {
     "crash": "tests.portal.testagents.build_crash",
     "marker": "tests.portal.testagents.build_marker",
     "echo": "tests.portal.testagents.build_echo",
+    "asker": "tests.portal.testagents.build_asker",
 }
 
 APPROVAL = {
@@ -131,6 +134,28 @@ def build_marker(model: ChatModel | None = None) -> StateGraph:
     graph.add_node("MARK", _mark)
     graph.add_edge("MARK", END)
     graph.set_entry_point("MARK")
+    return graph
+
+
+# --- asker ----------------------------------------------------------------------------
+
+
+def _ask(state: AgentState) -> Message:
+    spec = json.loads(state.context[-1].text())
+    answer = interrupt(
+        {"asked": True},
+        message="Answer, please.",
+        reason=spec.get("reason", "input_required"),
+        response_schema=spec.get("schema"),
+    )
+    return Message(role="assistant", content=f"got {answer!r}")
+
+
+def build_asker(model: ChatModel | None = None) -> StateGraph:
+    graph = StateGraph(AgentState)
+    graph.add_node("ASK", _ask)
+    graph.add_edge("ASK", END)
+    graph.set_entry_point("ASK")
     return graph
 
 
