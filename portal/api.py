@@ -339,9 +339,10 @@ def get_thread(request: HttpRequest, thread_id: str) -> Any:
 def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Any:
     """Answer the request a thread waits on; the worker resumes it (202: queued).
 
-    404 when the thread is not paused, 409 when ``resume_interrupt_id`` is stale or the
-    request was already decided, 422 with one line per problem when the answer breaks
-    the request's schema.
+    409 when the request named by ``resume_interrupt_id`` was already decided (even once
+    the thread has finished) or is stale, 404 when the thread is not paused and the
+    answer names none of its requests, 422 with one line per problem when the answer
+    breaks the request's schema.
     """
     user = _user(request)
     if not (roles.can_decide(user) or user.is_staff):

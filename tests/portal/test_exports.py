@@ -96,9 +96,7 @@ def test_csv_cells_that_look_like_formulas_are_defused_and_json_lines_keeps_them
     assert record_["message"] == '=HYPERLINK("http://evil.example","click")'
 
 
-def test_a_tool_name_that_looks_like_a_formula_is_defused_in_the_csv_too(
-    client, auditor, reviewer
-):
+def test_a_tool_name_that_looks_like_a_formula_is_defused_in_the_csv_too(client, auditor, reviewer):
     # Tool names come from the model's tool calls, so they are as untrusted as messages.
     interrupt = make_tool_approval(name="=cmd|' /C calc'!A0")
     test_history.record(interrupt, reviewer=reviewer)
