@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
@@ -39,6 +39,8 @@ from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
 TOKEN_PREFIX = "prt_"
+# The most requests one page of a list endpoint returns.
+API_PAGE_MAX = 100
 
 
 def hash_token(token: str) -> str:
@@ -161,19 +163,49 @@ class Problem(Schema):
     errors: list[str] = []
 
 
+def _last_user_words(messages: Any) -> str | None:
+    for message in reversed(messages or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return str(message.get("content") or "")
+    return None
+
+
 def latest_user_message(interrupt: Interrupt) -> str | None:
     """The user's words that led to ``interrupt`` (newest checkpoints first, so this stops
     after a step or two however long the thread is)."""
+    if hasattr(interrupt, "_latest_user_message"):  # set for a whole page by InterruptPage
+        return interrupt._latest_user_message  # type: ignore[no-any-return]
     chunks = (
         Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
         .order_by("-seq")
         .values_list("messages", flat=True)
     )
     for chunk in chunks.iterator(chunk_size=20):
-        for message in reversed(chunk or []):
-            if isinstance(message, dict) and message.get("role") == "user":
-                return str(message.get("content") or "")
+        words = _last_user_words(chunk)
+        if words is not None:
+            return words
     return None
+
+
+def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
+    """``latest_user_message`` for a page of interrupts in one query, not one per row."""
+    if not interrupts:
+        return
+    wanted = Q()
+    for interrupt in interrupts:
+        wanted |= Q(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+    by_thread: dict[Any, list[tuple[int, Any]]] = {}
+    rows = Checkpoint.objects.filter(wanted).order_by("thread_id", "-seq")
+    for thread_id, seq, messages in rows.values_list("thread_id", "seq", "messages"):
+        by_thread.setdefault(thread_id, []).append((seq, messages))
+    for interrupt in interrupts:
+        found = None
+        for seq, messages in by_thread.get(interrupt.thread_id, []):
+            if seq <= interrupt.checkpoint_seq:
+                found = _last_user_words(messages)
+                if found is not None:
+                    break
+        interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 
 class InterruptOut(Schema):
@@ -261,10 +293,36 @@ def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     )
 
 
+class InterruptPage(LimitOffsetPagination):
+    """Limit/offset with ``limit`` capped (a larger one is a 422 naming the maximum), and
+    the page's user messages read in one query."""
+
+    class Input(Schema):
+        limit: int = Field(
+            API_PAGE_MAX,
+            ge=1,
+            le=API_PAGE_MAX,
+            description=f"How many requests to return, at most {API_PAGE_MAX}.",
+        )
+        offset: int = Field(0, ge=0)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_limit=API_PAGE_MAX, **kwargs)
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Interrupt], pagination: Any, request: HttpRequest, **params: Any
+    ) -> Any:
+        page = super().paginate_queryset(queryset, pagination, request, **params)
+        page["items"] = list(page["items"])
+        attach_latest_user_messages(page["items"])
+        return page
+
+
 @api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
-@paginate(LimitOffsetPagination)
+@paginate(InterruptPage)
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
-    """Requests visible to you, oldest first; ``?status=pending`` for the queue."""
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
+    hold at most 100 requests (``limit``); walk them with ``offset``."""
     qs = _visible_interrupts(_user(request))
     if filters.status:
         qs = qs.filter(status=filters.status)

@@ -491,3 +491,41 @@ def test_html_in_a_note_is_stored_as_text_and_rendered_escaped(client, reviewer)
     page = client.get(f"/interrupts/{interrupt.pk}/").content.decode()
     assert note not in page
     assert "&lt;script&gt;steal()&lt;/script&gt;" in page
+
+
+# --- caps ------------------------------------------------------------------------------
+
+
+def test_a_limit_over_the_maximum_is_422_naming_the_maximum(client, reviewer):
+    api = api_for(client, reviewer)
+
+    response = api.get("/api/interrupts", limit=101)
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == ["$.limit: Input should be less than or equal to 100"]
+    assert api.get("/api/interrupts", limit=100).status_code == 200
+    spec = client.get("/api/openapi.json").json()
+    [limit] = [
+        p for p in spec["paths"]["/api/interrupts"]["get"]["parameters"] if p["name"] == "limit"
+    ]
+    assert limit["schema"]["maximum"] == 100
+
+
+def test_listing_fifty_requests_costs_the_same_queries_as_listing_one(
+    client, reviewer, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    api = api_for(client, reviewer)
+    make_interrupt(text="the first request's words")
+    with CaptureQueriesContext(connection) as for_one:
+        one = api.get("/api/interrupts", status="pending").json()
+    assert one["items"][0]["user_message"] == "the first request's words"
+    assert len(for_one) <= 8
+    for n in range(49):
+        make_interrupt(text=f"words {n}")
+    with django_assert_max_num_queries(len(for_one)):
+        fifty = api.get("/api/interrupts", status="pending").json()
+    assert fifty["count"] == 50
+    assert [i["user_message"] for i in fifty["items"]][1:] == [f"words {n}" for n in range(49)]
