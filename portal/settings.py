@@ -9,6 +9,7 @@ ImproperlyConfigured naming the variable; production secrets have no default.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -115,6 +116,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "axes",  # failed-login throttling (see "logins" below)
     "ninja",  # serves the API docs' assets itself, so /api/docs needs no CDN
     "portal",
 ]
@@ -128,6 +130,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # --- logins: last, so it turns a lockout flagged during the view into its page ---
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -197,6 +201,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# --- logins ------------------------------------------------------------------------------
+# django-axes counts failed logins (the portal's form and the admin's) per account and per
+# client address, each on its own: guessing one account's password from many addresses, or
+# many accounts' from one address, both stop at the limit until the cool-off has passed.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.logins.locked_out"
+# The client's address: REMOTE_ADDR, or with PORTAL_TRUSTED_PROXIES=N the address the
+# N-th proxy from us saw in X-Forwarded-For (behind a proxy every REMOTE_ADDR is the
+# proxy's, and one lockout would shut everyone out).
+PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
+AXES_CLIENT_IP_CALLABLE = "portal.logins.client_ip"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
