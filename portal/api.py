@@ -2,20 +2,26 @@
 at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
-USER`` (``api_token_create``); only their SHA-256 is stored. With
-``settings.PORTAL_API_ENABLED`` off every endpoint answers 403, whatever the token.
+USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
+scopes (``read``, ``start``, ``decide``; a missing one is a 403 naming it), may expire, and
+is refused (401, saying why) once expired or once its user is deactivated or changes
+password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
+``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
+whatever the token.
 
 Every refusal has the same body: ``{"detail": "<readable message>", "errors": [lines]}``;
 ``errors`` holds one line per problem for 422s (the runtime's wording for schema problems,
 e.g. ``$.approved: expected boolean, got str``) and is empty otherwise. Decisions go
 through ``portal.decisions`` like the dashboard and the admin, so the status codes are the
-service's: 401 bad token, 403 role/policy/API off, 404 not visible or not paused, 409 stale
-or already decided, 422 invalid.
+service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not paused,
+409 stale or already decided, 422 invalid, 429 too many requests.
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import hashlib
+import math
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -24,9 +30,10 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 from ninja.security import HttpBearer
+from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
 
 from agents.checkpoint import ThreadStatus
@@ -34,11 +41,12 @@ from portal import access, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
-from portal.models import ApiToken, Checkpoint, Interrupt, Thread
+from portal.models import ApiToken, Checkpoint, Interrupt, Thread, password_fingerprint
 from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
 TOKEN_PREFIX = "prt_"
+ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
 
@@ -47,11 +55,29 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
+def api_token_create(
+    *,
+    user: Any,
+    name: str = "",
+    scopes: Iterable[str] = ALL_SCOPES,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
-    stored, so this is the only time it can be shown."""
+    stored, so this is the only time it can be shown. ``scopes`` defaults to all three
+    (read, start, decide); the token never does more than its user may."""
+    scopes = sorted(set(scopes))
+    unknown = set(scopes) - set(ALL_SCOPES)
+    if unknown:
+        raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(user=user, name=name, token_hash=hash_token(token))
+    row = ApiToken.objects.create(
+        user=user,
+        name=name,
+        token_hash=hash_token(token),
+        scopes=scopes,
+        expires_at=expires_at,
+        password_fingerprint=password_fingerprint(user),
+    )
     return row, token
 
 
@@ -85,11 +111,51 @@ class BearerToken(HttpBearer):
             .filter(token_hash=hash_token(token.strip()))
             .first()
         )
-        if row is None or not row.user.is_active:
+        if row is None:
             return None
+        refusal = row.refusal()
+        if refusal is not None:
+            raise ApiProblem(401, refusal)
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
         request.user = row.user
+        request.api_token = row  # type: ignore[attr-defined]
         return row.user
+
+
+def _require_scope(request: HttpRequest, scope: str) -> None:
+    """403 unless the request's token carries ``scope``."""
+    token = getattr(request, "api_token", None)
+    if token is None or scope not in (token.scopes or []):
+        raise ApiProblem(
+            403,
+            f"This token lacks the '{scope}' scope; create one with "
+            f"manage.py create_api_token USER --scope {scope}.",
+        )
+
+
+class TokenRateThrottle(SimpleRateThrottle):
+    """At most ``settings.PORTAL_API_RATE`` requests per token (e.g. ``120/min``; empty:
+    no limit). Counted in the default cache, which is Redis when ``REDIS_URL`` is set, so
+    every web process shares one count."""
+
+    scope = "token"
+
+    def __init__(self) -> None:
+        super().__init__(rate=settings.PORTAL_API_RATE or "1/s")
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        # Read each time, so the setting can change without rebuilding the API.
+        if not settings.PORTAL_API_RATE:
+            return True
+        self.rate = settings.PORTAL_API_RATE
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        token = getattr(request, "api_token", None)
+        if token is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": token.pk}
 
 
 api = NinjaAPI(
@@ -97,9 +163,12 @@ api = NinjaAPI(
     version="1",
     description=(
         "List and answer the requests agents raise, start threads and read them. "
-        "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`)."
+        "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
+        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads, "
+        "`decide` to resume them. Too many requests with one token get 429 and Retry-After."
     ),
     auth=BearerToken(),
+    throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
 
@@ -127,6 +196,16 @@ def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     detail = exc.message
     if isinstance(exc, ApiProblem):
         return _refusal(request, exc.status_code, detail, exc.errors)
+    if isinstance(exc, Throttled):
+        wait = math.ceil(exc.wait) if exc.wait is not None else 1
+        response = _refusal(
+            request,
+            429,
+            f"Too many requests with this token (the limit is {settings.PORTAL_API_RATE}); "
+            f"retry in {wait} s.",
+        )
+        response["Retry-After"] = str(wait)
+        return response
     if isinstance(exc, AuthenticationError):
         detail = "Send a valid token: Authorization: Bearer <token> (manage.py create_api_token)."
     elif exc.status_code == 400 and detail.startswith("Cannot parse request body"):
@@ -323,6 +402,7 @@ class InterruptPage(LimitOffsetPagination):
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
     """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
     hold at most 100 requests (``limit``); walk them with ``offset``."""
+    _require_scope(request, "read")
     qs = _visible_interrupts(_user(request))
     if filters.status:
         qs = qs.filter(status=filters.status)
@@ -335,6 +415,7 @@ def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> An
     tags=["interrupts"],
 )
 def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    _require_scope(request, "read")
     interrupt = _visible_interrupts(_user(request)).filter(pk=interrupt_id).first()
     if interrupt is None:
         raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
@@ -348,6 +429,7 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
 )
 def start_thread(request: HttpRequest, payload: StartIn) -> Any:
     """Start a conversation with an agent; the worker runs it (202: queued)."""
+    _require_scope(request, "start")
     user = _user(request)
     if not (roles.can_start(user) or user.is_staff):
         raise ApiProblem(403, "Your role cannot start conversations.")
@@ -370,6 +452,7 @@ def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
 def get_thread(request: HttpRequest, thread_id: str) -> Any:
     """A thread's status, its messages and the request it waits on (if any)."""
+    _require_scope(request, "read")
     thread = _thread_or_404(request, thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
@@ -402,6 +485,7 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
     answer names none of its requests, 422 with one line per problem when the answer
     breaks the request's schema.
     """
+    _require_scope(request, "decide")
     user = _user(request)
     if not (roles.can_decide(user) or user.is_staff):
         raise ApiProblem(403, "Your role cannot decide requests.")

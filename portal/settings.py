@@ -9,6 +9,7 @@ ImproperlyConfigured naming the variable; production secrets have no default.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -195,6 +196,16 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The cache holds the API's per-token request counts: with Redis, one count shared by
+# every web process; without, each process counts alone (the single-process demo).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "portal",
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -289,6 +300,13 @@ PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
 PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum=5)
 # The JSON API answers decisions only when enabled (403 otherwise), as an operator switch.
 PORTAL_API_ENABLED = env_bool("PORTAL_API_ENABLED", True)
+# Requests one API token may make, as count/period (period s, m, h or d, e.g. 120/m);
+# empty for no limit. Over it: 429 with Retry-After.
+PORTAL_API_RATE = os.environ.get("PORTAL_API_RATE", "120/m").strip()
+if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)", PORTAL_API_RATE):
+    raise ImproperlyConfigured(
+        f"PORTAL_API_RATE must be count/period like 120/m or 10/s, got {PORTAL_API_RATE!r}"
+    )
 # Per agent and reason policies; "*" matches any. See portal/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},

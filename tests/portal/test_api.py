@@ -57,7 +57,7 @@ def resume_url(interrupt_or_thread):
 def test_create_api_token_prints_the_token_last_and_stores_only_its_hash(reviewer, client):
     out = StringIO()
 
-    call_command("create_api_token", "rita-reviewer", "--name", "ci", stdout=out)
+    call_command("create_api_token", "rita-reviewer", "--name", "ci", "--scope", "read", stdout=out)
 
     token = out.getvalue().strip().splitlines()[-1]
     row = ApiToken.objects.get()
@@ -73,7 +73,7 @@ def test_create_api_token_for_an_unknown_user_fails_clearly():
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="no user 'ghost'"):
-        call_command("create_api_token", "ghost")
+        call_command("create_api_token", "ghost", "--name", "x", "--scope", "read")
 
 
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer ", "Basic abc", "Token x"])
