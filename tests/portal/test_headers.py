@@ -24,6 +24,7 @@ def test_pages_carry_a_policy_without_inline_script_or_style(client, path):
     assert policy["style-src"] == ["'self'"]
     assert policy["object-src"] == ["'none'"]
     assert policy["frame-ancestors"] == ["'none'"]
+    assert policy["connect-src"] == ["'self'"]  # websockets to this host only
 
 
 def test_logged_in_pages_carry_the_policy_too(client, reviewer):
