@@ -78,7 +78,10 @@ def test_a_late_answer_from_the_page_to_a_finished_thread_is_409_naming_who_deci
         {"resume_interrupt_id": finished.pk, "action": "reject", "note": ""},
     )
     assert response.status_code == 409
-    assert "already decided by rita-reviewer at" in response.content.decode()
+    decided_at = Decision.objects.get(interrupt=finished).created_at
+    page = response.content.decode()
+    assert "already decided by rita-reviewer at" in page
+    assert decided_at.strftime("%Y-%m-%d %H:%M:%S UTC") in page
     _nothing_more_was_recorded(finished)
 
 
