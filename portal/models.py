@@ -405,7 +405,7 @@ def _note_password_rehash(sender: Any, instance: Any, update_fields: Any = None,
     # Django re-hashes a password on login when its hasher settings changed (set_password,
     # then _password cleared, then save(update_fields=["password"])): the same password, so
     # tokens made under the old hash stay valid. Only those: remember the old hash.
-    if update_fields and "password" in update_fields and instance._password is None:
+    if update_fields and "password" in update_fields and getattr(instance, "_password", 0) is None:
         old = sender.objects.filter(pk=instance.pk).values_list("password", flat=True).first()
         instance._portal_rehashed_from = old
 
@@ -414,7 +414,7 @@ def _note_password_rehash(sender: Any, instance: Any, update_fields: Any = None,
 def _revoke_tokens_on_user_change(sender: Any, instance: Any, **_: Any) -> None:
     if not instance.is_active:
         api_tokens_revoke(user=instance, reason="its user was deactivated")
-    elif instance._password is not None:  # set_password() then save(): a new password
+    elif getattr(instance, "_password", None) is not None:  # set_password(), then save()
         api_tokens_revoke(user=instance, reason="its user's password changed")
     else:
         old = instance.__dict__.pop("_portal_rehashed_from", None)
