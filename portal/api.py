@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
@@ -266,6 +267,11 @@ def latest_user_message(interrupt: Interrupt) -> str | None:
     return None
 
 
+# Newest checkpoints read per thread for a page of requests; the user's words are almost
+# always among them, and a request whose are not is looked up on its own.
+_RECENT_CHECKPOINTS = 8
+
+
 def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
     """``latest_user_message`` for a page of interrupts in one query, not one per row."""
     if not interrupts:
@@ -273,17 +279,27 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
     wanted = Q()
     for interrupt in interrupts:
         wanted |= Q(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+    recent = Window(RowNumber(), partition_by=[F("thread_id")], order_by=F("seq").desc())
+    rows = (
+        Checkpoint.objects.filter(wanted)
+        .annotate(recent=recent)
+        .filter(recent__lte=_RECENT_CHECKPOINTS)
+        .order_by("thread_id", "-seq")
+        .values_list("thread_id", "seq", "messages")
+    )
     by_thread: dict[Any, list[tuple[int, Any]]] = {}
-    rows = Checkpoint.objects.filter(wanted).order_by("thread_id", "-seq")
-    for thread_id, seq, messages in rows.values_list("thread_id", "seq", "messages"):
+    for thread_id, seq, messages in rows:
         by_thread.setdefault(thread_id, []).append((seq, messages))
     for interrupt in interrupts:
+        read = by_thread.get(interrupt.thread_id, [])
         found = None
-        for seq, messages in by_thread.get(interrupt.thread_id, []):
+        for seq, messages in read:
             if seq <= interrupt.checkpoint_seq:
                 found = _last_user_words(messages)
                 if found is not None:
                     break
+        if found is None and len(read) == _RECENT_CHECKPOINTS:
+            found = latest_user_message(interrupt)  # older than the window: look further
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 

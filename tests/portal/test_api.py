@@ -529,3 +529,35 @@ def test_listing_fifty_requests_costs_the_same_queries_as_listing_one(
         fifty = api.get("/api/interrupts", status="pending").json()
     assert fifty["count"] == 50
     assert [i["user_message"] for i in fifty["items"]][1:] == [f"words {n}" for n in range(49)]
+
+
+def test_the_listed_user_message_is_found_however_far_back_it_is(client, reviewer):
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+    from agents.state import Message
+    from tests.factories import _pause, _put, make_thread
+
+    thread = make_thread(text="words from long ago")
+    for n in range(12):  # steps without a user message, more than a page reads at once
+        _put(
+            thread,
+            CheckpointWrite(
+                status=ThreadStatus.RUNNING,
+                next_node="MAIN",
+                new_messages=[Message(role="assistant", content=f"step {n}").to_dict()],
+            ),
+        )
+    _pause(
+        thread,
+        schema=None,
+        value=None,
+        message="Go on?",
+        reason="input_required",
+        node="MAIN",
+        tool_call_id=None,
+        new_messages=[],
+    )
+    make_interrupt(text="recent words")
+
+    items = api_for(client, reviewer).get("/api/interrupts").json()["items"]
+
+    assert sorted(i["user_message"] for i in items) == ["recent words", "words from long ago"]
