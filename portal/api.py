@@ -98,6 +98,13 @@ class ApiDisabled(HttpError):
 
 
 class BearerToken(HttpBearer):
+    """A valid token carrying ``scope``: checked before the body is read, so a token
+    without the scope gets 403 naming it whatever it sends."""
+
+    def __init__(self, scope: str = ApiToken.Scope.READ) -> None:
+        super().__init__()
+        self.scope = scope
+
     def __call__(self, request: HttpRequest) -> Any:
         # Checked before the token, so a disabled API says so even to a bad token.
         if not settings.PORTAL_API_ENABLED:
@@ -117,21 +124,16 @@ class BearerToken(HttpBearer):
         refusal = row.refusal()
         if refusal is not None:
             raise ApiProblem(401, refusal)
+        if self.scope not in (row.scopes or []):
+            raise ApiProblem(
+                403,
+                f"This token lacks the '{self.scope}' scope; create one with "
+                f"manage.py create_api_token USER --scope {self.scope}.",
+            )
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user
-
-
-def _require_scope(request: HttpRequest, scope: str) -> None:
-    """403 unless the request's token carries ``scope``."""
-    token = getattr(request, "api_token", None)
-    if token is None or scope not in (token.scopes or []):
-        raise ApiProblem(
-            403,
-            f"This token lacks the '{scope}' scope; create one with "
-            f"manage.py create_api_token USER --scope {scope}.",
-        )
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -418,7 +420,6 @@ class InterruptPage(LimitOffsetPagination):
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
     """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
     hold at most 100 requests (``limit``); walk them with ``offset``."""
-    _require_scope(request, "read")
     qs = _visible_interrupts(_user(request))
     if filters.status:
         qs = qs.filter(status=filters.status)
@@ -431,7 +432,6 @@ def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> An
     tags=["interrupts"],
 )
 def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
-    _require_scope(request, "read")
     interrupt = _visible_interrupts(_user(request)).filter(pk=interrupt_id).first()
     if interrupt is None:
         raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
@@ -442,10 +442,10 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
     "/threads",
     response={202: StartOut, 403: Problem, 422: Problem},
     tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
 )
 def start_thread(request: HttpRequest, payload: StartIn) -> Any:
     """Start a conversation with an agent; the worker runs it (202: queued)."""
-    _require_scope(request, "start")
     user = _user(request)
     if not (roles.can_start(user) or user.is_staff):
         raise ApiProblem(403, "Your role cannot start conversations.")
@@ -468,7 +468,6 @@ def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
 def get_thread(request: HttpRequest, thread_id: str) -> Any:
     """A thread's status, its messages and the request it waits on (if any)."""
-    _require_scope(request, "read")
     thread = _thread_or_404(request, thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
@@ -492,6 +491,7 @@ def get_thread(request: HttpRequest, thread_id: str) -> Any:
     "/threads/{thread_id}/resume",
     response={202: ResumeOut, 403: Problem, 404: Problem, 409: Problem, 422: Problem},
     tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
 )
 def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Any:
     """Answer the request a thread waits on; the worker resumes it (202: queued).
@@ -501,7 +501,6 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
     answer names none of its requests, 422 with one line per problem when the answer
     breaks the request's schema.
     """
-    _require_scope(request, "decide")
     user = _user(request)
     if not (roles.can_decide(user) or user.is_staff):
         raise ApiProblem(403, "Your role cannot decide requests.")

@@ -298,3 +298,13 @@ def test_an_empty_rate_means_no_limit(client, reviewer, settings, fresh_counts):
     _, token = api_token_create(user=reviewer)
 
     assert {get(client, token).status_code for _ in range(30)} == {200}
+
+
+def test_a_missing_scope_is_refused_before_the_body_is_read(client, reviewer):
+    interrupt = make_interrupt()
+    _, token = api_token_create(user=reviewer, scopes=["read"])
+
+    response = post(client, token, f"/api/threads/{interrupt.thread_id}/resume", {"nope": 1})
+
+    assert response.status_code == 403
+    assert "lacks the 'decide' scope" in response.json()["detail"]
