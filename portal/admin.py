@@ -365,11 +365,32 @@ class CheckpointAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Tokens are created with ``manage.py create_api_token``; here they can be revoked."""
+    """Tokens are created with ``manage.py create_api_token``; here they can be read and
+    deleted (which revokes them)."""
 
-    list_display = ["name", "user", "created_at", "last_used_at"]
+    list_display = [
+        "name",
+        "user",
+        "scopes",
+        "expires_at",
+        "revoked_at",
+        "created_at",
+        "last_used_at",
+    ]
+    list_filter = ["revoked_at"]
     search_fields = ["name", "user__username"]
-    readonly_fields = ["user", "name", "token_hash", "created_at", "last_used_at"]
+    readonly_fields = [
+        "user",
+        "name",
+        "scopes",
+        "expires_at",
+        "revoked_at",
+        "revoked_reason",
+        "token_hash",
+        "created_at",
+        "last_used_at",
+    ]
+    exclude = ["password_fingerprint"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -2,31 +2,39 @@
 at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
-USER`` (``api_token_create``); only their SHA-256 is stored. With
-``settings.PORTAL_API_ENABLED`` off every endpoint answers 403, whatever the token.
+USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
+scopes (``read``, ``start``, ``decide``; a missing one is a 403 naming it), may expire, and
+is refused (401, saying why) once expired or once its user is deactivated or changes
+password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
+``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
+whatever the token.
 
 Every refusal has the same body: ``{"detail": "<readable message>", "errors": [lines]}``;
 ``errors`` holds one line per problem for 422s (the runtime's wording for schema problems,
 e.g. ``$.approved: expected boolean, got str``) and is empty otherwise. Decisions go
 through ``portal.decisions`` like the dashboard and the admin, so the status codes are the
-service's: 401 bad token, 403 role/policy/API off, 404 not visible or not paused, 409 stale
-or already decided, 422 invalid.
+service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not paused,
+409 stale or already decided, 422 invalid, 429 too many requests.
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import hashlib
+import math
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
 from ninja.security import HttpBearer
+from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
 
 from agents.checkpoint import ThreadStatus
@@ -34,22 +42,43 @@ from portal import access, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
-from portal.models import ApiToken, Checkpoint, Interrupt, Thread
+from portal.models import ApiToken, Checkpoint, Interrupt, Thread, password_fingerprint
 from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
 TOKEN_PREFIX = "prt_"
+ALL_SCOPES = tuple(ApiToken.Scope.values)
+# The most requests one page of a list endpoint returns.
+API_PAGE_MAX = 100
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
+def api_token_create(
+    *,
+    user: Any,
+    name: str = "",
+    scopes: Iterable[str] = ALL_SCOPES,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
-    stored, so this is the only time it can be shown."""
+    stored, so this is the only time it can be shown. ``scopes`` defaults to all three
+    (read, start, decide); the token never does more than its user may."""
+    scopes = sorted(set(scopes))
+    unknown = set(scopes) - set(ALL_SCOPES)
+    if unknown:
+        raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(user=user, name=name, token_hash=hash_token(token))
+    row = ApiToken.objects.create(
+        user=user,
+        name=name,
+        token_hash=hash_token(token),
+        scopes=scopes,
+        expires_at=expires_at,
+        password_fingerprint=password_fingerprint(user),
+    )
     return row, token
 
 
@@ -69,6 +98,13 @@ class ApiDisabled(HttpError):
 
 
 class BearerToken(HttpBearer):
+    """A valid token carrying ``scope``: checked before the body is read, so a token
+    without the scope gets 403 naming it whatever it sends."""
+
+    def __init__(self, scope: str = ApiToken.Scope.READ) -> None:
+        super().__init__()
+        self.scope = scope
+
     def __call__(self, request: HttpRequest) -> Any:
         # Checked before the token, so a disabled API says so even to a bad token.
         if not settings.PORTAL_API_ENABLED:
@@ -83,11 +119,46 @@ class BearerToken(HttpBearer):
             .filter(token_hash=hash_token(token.strip()))
             .first()
         )
-        if row is None or not row.user.is_active:
+        if row is None:
             return None
+        refusal = row.refusal()
+        if refusal is not None:
+            raise ApiProblem(401, refusal)
+        if self.scope not in (row.scopes or []):
+            raise ApiProblem(
+                403,
+                f"This token lacks the '{self.scope}' scope; create one with "
+                f"manage.py create_api_token USER --scope {self.scope}.",
+            )
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
         request.user = row.user
+        request.api_token = row  # type: ignore[attr-defined]
         return row.user
+
+
+class TokenRateThrottle(SimpleRateThrottle):
+    """At most ``settings.PORTAL_API_RATE`` requests per token (e.g. ``120/min``; empty:
+    no limit). Counted in the default cache, which is Redis when ``REDIS_URL`` is set, so
+    every web process shares one count."""
+
+    scope = "token"
+
+    def __init__(self) -> None:
+        super().__init__(rate=settings.PORTAL_API_RATE or "1/s")
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        # Read each time, so the setting can change without rebuilding the API.
+        if not settings.PORTAL_API_RATE:
+            return True
+        self.rate = settings.PORTAL_API_RATE
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        token = getattr(request, "api_token", None)
+        if token is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": token.pk}
 
 
 api = NinjaAPI(
@@ -95,9 +166,12 @@ api = NinjaAPI(
     version="1",
     description=(
         "List and answer the requests agents raise, start threads and read them. "
-        "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`)."
+        "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
+        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads, "
+        "`decide` to resume them. Too many requests with one token get 429 and Retry-After."
     ),
     auth=BearerToken(),
+    throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
 
@@ -125,6 +199,16 @@ def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     detail = exc.message
     if isinstance(exc, ApiProblem):
         return _refusal(request, exc.status_code, detail, exc.errors)
+    if isinstance(exc, Throttled):
+        wait = math.ceil(exc.wait) if exc.wait is not None else 1
+        response = _refusal(
+            request,
+            429,
+            f"Too many requests with this token (the limit is {settings.PORTAL_API_RATE}); "
+            f"retry in {wait} s.",
+        )
+        response["Retry-After"] = str(wait)
+        return response
     if isinstance(exc, AuthenticationError):
         detail = "Send a valid token: Authorization: Bearer <token> (manage.py create_api_token)."
     elif exc.status_code == 400 and detail.startswith("Cannot parse request body"):
@@ -161,19 +245,64 @@ class Problem(Schema):
     errors: list[str] = []
 
 
+def _last_user_words(messages: Any) -> str | None:
+    for message in reversed(messages or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return str(message.get("content") or "")
+    return None
+
+
 def latest_user_message(interrupt: Interrupt) -> str | None:
     """The user's words that led to ``interrupt`` (newest checkpoints first, so this stops
     after a step or two however long the thread is)."""
+    if hasattr(interrupt, "_latest_user_message"):  # set for a whole page by InterruptPage
+        return interrupt._latest_user_message  # type: ignore[no-any-return]
     chunks = (
         Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
         .order_by("-seq")
         .values_list("messages", flat=True)
     )
     for chunk in chunks.iterator(chunk_size=20):
-        for message in reversed(chunk or []):
-            if isinstance(message, dict) and message.get("role") == "user":
-                return str(message.get("content") or "")
+        words = _last_user_words(chunk)
+        if words is not None:
+            return words
     return None
+
+
+# Newest checkpoints read per thread for a page of requests; the user's words are almost
+# always among them, and a request whose are not is looked up on its own.
+_RECENT_CHECKPOINTS = 8
+
+
+def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
+    """``latest_user_message`` for a page of interrupts in one query, not one per row."""
+    if not interrupts:
+        return
+    wanted = Q()
+    for interrupt in interrupts:
+        wanted |= Q(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
+    recent = Window(RowNumber(), partition_by=[F("thread_id")], order_by=F("seq").desc())
+    rows = (
+        Checkpoint.objects.filter(wanted)
+        .annotate(recent=recent)
+        .filter(recent__lte=_RECENT_CHECKPOINTS)
+        .order_by("thread_id", "-seq")
+        .values_list("thread_id", "seq", "messages")
+    )
+    by_thread: dict[Any, list[tuple[int, Any]]] = {}
+    for thread_id, seq, messages in rows:
+        by_thread.setdefault(thread_id, []).append((seq, messages))
+    for interrupt in interrupts:
+        read = by_thread.get(interrupt.thread_id, [])
+        found = None
+        for seq, messages in read:
+            if seq <= interrupt.checkpoint_seq:
+                found = _last_user_words(messages)
+                if found is not None:
+                    break
+        if found is None and len(read) == _RECENT_CHECKPOINTS:
+            found = latest_user_message(interrupt)  # older than the window: look further
+        interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 
 class InterruptOut(Schema):
@@ -261,10 +390,36 @@ def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     )
 
 
+class InterruptPage(LimitOffsetPagination):
+    """Limit/offset with ``limit`` capped (a larger one is a 422 naming the maximum), and
+    the page's user messages read in one query."""
+
+    class Input(Schema):
+        limit: int = Field(
+            API_PAGE_MAX,
+            ge=1,
+            le=API_PAGE_MAX,
+            description=f"How many requests to return, at most {API_PAGE_MAX}.",
+        )
+        offset: int = Field(0, ge=0)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_limit=API_PAGE_MAX, **kwargs)
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Interrupt], pagination: Any, request: HttpRequest, **params: Any
+    ) -> Any:
+        page = super().paginate_queryset(queryset, pagination, request, **params)
+        page["items"] = list(page["items"])
+        attach_latest_user_messages(page["items"])
+        return page
+
+
 @api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
-@paginate(LimitOffsetPagination)
+@paginate(InterruptPage)
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
-    """Requests visible to you, oldest first; ``?status=pending`` for the queue."""
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
+    hold at most 100 requests (``limit``); walk them with ``offset``."""
     qs = _visible_interrupts(_user(request))
     if filters.status:
         qs = qs.filter(status=filters.status)
@@ -287,6 +442,7 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
     "/threads",
     response={202: StartOut, 403: Problem, 422: Problem},
     tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
 )
 def start_thread(request: HttpRequest, payload: StartIn) -> Any:
     """Start a conversation with an agent; the worker runs it (202: queued)."""
@@ -335,13 +491,15 @@ def get_thread(request: HttpRequest, thread_id: str) -> Any:
     "/threads/{thread_id}/resume",
     response={202: ResumeOut, 403: Problem, 404: Problem, 409: Problem, 422: Problem},
     tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
 )
 def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Any:
     """Answer the request a thread waits on; the worker resumes it (202: queued).
 
-    404 when the thread is not paused, 409 when ``resume_interrupt_id`` is stale or the
-    request was already decided, 422 with one line per problem when the answer breaks
-    the request's schema.
+    409 when the request named by ``resume_interrupt_id`` was already decided (even once
+    the thread has finished) or is stale, 404 when the thread is not paused and the
+    answer names none of its requests, 422 with one line per problem when the answer
+    breaks the request's schema.
     """
     user = _user(request)
     if not roles.can_decide(user):

@@ -342,9 +342,23 @@ def decision_submit_for_thread(
 ) -> Decision:
     """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
 
-    404 when the thread's newest checkpoint is not a pause; 409 when
-    ``resume_interrupt_id`` is missing or names anything but the pending request.
+    A request of this thread named by ``resume_interrupt_id`` goes straight to
+    ``decision_submit``, which looks at the request before the thread: a late or losing
+    answer gets 409 "already decided by X at T" even once the resumed thread has finished.
+    Otherwise 404 when the thread's newest checkpoint is not a pause, and 409 when
+    ``resume_interrupt_id`` is missing or names no request of this thread.
     """
+    if (
+        resume_interrupt_id
+        and Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id).exists()
+    ):
+        return decision_submit(
+            interrupt=resume_interrupt_id,
+            reviewer=reviewer,
+            value=value,
+            resume_interrupt_id=resume_interrupt_id,
+            note=note,
+        )
     latest = (
         Checkpoint.objects.filter(thread=thread)
         .order_by("-seq")
@@ -361,17 +375,9 @@ def decision_submit_for_thread(
             f"Name the request you answer: resume_interrupt_id is required (the thread "
             f"waits on {latest['interrupt_id']!r})."
         )
-    if not Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id).exists():
-        raise StaleDecision(
-            f"Thread {thread.pk} has no request {resume_interrupt_id!r}; it waits on "
-            f"{latest['interrupt_id']!r}."
-        )
-    return decision_submit(
-        interrupt=resume_interrupt_id,
-        reviewer=reviewer,
-        value=value,
-        resume_interrupt_id=resume_interrupt_id,
-        note=note,
+    raise StaleDecision(
+        f"Thread {thread.pk} has no request {resume_interrupt_id!r}; it waits on "
+        f"{latest['interrupt_id']!r}."
     )
 
 

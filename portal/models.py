@@ -22,7 +22,10 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import post_save, pre_save
+from django.dispatch import receiver
 from django.utils import timezone  # audit helper (issue 7)
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 TITLE_MAX_CHARS = 80
 
@@ -363,20 +366,92 @@ class Run(models.Model):
 
 
 # --- API tokens (decisions helper: JSON API auth) ----------------------------------------
+def password_fingerprint(user: Any) -> str:
+    """A keyed hash of the user's password hash: it changes whenever the password does
+    (however it was changed), and reveals nothing about it."""
+    return salted_hmac(
+        "portal.ApiToken.password", str(user.password or ""), algorithm="sha256"
+    ).hexdigest()
+
+
 class ApiToken(models.Model):
     """A bearer token for the JSON API. Only its SHA-256 is stored: the token itself is
-    shown once, by ``manage.py create_api_token``, and cannot be recovered."""
+    shown once, by ``manage.py create_api_token``, and cannot be recovered.
+
+    A token carries scopes (what it may do), may expire, and is revoked for good when its
+    user is deactivated or changes password. ``password_fingerprint`` also refuses it
+    after a password change that bypassed ``save()`` (a queryset update, a raw SQL fix).
+    """
+
+    class Scope(models.TextChoices):
+        READ = "read", "read: list and read requests and threads"
+        START = "start", "start: start threads"
+        DECIDE = "decide", "decide: answer requests"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     name = models.CharField(max_length=100, blank=True)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=list, help_text="Any of: read, start, decide.")
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never.")
+    password_fingerprint = models.CharField(max_length=64, editable=False, default="")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name or 'token'} ({self.user})"
+
+    def refusal(self, now: datetime | None = None) -> str | None:
+        """Why this token may not be used now (None when it may)."""
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            why = f": {self.revoked_reason}" if self.revoked_reason else ""
+            return f"This token was revoked at {self.revoked_at:%Y-%m-%d %H:%M:%S} UTC{why}."
+        if not self.user.is_active:
+            return "This token's user is deactivated."
+        if not constant_time_compare(self.password_fingerprint, password_fingerprint(self.user)):
+            return "This token was revoked: its user's password changed after it was created."
+        if self.expires_at is not None and self.expires_at <= now:
+            return (
+                f"This token expired at {self.expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+                "create a new one with manage.py create_api_token."
+            )
+        return None
+
+
+def api_tokens_revoke(*, user: Any, reason: str) -> int:
+    """Revoke every live token of ``user`` for good; returns how many."""
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_reason=reason
+    )
+
+
+@receiver(pre_save, sender=settings.AUTH_USER_MODEL)
+def _note_password_rehash(sender: Any, instance: Any, update_fields: Any = None, **_: Any) -> None:
+    # Django re-hashes a password on login when its hasher settings changed (set_password,
+    # then _password cleared, then save(update_fields=["password"])): the same password, so
+    # tokens made under the old hash stay valid. Only those: remember the old hash.
+    if update_fields and "password" in update_fields and getattr(instance, "_password", 0) is None:
+        old = sender.objects.filter(pk=instance.pk).values_list("password", flat=True).first()
+        instance._portal_rehashed_from = old
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+def _revoke_tokens_on_user_change(sender: Any, instance: Any, **_: Any) -> None:
+    if not instance.is_active:
+        api_tokens_revoke(user=instance, reason="its user was deactivated")
+    elif getattr(instance, "_password", None) is not None:  # set_password(), then save()
+        api_tokens_revoke(user=instance, reason="its user's password changed")
+    else:
+        old = instance.__dict__.pop("_portal_rehashed_from", None)
+        if old is not None and old != instance.password:
+            before = password_fingerprint(type(instance)(password=old))
+            ApiToken.objects.filter(user=instance, password_fingerprint=before).update(
+                password_fingerprint=password_fingerprint(instance)
+            )
 
 
 # --- end API tokens ----------------------------------------------------------------------

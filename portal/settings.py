@@ -9,6 +9,8 @@ ImproperlyConfigured naming the variable; production secrets have no default.
 from __future__ import annotations
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -115,6 +117,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "axes",  # failed-login throttling (see "logins" below)
+    "csp",  # the Content-Security-Policy header (see "headers" below)
     "ninja",  # serves the API docs' assets itself, so /api/docs needs no CDN
     "portal",
 ]
@@ -128,8 +132,12 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # --- headers: Content-Security-Policy on every response, refusals included ---
+    "csp.middleware.CSPMiddleware",
     # Before any view (and CSRF's view check) reads the body: see portal/inputs.py.
     "portal.inputs.refuse_bad_input",
+    # --- logins: last, so it turns a lockout flagged during the view into its page ---
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -193,12 +201,40 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The cache holds the API's per-token request counts: with Redis, one count shared by
+# every web process; without, each process counts alone (the single-process demo).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "portal",
+        }
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# --- logins ------------------------------------------------------------------------------
+# django-axes counts failed logins (the portal's form and the admin's) per account and per
+# client address, each on its own: guessing one account's password from many addresses, or
+# many accounts' from one address, both stop at the limit until the cool-off has passed.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.logins.locked_out"
+# The client's address: REMOTE_ADDR, or with PORTAL_TRUSTED_PROXIES=N the address the
+# N-th proxy from us saw in X-Forwarded-For (behind a proxy every REMOTE_ADDR is the
+# proxy's, and one lockout would shut everyone out).
+PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
+AXES_CLIENT_IP_CALLABLE = "portal.logins.client_ip"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -273,6 +309,13 @@ PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum
 PORTAL_WS_RECHECK_SECONDS = env_int("PORTAL_WS_RECHECK_SECONDS", 60, minimum=1)
 # The JSON API answers decisions only when enabled (403 otherwise), as an operator switch.
 PORTAL_API_ENABLED = env_bool("PORTAL_API_ENABLED", True)
+# Requests one API token may make, as count/period (period s, m, h or d, e.g. 120/m);
+# empty for no limit. Over it: 429 with Retry-After.
+PORTAL_API_RATE = os.environ.get("PORTAL_API_RATE", "120/m").strip()
+if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)", PORTAL_API_RATE):
+    raise ImproperlyConfigured(
+        f"PORTAL_API_RATE must be count/period like 120/m or 10/s, got {PORTAL_API_RATE!r}"
+    )
 # Per agent and reason policies; "*" matches any. See portal/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
@@ -289,6 +332,26 @@ if not DEBUG:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+
+# --- headers -----------------------------------------------------------------------------
+# Every page, the admin and the API docs pass this policy: scripts and styles come only
+# from our static files (no inline <script>, on*= handler, style attribute or eval; htmx
+# is configured not to inject styles or evaluate anything), so injected markup cannot run.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        # 'self' covers the live pages' websockets too (ws: and wss: on this host).
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 LOGGING = {
     "version": 1,

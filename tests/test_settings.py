@@ -52,6 +52,10 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings():
             "portal.example.com",
             "CSRF_TRUSTED_ORIGINS entries need a scheme",
         ),
+        ("PORTAL_API_RATE", "lots", "PORTAL_API_RATE must be count/period like 120/m"),
+        ("PORTAL_API_RATE", "0/m", "PORTAL_API_RATE must be count/period like 120/m"),
+        ("PORTAL_LOGIN_FAILURE_LIMIT", "0", "PORTAL_LOGIN_FAILURE_LIMIT must be at least 1"),
+        ("PORTAL_LOGIN_COOLOFF_MINUTES", "soon", "PORTAL_LOGIN_COOLOFF_MINUTES must be a whole"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_variable(variable, value, expected):

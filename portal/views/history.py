@@ -161,8 +161,8 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
 # --- exports --------------------------------------------------------------------------
 
 
-# A spreadsheet opening the CSV would run a cell that starts like a formula. Messages and
-# notes come from agents and users, so such cells get a leading apostrophe (the usual
+# A spreadsheet opening the CSV would run a cell that starts like a formula. Messages,
+# notes and tool names come from agents and users, so such cells get a leading apostrophe (the usual
 # defence); the JSON Lines export keeps every value exactly.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -189,7 +189,7 @@ def _csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
     yield writer.writerow([key for key, _ in COLUMNS])
     for row in rows:
         yield writer.writerow(
-            [";".join(row[k]) if k == "tools" else _cell(row[k]) for k, _ in COLUMNS]
+            [_cell(";".join(row[k]) if k == "tools" else row[k]) for k, _ in COLUMNS]
         )
 
 

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.browser.csp import VIOLATIONS, watch_csp
 from tests.processes import database_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,13 +131,16 @@ def live(live_portal, transactional_db) -> str:
 
 @pytest.fixture
 def login(browser, live) -> Callable[..., object]:
-    """``login(user)`` -> a logged-in Page in a fresh browser context of its own."""
+    """``login(user)`` -> a logged-in Page in a fresh browser context of its own. Every
+    page it opens is watched for Content-Security-Policy violations, and a test that
+    caused one fails at teardown."""
     contexts = []
 
     def open_as(user, *, start: str = "/") -> object:
         context = browser.new_context(viewport={"width": 1280, "height": 860})
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)
+        watch_csp(context)
         page = context.new_page()
         page.goto(f"{live}/login/?next={quote(start)}")
         page.get_by_label("Username").fill(user.get_username())
@@ -146,8 +150,10 @@ def login(browser, live) -> Callable[..., object]:
         return page
 
     yield open_as
+    violations = [v for context in contexts for v in VIOLATIONS.pop(id(context._impl_obj), [])]
     for context in contexts:
         context.close()
+    assert violations == [], "Content-Security-Policy violations:\n" + "\n".join(violations)
 
 
 @pytest.fixture

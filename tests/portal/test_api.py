@@ -57,7 +57,7 @@ def resume_url(interrupt_or_thread):
 def test_create_api_token_prints_the_token_last_and_stores_only_its_hash(reviewer, client):
     out = StringIO()
 
-    call_command("create_api_token", "rita-reviewer", "--name", "ci", stdout=out)
+    call_command("create_api_token", "rita-reviewer", "--name", "ci", "--scope", "read", stdout=out)
 
     token = out.getvalue().strip().splitlines()[-1]
     row = ApiToken.objects.get()
@@ -73,7 +73,7 @@ def test_create_api_token_for_an_unknown_user_fails_clearly():
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError, match="no user 'ghost'"):
-        call_command("create_api_token", "ghost")
+        call_command("create_api_token", "ghost", "--name", "x", "--scope", "read")
 
 
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Bearer ", "Basic abc", "Token x"])
@@ -491,3 +491,73 @@ def test_html_in_a_note_is_stored_as_text_and_rendered_escaped(client, reviewer)
     page = client.get(f"/interrupts/{interrupt.pk}/").content.decode()
     assert note not in page
     assert "&lt;script&gt;steal()&lt;/script&gt;" in page
+
+
+# --- caps ------------------------------------------------------------------------------
+
+
+def test_a_limit_over_the_maximum_is_422_naming_the_maximum(client, reviewer):
+    api = api_for(client, reviewer)
+
+    response = api.get("/api/interrupts", limit=101)
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == ["$.limit: Input should be less than or equal to 100"]
+    assert api.get("/api/interrupts", limit=100).status_code == 200
+    spec = client.get("/api/openapi.json").json()
+    [limit] = [
+        p for p in spec["paths"]["/api/interrupts"]["get"]["parameters"] if p["name"] == "limit"
+    ]
+    assert limit["schema"]["maximum"] == 100
+
+
+def test_listing_fifty_requests_costs_the_same_queries_as_listing_one(
+    client, reviewer, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    api = api_for(client, reviewer)
+    make_interrupt(text="the first request's words")
+    with CaptureQueriesContext(connection) as for_one:
+        one = api.get("/api/interrupts", status="pending").json()
+    assert one["items"][0]["user_message"] == "the first request's words"
+    assert len(for_one) <= 8
+    for n in range(49):
+        make_interrupt(text=f"words {n}")
+    with django_assert_max_num_queries(len(for_one)):
+        fifty = api.get("/api/interrupts", status="pending").json()
+    assert fifty["count"] == 50
+    assert [i["user_message"] for i in fifty["items"]][1:] == [f"words {n}" for n in range(49)]
+
+
+def test_the_listed_user_message_is_found_however_far_back_it_is(client, reviewer):
+    from agents.checkpoint import CheckpointWrite, ThreadStatus
+    from agents.state import Message
+    from tests.factories import _pause, _put, make_thread
+
+    thread = make_thread(text="words from long ago")
+    for n in range(12):  # steps without a user message, more than a page reads at once
+        _put(
+            thread,
+            CheckpointWrite(
+                status=ThreadStatus.RUNNING,
+                next_node="MAIN",
+                new_messages=[Message(role="assistant", content=f"step {n}").to_dict()],
+            ),
+        )
+    _pause(
+        thread,
+        schema=None,
+        value=None,
+        message="Go on?",
+        reason="input_required",
+        node="MAIN",
+        tool_call_id=None,
+        new_messages=[],
+    )
+    make_interrupt(text="recent words")
+
+    items = api_for(client, reviewer).get("/api/interrupts").json()["items"]
+
+    assert sorted(i["user_message"] for i in items) == ["recent words", "words from long ago"]

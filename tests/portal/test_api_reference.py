@@ -188,8 +188,12 @@ def test_endpoints_require_a_token_and_a_thread_with_nothing_pending_is_404(clie
 
     assert call_api(client, "post", url, tokens["reviewer"], body).status_code == 202
     run_worker()
-    nothing_pending = call_api(client, "post", url, tokens["reviewer"], body)
+    nothing_pending = call_api(client, "post", url, tokens["reviewer"], {"resume": True})
     assert nothing_pending.status_code == 404
+    # Naming the request just decided is a late answer, not a question about the thread.
+    late = call_api(client, "post", url, tokens["reviewer"], body)
+    assert late.status_code == 409
+    assert "already decided by rita-reviewer at" in late.json()["detail"]
 
 
 def test_decisions_are_refused_with_403_when_the_api_is_turned_off(

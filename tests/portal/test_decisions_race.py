@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from agents.examples import refunds
-from portal.decisions import AlreadyDecided, decision_submit
+from portal.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.services import thread_start
 from portal.worker import Worker
@@ -73,3 +73,68 @@ def test_twenty_simultaneous_decisions_record_one_and_refuse_nineteen(roles, sup
     assert list(
         Run.objects.filter(thread=thread, kind=Run.Kind.RESUME).values_list("status", flat=True)
     ) == [Run.Status.SUCCEEDED]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_answers_racing_the_worker_that_finishes_the_thread_all_get_already_decided(
+    roles, support_agent
+):
+    # Answers arrive by thread id (the API's path) while a worker resumes the thread and
+    # runs it to its end: every loser names the winner, none is told "not paused".
+    refunds.ISSUED.clear()
+    reviewers = [make_user(f"racer-{n}", role="reviewer") for n in range(THREADS)]
+    thread, _ = thread_start(
+        agent="refunds",
+        input={"messages": [{"role": "user", "content": "Refund $42.50 for order A-1001."}]},
+        user=support_agent,
+    )
+    run_queued_work()
+    interrupt = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+
+    barrier = threading.Barrier(THREADS + 1)
+    results: list[object] = [None] * THREADS
+    finished = threading.Event()
+
+    def decide(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            if n >= THREADS // 2:
+                # The late half answers only after the worker has finished the thread.
+                finished.wait(timeout=30)
+            results[n] = decision_submit_for_thread(
+                thread=thread,
+                reviewer=reviewers[n],
+                value={"approved": True},
+                resume_interrupt_id=interrupt.pk,
+            )
+        except Exception as exc:
+            results[n] = exc
+        finally:
+            connection.close()
+
+    def work() -> None:
+        try:
+            barrier.wait(timeout=30)
+            while Thread.objects.get(pk=thread.pk).status != Thread.Status.DONE:
+                run_queued_work()
+        finally:
+            finished.set()
+            connection.close()
+
+    started = [threading.Thread(target=decide, args=(n,)) for n in range(THREADS)]
+    started.append(threading.Thread(target=work))
+    for t in started:
+        t.start()
+    for t in started:
+        t.join(timeout=60)
+
+    assert finished.is_set()
+    recorded = [r for r in results if isinstance(r, Decision)]
+    refused = [r for r in results if isinstance(r, AlreadyDecided)]
+    assert len(recorded) == 1, results
+    assert len(refused) == THREADS - 1, results
+    winner = recorded[0].reviewer.username
+    assert all(f"already decided by {winner} at" in str(r) for r in refused)
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
+    assert refunds.ISSUED == [{"order_id": "A-1001", "amount": 42.5}]

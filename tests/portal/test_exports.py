@@ -12,7 +12,7 @@ from django.urls import reverse
 from bench.history import export_peak, generate_decisions
 from portal import history
 from portal.history import COLUMNS
-from tests.factories import make_interrupt, make_user
+from tests.factories import make_interrupt, make_tool_approval, make_user
 from tests.portal import test_history
 
 decisions = test_history.decisions  # the fixture: five decisions that differ in every way
@@ -94,6 +94,18 @@ def test_csv_cells_that_look_like_formulas_are_defused_and_json_lines_keeps_them
     assert row["note"] == "'+1 from me"
     record_ = json.loads(_body(client.get(reverse("history_export_jsonl"))))
     assert record_["message"] == '=HYPERLINK("http://evil.example","click")'
+
+
+def test_a_tool_name_that_looks_like_a_formula_is_defused_in_the_csv_too(client, auditor, reviewer):
+    # Tool names come from the model's tool calls, so they are as untrusted as messages.
+    interrupt = make_tool_approval(name="=cmd|' /C calc'!A0")
+    test_history.record(interrupt, reviewer=reviewer)
+    client.force_login(auditor)
+    rows = list(csv.reader(io.StringIO(_body(client.get(reverse("history_export_csv"))))))
+    row = dict(zip(KEYS, rows[1], strict=True))
+    assert row["tools"] == "'=cmd|' /C calc'!A0"
+    record_ = json.loads(_body(client.get(reverse("history_export_jsonl"))))
+    assert record_["tools"] == ["=cmd|' /C calc'!A0"]
 
 
 def test_an_export_of_nothing_is_just_the_header(client, auditor, decisions):

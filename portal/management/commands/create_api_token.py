@@ -1,16 +1,21 @@
-"""``manage.py create_api_token USER [--name NAME]``: a new JSON API token for USER.
+"""``manage.py create_api_token USER --name NAME --scope read [--scope ...] [--days N]``: a
+new JSON API token for USER.
 
 The token is printed as the last line of output and never again: only its hash is kept.
+It expires after ``--days`` (90 by default; 0 for never) and is revoked when its user is
+deactivated or changes password.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
-from portal.api import api_token_create
+from portal.api import ALL_SCOPES, api_token_create
 
 
 class Command(BaseCommand):
@@ -18,7 +23,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
-        parser.add_argument("--name", default="", help="A label to recognise the token by.")
+        parser.add_argument("--name", required=True, help="A label to recognise the token by.")
+        parser.add_argument(
+            "--scope",
+            dest="scopes",
+            action="append",
+            choices=ALL_SCOPES,
+            required=True,
+            help="What the token may do; repeat for several: read (GET endpoints), "
+            "start (start threads), decide (resume threads).",
+        )
+        parser.add_argument(
+            "--days",
+            type=int,
+            default=90,
+            help="Days until the token expires (default 90; 0: it never expires).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
@@ -26,9 +46,19 @@ class Command(BaseCommand):
             user = User.objects.get(**{User.USERNAME_FIELD: options["username"]})
         except User.DoesNotExist:
             raise CommandError(f"no user {options['username']!r}; create it first") from None
-        row, token = api_token_create(user=user, name=options["name"])
+        if not user.is_active:
+            raise CommandError(f"user {options['username']!r} is deactivated")
+        days = options["days"]
+        if days < 0:
+            raise CommandError(f"--days must be 0 (never expires) or more, got {days}")
+        expires_at = timezone.now() + timedelta(days=days) if days else None
+        row, token = api_token_create(
+            user=user, name=options["name"], scopes=options["scopes"], expires_at=expires_at
+        )
+        until = f"until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else "with no expiry"
         self.stdout.write(
-            f"Created API token {row.pk} for {user.get_username()}. Store it now; "
-            "it cannot be shown again. Send it as: Authorization: Bearer <token>"
+            f"Created API token {row.pk} {row.name!r} for {user.get_username()} with scopes "
+            f"{', '.join(row.scopes)}, valid {until}. Store it now; it cannot be shown "
+            "again. Send it as: Authorization: Bearer <token>"
         )
         self.stdout.write(token)
