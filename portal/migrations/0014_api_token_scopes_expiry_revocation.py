@@ -19,7 +19,7 @@ def keep_existing_tokens_working(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0012_interrupt_search_statistics"),
+        ("portal", "0013_permissions_per_capability"),
     ]
 
     operations = [
