@@ -8,7 +8,9 @@ ImproperlyConfigured naming the variable; production secrets have no default.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -168,6 +170,31 @@ USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresq
 if USING_POSTGRES and _test_suffix:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
 
+
+def default_channel_prefix(db: dict[str, object], *, test_suffix: str = "") -> str:
+    """A channel-layer prefix of this deployment's own: its database's name and a short
+    hash of where that database lives (engine, host, port, name; the test suffix keeps
+    parallel test runs apart too). Redis pub/sub ignores the database number in REDIS_URL,
+    so two portals sharing a Redis server see each other's messages unless their channel
+    names differ."""
+    name = str(db["NAME"])
+    where = f"{db['ENGINE']}:{db.get('HOST') or ''}:{db.get('PORT') or ''}/{name}{test_suffix}"
+    readable = re.sub(r"[^A-Za-z0-9_-]", "-", Path(name).stem)[:24] or "portal"
+    return f"{readable}-{hashlib.sha256(where.encode()).hexdigest()[:10]}."
+
+
+# A channel name is the prefix, a fixed part and 32 hex digits, and must stay under 100
+# characters in Channels' alphabet.
+_CHANNEL_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{1,50}")
+PORTAL_CHANNEL_PREFIX = os.environ.get("PORTAL_CHANNEL_PREFIX", "").strip()
+if not PORTAL_CHANNEL_PREFIX:
+    PORTAL_CHANNEL_PREFIX = default_channel_prefix(DATABASES["default"], test_suffix=_test_suffix)
+elif not _CHANNEL_PREFIX_RE.fullmatch(PORTAL_CHANNEL_PREFIX):
+    raise ImproperlyConfigured(
+        "PORTAL_CHANNEL_PREFIX must be 1 to 50 letters, digits, '-', '_' or '.', got "
+        f"{PORTAL_CHANNEL_PREFIX!r}"
+    )
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
@@ -186,7 +213,10 @@ if REDIS_URL:
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             # A PING every 15 s keeps an idle subscription's connection busy, so a NAT
             # or proxy does not drop it silently.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "health_check_interval": 15}]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "health_check_interval": 15}],
+                "prefix": PORTAL_CHANNEL_PREFIX,
+            },
         }
     }
 else:

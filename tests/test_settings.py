@@ -52,6 +52,7 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings():
             "portal.example.com",
             "CSRF_TRUSTED_ORIGINS entries need a scheme",
         ),
+        ("PORTAL_CHANNEL_PREFIX", "acme portal", "PORTAL_CHANNEL_PREFIX must be 1 to 50"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_variable(variable, value, expected):
@@ -96,3 +97,22 @@ def test_redis_url_selects_the_pub_sub_channel_layer():
     assert result.returncode == 0, result.stderr
     assert "channels_redis.pubsub.RedisPubSubChannelLayer" in result.stdout
     assert "'address': 'redis://127.0.0.1:6379/0'" in result.stdout
+
+
+def test_each_database_gets_a_channel_prefix_of_its_own():
+    from portal.settings import database_from_url, default_channel_prefix
+
+    def prefix(url: str, suffix: str = "") -> str:
+        return default_channel_prefix(database_from_url(url), test_suffix=suffix)
+
+    a = prefix("postgres://u@db.internal:5432/portal")
+    assert a.startswith("portal-")
+    assert len(a) < 50
+    assert a == prefix("postgres://other-user:pw@db.internal:5432/portal")  # same database
+    others = [
+        prefix("postgres://u@db.internal:5432/portal_staging"),
+        prefix("postgres://u@db2.internal:5432/portal"),
+        prefix("postgres://u@db.internal:6432/portal"),
+        prefix("postgres://u@db.internal:5432/portal", "_ci"),
+    ]
+    assert len({a, *others}) == 5
