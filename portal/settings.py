@@ -54,6 +54,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def _pin_synchronous_commit(options: dict[str, str]) -> dict[str, str]:
+    # Every connection of the portal tells a person something was recorded (a decision,
+    # a started thread, a pause), so its commits must wait for the disk whatever a role or
+    # database default says. A startup option costs no round trip; placed last, it wins
+    # over an `options` given in the URL.
+    pin = "-c synchronous_commit=on"
+    options["options"] = f"{options['options']} {pin}" if options.get("options") else pin
+    return options
+
+
 def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, object]:
     """A DATABASES entry from postgres://user:pass@host:port/db?opt=v or sqlite:///path."""
     parts = urlsplit(url)
@@ -73,7 +83,7 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, obje
             "HOST": parts.hostname or "",
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 0,
-            "OPTIONS": dict(parse_qsl(parts.query)),
+            "OPTIONS": _pin_synchronous_commit(dict(parse_qsl(parts.query))),
             "TEST": {"NAME": f"test_{db}"},
         }
     if parts.scheme == "sqlite":

@@ -81,7 +81,9 @@ def test_database_urls_are_parsed_into_django_settings():
         "db.internal",
         "6543",
     )
-    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert pg["OPTIONS"] == {"sslmode": "require", "options": "-c synchronous_commit=on"}
+    own = database_from_url("postgres://h/portal?options=-c%20statement_timeout%3D5s")
+    assert own["OPTIONS"]["options"] == "-c statement_timeout=5s -c synchronous_commit=on"
     assert database_from_url("sqlite:///demo.db")["NAME"] == "demo.db"
     assert database_from_url("sqlite:////tmp/demo.db")["NAME"] == "/tmp/demo.db"
 
