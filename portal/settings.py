@@ -133,6 +133,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # --- static files: served by the app itself, so `daphne` alone serves whole pages ---
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # --- end static files ---
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -249,6 +252,18 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise serves /static/ from the web process. With DEBUG off, from what `collectstatic`
+# wrote to STATIC_ROOT: compressed copies under content-hashed names, cached for a year.
+# With DEBUG on (the demo, the tests) straight from the source folders, so nothing needs
+# collecting first; the manifest storage would refuse to render a page without its manifest.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # --- the model -------------------------------------------------------------------------
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

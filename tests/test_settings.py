@@ -39,6 +39,14 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings():
     assert "System check identified no issues" in result.stdout
 
 
+def test_the_readme_production_environment_passes_the_deploy_check_with_no_warnings():
+    from tests.readme import production_steps
+
+    result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=production_steps().env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
