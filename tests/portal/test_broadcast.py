@@ -150,18 +150,23 @@ async def main():
     print("ready", flush=True)
     heard = []
     while "last" not in heard:
-        message = await asyncio.wait_for(layer.receive(channel), timeout=20)
+        message = await asyncio.wait_for(layer.receive(channel), timeout=90)
         heard.append(message["sender"])
     print(json.dumps(heard), flush=True)
 
 asyncio.run(main())
 """
+# The layer itself, not broadcast.group_send: that gives up after a short timeout (best
+# effort), which a busy test machine can exceed on a fresh connection.
 PUBLISH = """
 import sys
 import django
 django.setup()
-from portal import broadcast
-broadcast.group_send(broadcast.QUEUE_GROUP, {"type": "queue.changed", "sender": sys.argv[1]})
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from portal.broadcast import QUEUE_GROUP
+message = {"type": "queue.changed", "sender": sys.argv[1]}
+async_to_sync(get_channel_layer().group_send)(QUEUE_GROUP, message)
 """
 
 
@@ -203,11 +208,12 @@ def _hear_while_publishing(listener: dict[str, str], *publishers: tuple[dict[str
             subprocess.run(
                 [sys.executable, "-c", PUBLISH, sender], cwd=ROOT, env=env, check=True, timeout=60
             )
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    assert proc.returncode == 0, "the listener heard nothing in time"
     return json.loads(out.strip().splitlines()[-1])
 
 
