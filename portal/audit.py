@@ -161,11 +161,12 @@ def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int
+    decision_id: int | None  # None: the break is before any decision left
     reason: str
 
     def __str__(self) -> str:
-        return f"decision {self.decision_id}: {self.reason}"
+        where = "the start" if self.decision_id is None else f"decision {self.decision_id}"
+        return f"{where}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,24 @@ def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> 
     return None
 
 
-def verify_chain(*, batch_size: int = 2000, using: str = "default") -> ChainReport:
+def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
+    return BrokenLink(
+        last_id,
+        f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
+        "the decisions after this one, up to that head, were deleted (or the chain was "
+        "rewritten)",
+    )
+
+
+def verify_chain(
+    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
+) -> ChainReport:
     """Walk the chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
-    memory stays flat however long the chain is), and report the first broken link."""
+    memory stays flat however long the chain is), and report the first broken link.
+
+    ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
+    that lost its newest rows is still consistent with itself; it is broken if that hash
+    is no longer one of its decisions' (decisions added since are fine)."""
     from portal.models import Decision
 
     columns = (
@@ -223,6 +239,7 @@ def verify_chain(*, batch_size: int = 2000, using: str = "default") -> ChainRepo
         *_PAYLOAD_COLUMNS,
     )
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
+    head_seen = expect_head in (None, GENESIS)
     while True:
         batch = list(
             Decision.objects.using(using)
@@ -235,7 +252,11 @@ def verify_chain(*, batch_size: int = 2000, using: str = "default") -> ChainRepo
             if reason is not None:
                 return ChainReport(count, expected_prev, BrokenLink(row["id"], reason))
             expected_prev, prev_id = row["hash"], row["id"]
+            head_seen = head_seen or row["hash"] == expect_head
             count += 1
         if len(batch) < batch_size:
+            if not head_seen:
+                assert expect_head is not None
+                return ChainReport(count, expected_prev, _missing_head(expect_head, prev_id))
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]

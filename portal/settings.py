@@ -8,6 +8,7 @@ ImproperlyConfigured naming the variable; production secrets have no default.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from datetime import timedelta
@@ -54,6 +55,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def _pin_synchronous_commit(options: dict[str, str]) -> dict[str, str]:
+    # Every connection of the portal tells a person something was recorded (a decision,
+    # a started thread, a pause), so its commits must wait for the disk whatever a role or
+    # database default says. A startup option costs no round trip; placed last, it wins
+    # over an `options` given in the URL.
+    pin = "-c synchronous_commit=on"
+    options["options"] = f"{options['options']} {pin}" if options.get("options") else pin
+    return options
+
+
 def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, object]:
     """A DATABASES entry from postgres://user:pass@host:port/db?opt=v or sqlite:///path."""
     parts = urlsplit(url)
@@ -73,7 +84,7 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, obje
             "HOST": parts.hostname or "",
             "PORT": str(port or ""),
             "CONN_MAX_AGE": 0,
-            "OPTIONS": dict(parse_qsl(parts.query)),
+            "OPTIONS": _pin_synchronous_commit(dict(parse_qsl(parts.query))),
             "TEST": {"NAME": f"test_{db}"},
         }
     if parts.scheme == "sqlite":
@@ -125,6 +136,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # --- static files: served by the app itself, so `daphne` alone serves whole pages ---
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # --- end static files ---
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -178,6 +192,31 @@ USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresq
 if USING_POSTGRES and _test_suffix:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
 
+
+def default_channel_prefix(db: dict[str, object], *, test_suffix: str = "") -> str:
+    """A channel-layer prefix of this deployment's own: its database's name and a short
+    hash of where that database lives (engine, host, port, name; the test suffix keeps
+    parallel test runs apart too). Redis pub/sub ignores the database number in REDIS_URL,
+    so two portals sharing a Redis server see each other's messages unless their channel
+    names differ."""
+    name = str(db["NAME"])
+    where = f"{db['ENGINE']}:{db.get('HOST') or ''}:{db.get('PORT') or ''}/{name}{test_suffix}"
+    readable = re.sub(r"[^A-Za-z0-9_-]", "-", Path(name).stem)[:24] or "portal"
+    return f"{readable}-{hashlib.sha256(where.encode()).hexdigest()[:10]}."
+
+
+# A channel name is the prefix, a fixed part and 32 hex digits, and must stay under 100
+# characters in Channels' alphabet.
+_CHANNEL_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{1,50}")
+PORTAL_CHANNEL_PREFIX = os.environ.get("PORTAL_CHANNEL_PREFIX", "").strip()
+if not PORTAL_CHANNEL_PREFIX:
+    PORTAL_CHANNEL_PREFIX = default_channel_prefix(DATABASES["default"], test_suffix=_test_suffix)
+elif not _CHANNEL_PREFIX_RE.fullmatch(PORTAL_CHANNEL_PREFIX):
+    raise ImproperlyConfigured(
+        "PORTAL_CHANNEL_PREFIX must be 1 to 50 letters, digits, '-', '_' or '.', got "
+        f"{PORTAL_CHANNEL_PREFIX!r}"
+    )
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
@@ -196,7 +235,10 @@ if REDIS_URL:
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             # A PING every 15 s keeps an idle subscription's connection busy, so a NAT
             # or proxy does not drop it silently.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "health_check_interval": 15}]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "health_check_interval": 15}],
+                "prefix": PORTAL_CHANNEL_PREFIX,
+            },
         }
     }
 else:
@@ -247,6 +289,18 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# WhiteNoise serves /static/ from the web process. With DEBUG off, from what `collectstatic`
+# wrote to STATIC_ROOT: compressed copies under content-hashed names, cached for a year.
+# With DEBUG on (the demo, the tests) straight from the source folders, so nothing needs
+# collecting first; the manifest storage would refuse to render a page without its manifest.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # --- the model -------------------------------------------------------------------------
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

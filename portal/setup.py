@@ -36,20 +36,27 @@ def ensure_roles() -> list[Group]:
 
 
 @transaction.atomic
-def ensure_demo_users() -> list[tuple[str, str, str]]:
-    """Create (or reset the password of) one user per role; return (user, role, password)."""
+def ensure_demo_users() -> list[tuple[str, str, str | None]]:
+    """Create the demo users that do not exist yet; return (user, role, password).
+
+    A user that already exists is left exactly as it is: its name may belong to a real
+    account, whose password, flags and groups are its owner's. Its password is reported
+    only while it still is the demo one, else None."""
     ensure_roles()
     User = get_user_model()
-    created = []
+    users = []
     for username, (role, password) in DEMO_USERS.items():
-        user, _ = User.objects.get_or_create(username=username)
-        user.set_password(password)
-        user.is_staff = user.is_superuser = role is None
-        user.save()
-        if role:
-            user.groups.set([Group.objects.get(name=role)])
-        created.append((username, role or "admin", password))
-    return created
+        user, created = User.objects.get_or_create(
+            username=username, defaults={"is_staff": role is None, "is_superuser": role is None}
+        )
+        if created:
+            user.set_password(password)
+            user.save(update_fields=["password"])
+            if role:
+                user.groups.set([Group.objects.get(name=role)])
+        known = created or user.check_password(password)
+        users.append((username, role or "admin", password if known else None))
+    return users
 
 
 # --- live portal (issue 6): example conversations for the demo --------------------------

@@ -39,6 +39,14 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings():
     assert "System check identified no issues" in result.stdout
 
 
+def test_the_readme_production_environment_passes_the_deploy_check_with_no_warnings():
+    from tests.readme import production_steps
+
+    result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=production_steps().env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
@@ -56,6 +64,7 @@ def test_production_settings_pass_the_deploy_check_with_no_warnings():
         ("PORTAL_API_RATE", "0/m", "PORTAL_API_RATE must be count/period like 120/m"),
         ("PORTAL_LOGIN_FAILURE_LIMIT", "0", "PORTAL_LOGIN_FAILURE_LIMIT must be at least 1"),
         ("PORTAL_LOGIN_COOLOFF_MINUTES", "soon", "PORTAL_LOGIN_COOLOFF_MINUTES must be a whole"),
+        ("PORTAL_CHANNEL_PREFIX", "acme portal", "PORTAL_CHANNEL_PREFIX must be 1 to 50"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_variable(variable, value, expected):
@@ -84,7 +93,9 @@ def test_database_urls_are_parsed_into_django_settings():
         "db.internal",
         "6543",
     )
-    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert pg["OPTIONS"] == {"sslmode": "require", "options": "-c synchronous_commit=on"}
+    own = database_from_url("postgres://h/portal?options=-c%20statement_timeout%3D5s")
+    assert own["OPTIONS"]["options"] == "-c statement_timeout=5s -c synchronous_commit=on"
     assert database_from_url("sqlite:///demo.db")["NAME"] == "demo.db"
     assert database_from_url("sqlite:////tmp/demo.db")["NAME"] == "/tmp/demo.db"
 
@@ -100,3 +111,22 @@ def test_redis_url_selects_the_pub_sub_channel_layer():
     assert result.returncode == 0, result.stderr
     assert "channels_redis.pubsub.RedisPubSubChannelLayer" in result.stdout
     assert "'address': 'redis://127.0.0.1:6379/0'" in result.stdout
+
+
+def test_each_database_gets_a_channel_prefix_of_its_own():
+    from portal.settings import database_from_url, default_channel_prefix
+
+    def prefix(url: str, suffix: str = "") -> str:
+        return default_channel_prefix(database_from_url(url), test_suffix=suffix)
+
+    a = prefix("postgres://u@db.internal:5432/portal")
+    assert a.startswith("portal-")
+    assert len(a) < 50
+    assert a == prefix("postgres://other-user:pw@db.internal:5432/portal")  # same database
+    others = [
+        prefix("postgres://u@db.internal:5432/portal_staging"),
+        prefix("postgres://u@db2.internal:5432/portal"),
+        prefix("postgres://u@db.internal:6432/portal"),
+        prefix("postgres://u@db.internal:5432/portal", "_ci"),
+    ]
+    assert len({a, *others}) == 5

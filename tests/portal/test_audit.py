@@ -196,3 +196,71 @@ def test_the_postgres_trigger_refuses_update_and_delete(three_decisions, stateme
         with connection.cursor() as cursor:
             cursor.execute(statement, [decision.pk])
     assert Decision.objects.get(pk=decision.pk).note == decision.note
+
+
+def test_verify_audit_given_the_last_head_detects_that_the_newest_decisions_were_deleted(
+    three_decisions, capsys
+):
+    first, _, last = three_decisions
+    with tampering() as cursor:
+        cursor.execute("DELETE FROM portal_decision WHERE id > %s", [first.pk])
+    call_command("verify_audit")  # what is left is a consistent chain of one
+    assert capsys.readouterr().out.startswith("ok: 1 decisions verified")
+
+    with pytest.raises(CommandError) as failure:
+        call_command("verify_audit", "--expect-head", last.hash)
+
+    message = str(failure.value)
+    assert message.startswith(f"first broken link: decision {first.pk}: deleted rows")
+    assert last.hash in message
+
+
+def test_verify_audit_given_an_older_head_accepts_the_decisions_recorded_since(
+    three_decisions, capsys
+):
+    call_command("verify_audit", "--expect-head", three_decisions[0].hash.upper())
+    assert capsys.readouterr().out.startswith("ok: 3 decisions verified")
+
+
+def test_verify_audit_given_the_genesis_head_of_an_empty_chain_accepts_any_chain(
+    three_decisions, capsys
+):
+    call_command("verify_audit", "--expect-head", audit.GENESIS)
+    assert capsys.readouterr().out.startswith("ok: 3 decisions verified")
+
+
+def test_verify_audit_detects_that_every_decision_was_deleted_given_the_last_head(
+    three_decisions,
+):
+    with tampering() as cursor:
+        cursor.execute("DELETE FROM portal_decision")
+    with pytest.raises(CommandError, match=r"^first broken link: the start: deleted rows"):
+        call_command("verify_audit", "--expect-head", three_decisions[-1].hash)
+
+
+def test_verify_audit_refuses_an_expected_head_that_is_not_a_hash():
+    with pytest.raises(CommandError, match="64 hex digits"):
+        call_command("verify_audit", "--expect-head", "abc123")
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "statement",
+    ["TRUNCATE portal_decision", "TRUNCATE portal_interrupt, portal_thread CASCADE"],
+)
+def test_the_postgres_trigger_refuses_truncate_even_by_the_tables_owner(three_decisions, statement):
+    """The owner of the table, as long as it is not a superuser (who could drop the
+    trigger anyway). The role and the change of owner go with the test's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("CREATE ROLE portal_test_decision_owner NOLOGIN")
+        for table in connection.introspection.django_table_names(only_existing=True):
+            cursor.execute(f"ALTER TABLE {table} OWNER TO portal_test_decision_owner")
+        cursor.execute("SET ROLE portal_test_decision_owner")
+        try:
+            with pytest.raises(DatabaseError, match="append-only: TRUNCATE"):
+                with transaction.atomic():
+                    cursor.execute(statement)
+        finally:
+            cursor.execute("RESET ROLE")
+    assert Decision.objects.count() == 3

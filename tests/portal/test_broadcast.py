@@ -131,3 +131,114 @@ def test_repeated_sync_publishes_reuse_one_redis_connection(
         broadcast.group_send("queue", {"type": "queue.changed"})
 
     assert connects == []
+
+
+# --- deployments sharing one Redis server ----------------------------------------------
+# Two portals: their own databases, REDIS_URLs that differ only in the database number,
+# which Redis pub/sub ignores. Each side is a real process with its own settings.
+LISTEN = """
+import asyncio, json, os, sys
+import django
+django.setup()
+from channels.layers import get_channel_layer
+from portal.broadcast import QUEUE_GROUP
+
+async def main():
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(QUEUE_GROUP, channel)
+    print("ready", flush=True)
+    heard = []
+    while "last" not in heard:
+        message = await asyncio.wait_for(layer.receive(channel), timeout=90)
+        heard.append(message["sender"])
+    print(json.dumps(heard), flush=True)
+
+asyncio.run(main())
+"""
+# The layer itself, not broadcast.group_send: that gives up after a short timeout (best
+# effort), which a busy test machine can exceed on a fresh connection.
+PUBLISH = """
+import sys
+import django
+django.setup()
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from portal.broadcast import QUEUE_GROUP
+message = {"type": "queue.changed", "sender": sys.argv[1]}
+async_to_sync(get_channel_layer().group_send)(QUEUE_GROUP, message)
+"""
+
+
+def _deployment_env(database: str, redis_db: int, **extra: str) -> dict[str, str]:
+    from urllib.parse import urlsplit
+
+    redis = urlsplit(settings.REDIS_URL)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "TEST_DB_SUFFIX", "SQLITE_PATH")
+        and not k.startswith("PORTAL_")
+    }
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        # Settings only: neither side ever connects to its database.
+        "DATABASE_URL": f"postgres://portal@127.0.0.1:5432/{database}",
+        "REDIS_URL": f"{redis.scheme}://{redis.netloc}/{redis_db}",
+        "PORTAL_NO_WORKER": "1",
+        **extra,
+    }
+
+
+def _hear_while_publishing(listener: dict[str, str], *publishers: tuple[dict[str, str], str]):
+    import json
+    import subprocess
+    import sys
+
+    from tests.portal.conftest import ROOT
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LISTEN], cwd=ROOT, env=listener, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        for env, sender in publishers:
+            subprocess.run(
+                [sys.executable, "-c", PUBLISH, sender], cwd=ROOT, env=env, check=True, timeout=60
+            )
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "the listener heard nothing in time"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a Redis channel layer)")
+def test_two_deployments_on_one_redis_server_do_not_hear_each_others_queue_events():
+    portal_a = _deployment_env("portal_a", 13)
+    portal_b = _deployment_env("portal_b", 14)
+
+    heard = _hear_while_publishing(
+        portal_a, (portal_b, "b"), (portal_a, "a"), (portal_b, "b"), (portal_a, "last")
+    )
+
+    # Each publish finished before the next began, so b's would have arrived before a's.
+    assert heard == ["a", "last"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a Redis channel layer)")
+def test_deployments_given_the_same_channel_prefix_share_their_events():
+    """The override: two databases that are one portal (say, after a move) keep talking."""
+    portal_a = _deployment_env("portal_a", 13, PORTAL_CHANNEL_PREFIX="acme-portal.")
+    moved = _deployment_env("portal_moved", 13, PORTAL_CHANNEL_PREFIX="acme-portal.")
+
+    assert _hear_while_publishing(portal_a, (moved, "moved"), (portal_a, "last")) == [
+        "moved",
+        "last",
+    ]

@@ -1,5 +1,7 @@
+from typing import Any
+
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.setup import ensure_demo_threads, ensure_demo_users
 
@@ -7,14 +9,32 @@ from portal.setup import ensure_demo_threads, ensure_demo_users
 class Command(BaseCommand):
     help = (
         "Create the roles and one demo user per role, print their credentials, and on "
-        "first run start one example conversation per agent."
+        "first run start one example conversation per agent. Users that exist already are "
+        "left as they are. Refused with DEBUG off unless --force."
     )
 
-    def handle(self, *args: object, **options: object) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Run even with DEBUG off (a demo deployment that wants the demo users).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG and not options["force"]:
+            # The demo passwords are in the source code: on a real deployment they would
+            # be an open door, the admin's first of all.
+            raise CommandError(
+                "seed_demo refused: DEBUG is off, so this looks like a production "
+                "deployment, and seed_demo creates users whose passwords are published "
+                "(an admin among them). Create real users with `manage.py createsuperuser` "
+                "and `manage.py setup_roles`; pass --force only if this really is a demo."
+            )
         users = ensure_demo_users()
         self.stdout.write("\nDemo users (log in at /login/):")
         for username, role, password in users:
-            self.stdout.write(f"  {role:<9} {username:<10} password: {password}")
+            shown = f"password: {password}" if password else "(existing user: left unchanged)"
+            self.stdout.write(f"  {role:<9} {username:<10} {shown}")
         agents = ", ".join(settings.PORTAL_AGENTS)
         self.stdout.write(f"Agents: {agents}. Model: {settings.PORTAL_MODEL}.")
         # live portal (issue 6): example conversations waiting in the review queue.

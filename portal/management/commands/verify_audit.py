@@ -2,12 +2,15 @@
 
 Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
 non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
-is worth recording somewhere else: a chain rewritten from some row to the end is consistent
-with itself, and only a head recorded earlier shows it.
+is worth recording somewhere else: a chain that lost its newest rows, or was rewritten
+from some row to the end, is consistent with itself, and only a head recorded earlier
+shows it. Pass that head back with ``--expect-head HASH``: the check then also fails
+unless a decision still has that hash.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -23,9 +26,24 @@ class Command(BaseCommand):
             "--batch-size", type=int, default=2000, help="Rows read per query (default 2000)."
         )
         parser.add_argument("--database", default="default", help="Database alias.")
+        parser.add_argument(
+            "--expect-head",
+            metavar="HASH",
+            help="A head hash printed by an earlier run: fail if no decision has it now.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = verify_chain(batch_size=options["batch_size"], using=options["database"])
+        expect_head = options["expect_head"]
+        if expect_head is not None:
+            expect_head = expect_head.strip().lower()
+            if not re.fullmatch(r"[0-9a-f]{64}", expect_head):
+                raise CommandError(
+                    "--expect-head must be a head hash as verify_audit prints it "
+                    f"(64 hex digits), got {options['expect_head']!r}"
+                )
+        report = verify_chain(
+            batch_size=options["batch_size"], using=options["database"], expect_head=expect_head
+        )
         if report.broken is not None:
             raise CommandError(
                 f"first broken link: {report.broken} ({report.count} decisions before it verified)",
