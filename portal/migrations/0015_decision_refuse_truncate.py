@@ -42,7 +42,7 @@ def _run(sql: str):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0012_interrupt_search_statistics"),
+        ("portal", "0014_api_token_scopes_expiry_revocation"),
     ]
 
     operations = [migrations.RunPython(_run(CREATE), _run(DROP))]
