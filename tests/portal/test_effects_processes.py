@@ -90,10 +90,10 @@ def test_an_idempotent_tool_killed_at_any_point_pays_once(spawn, support_agent, 
     assert last_words(thread) == "Done. Refunded A-1."
 
 
-def test_a_tool_killed_after_its_result_was_saved_is_not_run_again(
-    spawn, support_agent, effects
-):
-    thread, run = services.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
+def test_a_tool_killed_after_its_result_was_saved_is_not_run_again(spawn, support_agent, effects):
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
     kill_at(spawn, effects, "saved")
     recover(spawn, run, Run.Status.SUCCEEDED)
 
@@ -131,7 +131,9 @@ def decide(client, reviewer, request: Interrupt, outcome: str) -> None:
 def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_second_payment(
     spawn, client, support_agent, reviewer, effects, point, outcome, paid, words
 ):
-    thread, run = services.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
     kill_at(spawn, effects, point)
     recover(spawn, run, Run.Status.INTERRUPTED)
 
