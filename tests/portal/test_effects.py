@@ -1,8 +1,9 @@
-"""The write before a tool call, on PostgreSQL, is a durable commit that names the call.
+"""Tool effects in the portal: the write before a tool call, and how a reviewer's answer
+about a call a crash cut short is recorded.
 
-The worker's path: a step is one statement on the worker's own connection, and a step
-that need not be durable carries ``set_config('synchronous_commit', 'off', true)``. The
-statements the checkpointer sends are read as they go out.
+On PostgreSQL, the worker's path: a step is one statement on the worker's own connection,
+and a step that need not be durable carries ``set_config('synchronous_commit', 'off',
+true)``. The statements the checkpointer sends are read as they go out.
 """
 
 from __future__ import annotations
@@ -13,18 +14,50 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from agents import ReactAgent
+from agents.tools import OUTCOME_REASON, OUTCOME_SCHEMA
 from portal import broadcast, pg
 from portal.checkpointer import DjangoCheckpointer, aconnect
-from portal.models import Thread
+from portal.decisions import decision_submit
+from portal.models import Decision, Thread
 from tests.agents.conftest import FakeModel, call, say, user
-
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+from tests.factories import make_interrupt
 
 
 async def _quiet_send(group: str, message: Any) -> None:
     return None
 
 
+@pytest.mark.parametrize(
+    ("outcome", "recorded", "executed"),
+    [
+        ("confirm", Decision.Outcome.APPROVED, True),
+        ("retry", Decision.Outcome.APPROVED, True),
+        ("fail", Decision.Outcome.REJECTED, False),
+    ],
+)
+@pytest.mark.django_db
+def test_a_call_marked_failed_is_recorded_as_rejected_with_nothing_executed(
+    reviewer, outcome, recorded, executed
+):
+    request = make_interrupt(
+        reason=OUTCOME_REASON,
+        schema=OUTCOME_SCHEMA,
+        value={"tool_call": {"id": "x", "name": "issue_refund"}, "key": "k"},
+        message="issue_refund(...) may already have taken effect",
+    )
+    decision = decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"outcome": outcome},
+        resume_interrupt_id=request.pk,
+    )
+    args = {request.tool_call_id: {"order_id": "A-1001", "amount": 42.5}}
+    assert (decision.outcome, decision.original_args) == (recorded, args)
+    assert decision.executed_args == (args if executed else None)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatch):
     monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
     sent: list[str] = []
