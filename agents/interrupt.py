@@ -13,7 +13,9 @@ so the calls must happen in the same order on every run.
 
 Answers live in the checkpoint's ``meta["answers"]``, keyed ``"<node>:<tool_call_id or
 ->:<n>"`` where ``n`` counts ``interrupt()`` calls in that scope during the current run of
-the node; they are dropped when the node completes.
+the node; they are dropped when the node completes. The runtime's own question about a tool
+call a crash cut short (see ``agents.tools``) is keyed ``"<node>:<tool_call_id>:outcome"``,
+outside that count.
 """
 
 from __future__ import annotations
