@@ -265,11 +265,12 @@ def _approval_schema(risky: list[tuple[_Call, Tool]]) -> dict[str, Any]:
 class ToolNode:
     """A node that runs the last assistant message's tool calls, in order.
 
-    Each finished call's result is checkpointed at once, and calls that already have a
-    result in the thread are skipped, so a pause or a crash later in the turn never makes
-    a finished call run twice. A tool's exception becomes an error result for the model;
-    a pause (``GraphInterrupt``) passes through. Sync tools run in a worker thread, so a
-    blocking call never stalls the event loop the run (and its heartbeat) lives on.
+    Each finished call's result is checkpointed at once (the last one with the node's end),
+    and calls that already have a result in the thread are skipped, so a pause or a crash
+    later in the turn never makes a finished call run twice. A tool's exception becomes an
+    error result for the model; a pause (``GraphInterrupt``) passes through. Sync tools run
+    in a worker thread, so a blocking call never stalls the event loop the run (and its
+    heartbeat) lives on.
 
     Right before it calls a tool it records the call in flight, durably, together with the
     steps the run kept for later; see the module docstring for what a call found in flight
@@ -313,7 +314,7 @@ class ToolNode:
             calls.append(_Call(call_id, name, raw, args, problem, last.id))
         return calls
 
-    async def __call__(self, state: AgentState) -> None:
+    async def __call__(self, state: AgentState) -> Message | None:
         run = current_run()
         calls = self.pending_calls(state)
         risky = [
@@ -341,12 +342,15 @@ class ToolNode:
             )
             approval_id = run.last_interrupt_id
         risky_ids = {c.id for c, _ in risky}
-        for call in calls:
+        for n, call in enumerate(calls, start=1):
             if call.id in risky_ids:
                 message = await self._run_approved(call, decision, approval_id)
             else:
                 message = await self._run_call(call, call.args)
+            if n == len(calls):
+                return message  # saved with the node's end: one write, as durable
             await run.append_messages([message])
+        return None
 
     def decline(self, state: AgentState, note: str | None = None) -> list[Message]:
         """Declined results for every pending call (a reviewer said no to the turn)."""

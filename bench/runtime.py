@@ -112,7 +112,7 @@ class _Approve(ToolNode):
     is: it would record a call in flight before acting (it acts on nothing here), so the
     pause goes to the store in one write, and the answer with the end."""
 
-    async def __call__(self, state: AgentState) -> Message:  # type: ignore[override]
+    async def __call__(self, state: AgentState) -> Message:
         answer = interrupt(PAYLOAD, message=PROMPT, response_schema=SCHEMA)
         content = "approved" if answer and answer["approved"] else "declined"
         return Message(role="tool", content=content)

@@ -136,14 +136,13 @@ async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_du
         ("TOOL", "interrupted", "TOOL", True),  # the approval request
         ("TOOL", "running", "TOOL", False),  # the reviewer's answer
         ("TOOL", "running", "TOOL", True),  # the call, in flight, before it runs
-        ("TOOL", "running", "TOOL", True),  # the tool's result, as soon as it ran
-        ("TOOL", "running", "MAIN", True),  # the tool node's end
+        ("TOOL", "running", "MAIN", True),  # its result, the last, with the node's end
         ("MAIN", "done", None, True),  # the model's last turn ends the run
     ]
     # The turn that asks for approval is one write: the input, the model's turn and the
     # request. The tool node asks before it acts, so it needs no write before it starts;
     # the answer goes with the call recorded in flight.
-    assert store.batches == [3, 2, 1, 1, 1]
+    assert store.batches == [3, 2, 1, 1]
 
 
 async def test_a_tool_runs_only_once_its_run_is_known_to_own_the_thread(config):

@@ -106,10 +106,10 @@ async def test_a_call_is_recorded_in_flight_durably_before_the_tool_runs(config)
     await graph.ainvoke(user("refund A-1"), config)
     # Inside the tool: the newest write names the call, and it was durable.
     assert seen == [((True, ["call_1"]), ["call_1"])]
-    # Its result's write no longer names it; nor does anything after.
+    # Its result's write (with the tool node's end) no longer names it; nor does the end.
     snapshot = await store.aget("t-1")
     assert snapshot is not None and "in_flight" not in snapshot.meta
-    assert store.steps[-3:] == [(True, []), (True, []), (True, [])]
+    assert store.steps[-2:] == [(True, []), (True, [])]
 
 
 async def test_each_call_gets_a_stable_key_from_its_thread_and_its_call(store, config):

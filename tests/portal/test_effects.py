@@ -96,5 +96,6 @@ def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatc
     assert "INSERT INTO portal_checkpoint" in before_the_call
     assert "synchronous_commit" not in before_the_call
     assert in_flight == ["call_1"]
-    # The model's turn and the input went in that write too: one statement, durable.
-    assert sum("INSERT INTO portal_checkpoint" in sql for sql in sent) == 4
+    # The model's turn and the input went in that write too: one statement, durable. Then
+    # the result with the tool node's end, and the model's answer: three in all.
+    assert sum("INSERT INTO portal_checkpoint" in sql for sql in sent) == 3
