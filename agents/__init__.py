@@ -31,7 +31,7 @@ from agents.state import (
     StreamChunk,
     StreamEvent,
 )
-from agents.tools import Tool, ToolNode, tool
+from agents.tools import Tool, ToolNode, idempotency_key, tool
 
 __all__ = [
     "END",
@@ -68,6 +68,7 @@ __all__ = [
     "Tool",
     "ToolNode",
     "current_run",
+    "idempotency_key",
     "interrupt",
     "pending_interrupt",
     "tool",

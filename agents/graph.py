@@ -222,12 +222,6 @@ def _wants_config(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
-def _guards_effects(fn: Any) -> bool:
-    """Whether a node writes the run's deferred steps itself before it acts
-    (``RunContext.before_effects``), so the loop need not before it starts."""
-    return getattr(fn, "guards_effects", False) is True
-
-
 async def _load_at(
     store: Checkpointer, thread_id: str, expected: int | None, cause: BaseException | None = None
 ) -> Snapshot | None:
@@ -304,6 +298,9 @@ class _Run:
         self.next_node = snapshot.next_node if snapshot else None
         self.answers: dict[str, Any] = dict(meta.get("answers") or {})
         self.passed: str | None = meta.get("breakpoint_passed")
+        # Tool calls recorded as started with no result saved (see agents.tools): as
+        # loaded, those an earlier run left, whose outcome is unknown.
+        self.in_flight: list[str] = list(meta.get("in_flight") or [])
         self.unsaved: list[Message] = []
         # Steps that need not be durable wait here and go to the store with the next
         # write: one round trip for several boundaries (see ``save``).
@@ -349,6 +346,8 @@ class _Run:
                 "answers": dict(self.answers),
                 "breakpoint_passed": self.passed,
             }
+            if self.in_flight:
+                meta["in_flight"] = list(self.in_flight)
             if self.graph.extra_fields:
                 meta["values"] = {k: getattr(self.state, k) for k in self.graph.extra_fields}
             write = CheckpointWrite(
@@ -389,9 +388,12 @@ class _Run:
         assert store is not None
         await _load_at(store, self.thread_id, self.seq, cause)
 
-    async def flush(self) -> None:
-        """Write the deferred steps now (before anything that may act runs)."""
+    async def flush(self, *, durable: bool = False) -> None:
+        """Write the deferred steps now; ``durable`` before anything that may act runs
+        (a crash of the store must not take back what the world was told)."""
         if self.deferred:
+            if durable and not self.deferred[-1].durable:
+                self.deferred[-1] = dataclasses.replace(self.deferred[-1], durable=True)
             await self._put(self.deferred)
 
     async def _put(self, writes: list[CheckpointWrite]) -> None:
@@ -427,6 +429,10 @@ class _Run:
             self.append(messages)
             await self.save(ThreadStatus.RUNNING, node, node=node)
 
+        async def mark_in_flight() -> None:
+            # A step of its own, durable, with whatever the run kept for later.
+            await self.save(ThreadStatus.RUNNING, node, node=node)
+
         return RunContext(
             node=node,
             thread_id=self.thread_id,
@@ -435,7 +441,8 @@ class _Run:
             answers=self.answers,
             emit=self.emit_fn,
             append=append_and_save,
-            flush=self.flush,
+            mark=mark_in_flight,
+            in_flight=self.in_flight,
         )
 
 
@@ -475,11 +482,11 @@ class CompiledGraph:
                         "config['recursion_limit'] or check the routing for a loop",
                         limit=limit,
                     )
-                if node not in self.replayable and not _guards_effects(self.nodes[node]):
-                    # The deferred steps' compare-and-swap comes first: a node that may
-                    # act on the world runs only once its run is known to own the thread.
-                    # (A ToolNode does this itself, right before it calls a tool.)
-                    await run.flush()
+                if self._acts_unguarded(node):
+                    # The deferred steps' compare-and-swap comes first, durably: a node
+                    # that may act on the world runs only once its run is known to own the
+                    # thread, and a crash of the store cannot take that back.
+                    await run.flush(durable=True)
                 run.emit(StreamEvent.UPDATES, status="node_start", node=node)
                 try:
                     await self._call_node(run, node)
@@ -490,6 +497,7 @@ class CompiledGraph:
                     return await run.pause(paused.interrupt, node)
                 run.emit(StreamEvent.UPDATES, status="node_end", node=node)
                 run.answers.clear()
+                run.in_flight.clear()
                 run.passed = None
                 after = self._route(node, run.state)
                 if node in self.interrupt_after:
@@ -507,6 +515,12 @@ class CompiledGraph:
         await run.flush()  # (a run that ends writes its end durably: normally none is left)
         await run.confirm()  # a run with nothing to do wrote nothing
         return await run.finish()
+
+    def _acts_unguarded(self, node: str) -> bool:
+        """Whether ``node`` may act on the world with no write of its own first: a node not
+        marked replayable, but a ToolNode (it records each call in flight, durably, before
+        the call runs). The write before such a node must be durable."""
+        return node not in self.replayable and not isinstance(self.nodes[node], ToolNode)
 
     async def _save_boundary(
         self,
@@ -708,18 +722,19 @@ class CompiledGraph:
         run.unpause()
         # The compare-and-swap of the write that records the answer lets only one resume
         # act on it, so that write comes before the node may act: before it runs again,
-        # or, for a node that guards its own effects (a ToolNode), with its first write,
-        # which comes before its first effect. Written at once for a replayable node: a run
-        # that dies in a model call leaves it recorded, and a continue goes on from it (the
-        # request it answers has left the queue: nobody could answer it again). Not
-        # durable: the answer is the caller's too (the portal keeps the decision and the
-        # run's input, and sends it again if no step of the run was written), and the
-        # node's end or its tools' results, which are durable, make it durable as well.
-        defer = _guards_effects(self.nodes[pending.node])
-        await run.save(
-            ThreadStatus.RUNNING, pending.node, node=pending.node, durable=False, defer=defer
-        )
-        return pending.node
+        # or, for a ToolNode, with its first write, which comes before its first effect
+        # (recording the call in flight). Written at once otherwise: a run that dies in a
+        # model call leaves it recorded, and a continue goes on from it (the request it
+        # answers has left the queue: nobody could answer it again). Durable only before
+        # a node that may act with no write of its own: elsewhere the answer is the
+        # caller's too (the portal keeps the decision and the run's input, and sends it
+        # again if no step of the run was written), and the next durable write makes it
+        # durable as well.
+        node = pending.node
+        defer = isinstance(self.nodes[node], ToolNode)
+        durable = self._acts_unguarded(node)
+        await run.save(ThreadStatus.RUNNING, node, node=node, durable=durable, defer=defer)
+        return node
 
     async def _end_breakpoint(
         self, run: _Run, pending: Interrupt, *, approved: bool, note: str | None
@@ -730,7 +745,8 @@ class CompiledGraph:
             if when == "before":
                 run.passed = pending.node
             # Written at once, as an answer is (see _accept_resume).
-            await self._save_boundary(run, pending.node, next_node, durable=False)
+            durable = next_node not in (None, END) and self._acts_unguarded(next_node)
+            await self._save_boundary(run, pending.node, next_node, durable=durable)
             return next_node
         fn = self.nodes[pending.node]
         if when == "before" and isinstance(fn, ToolNode):

@@ -13,7 +13,9 @@ so the calls must happen in the same order on every run.
 
 Answers live in the checkpoint's ``meta["answers"]``, keyed ``"<node>:<tool_call_id or
 ->:<n>"`` where ``n`` counts ``interrupt()`` calls in that scope during the current run of
-the node; they are dropped when the node completes.
+the node; they are dropped when the node completes. The runtime's own question about a tool
+call a crash cut short (see ``agents.tools``) is keyed ``"<node>:<tool_call_id>:outcome"``,
+outside that count.
 """
 
 from __future__ import annotations
@@ -92,9 +94,8 @@ class RunContext:
 
     ``emit_delta`` streams model text, ``append_messages`` adds messages to the thread and
     checkpoints them at once (the node stays current, so a crash resumes inside it),
-    ``before_effects`` writes the run's deferred steps (a node that guards its own effects
-    calls it before its first one), and ``tool_scope`` scopes ``interrupt()`` calls to one
-    tool call.
+    ``tool_scope`` scopes ``interrupt()`` calls to one tool call, and ``call_starting`` /
+    ``call_finished`` / ``in_flight`` bracket a tool call (see ``agents.tools.ToolNode``).
     """
 
     def __init__(
@@ -107,7 +108,8 @@ class RunContext:
         answers: dict[str, Any],
         emit: Callable[[StreamChunk], None] | None,
         append: Callable[[list[Message]], Awaitable[None]],
-        flush: Callable[[], Awaitable[None]] | None = None,
+        mark: Callable[[], Awaitable[None]] | None = None,
+        in_flight: list[str] | None = None,
     ) -> None:
         self.node = node
         self.thread_id = thread_id
@@ -115,12 +117,16 @@ class RunContext:
         self.config = config
         self.answers = answers
         self.tool_call_id: str | None = None
+        self.call_key: str | None = None  # the running tool call's idempotency key
         # The id of the interrupt whose answer interrupt() returned last.
         self.last_interrupt_id: str | None = None
         self._counts: dict[str, int] = {}
         self._emit = emit
         self._append = append
-        self._flush = flush
+        self._mark = mark
+        # Tool calls recorded as started whose results are not saved yet: shared with the
+        # run, whose checkpoints carry it (``meta["in_flight"]``).
+        self._in_flight = in_flight if in_flight is not None else []
 
     @property
     def streaming(self) -> bool:
@@ -143,20 +149,64 @@ class RunContext:
         """Add messages to the thread and checkpoint them now (next_node stays this node)."""
         await self._append(messages)
 
-    async def before_effects(self) -> None:
-        """Write the steps the run kept for later (see ``StateGraph.add_node``'s
-        ``replayable``), so that what comes next, which may act outside the thread, happens
-        only once this run is known to own the thread (the store's compare-and-swap)."""
-        if self._flush is not None:
-            await self._flush()
+    def in_flight(self, tool_call_id: str) -> bool:
+        """Whether an earlier run recorded this call as started and saved no result for
+        it: it may or may not have taken effect (its worker died, or lost the thread)."""
+        return tool_call_id in self._in_flight
+
+    async def call_starting(self, tool_call_id: str) -> None:
+        """Record the call as in flight, durably, with the steps the run kept for later.
+        Nothing may act before this returns: the write is the proof, after a crash, that
+        the call may have run, and its compare-and-swap that this run owns the thread."""
+        if tool_call_id not in self._in_flight:
+            self._in_flight.append(tool_call_id)
+        if self._mark is not None:
+            await self._mark()
+
+    def call_finished(self, tool_call_id: str) -> None:
+        """The call is over (its result is about to be saved, or it paused before acting):
+        the next checkpoint no longer names it."""
+        if tool_call_id in self._in_flight:
+            self._in_flight.remove(tool_call_id)
 
     @contextmanager
-    def tool_scope(self, tool_call_id: str) -> Iterator[None]:
-        previous, self.tool_call_id = self.tool_call_id, tool_call_id
+    def tool_scope(self, tool_call_id: str, key: str | None = None) -> Iterator[None]:
+        """Inside it, ``interrupt()`` belongs to this call and ``agents.tools.
+        idempotency_key()`` returns ``key``."""
+        previous = self.tool_call_id, self.call_key
+        self.tool_call_id, self.call_key = tool_call_id, key
         try:
             yield
         finally:
-            self.tool_call_id = previous
+            self.tool_call_id, self.call_key = previous
+
+    def ask(
+        self,
+        key: str,
+        value: Any = None,
+        *,
+        message: str | None = None,
+        reason: str = "input_required",
+        response_schema: dict[str, Any] | None = None,
+    ) -> Any:
+        """``interrupt()`` under an explicit answer key (the runtime's own questions use
+        keys of their own, so they never take a position in a tool's ordering)."""
+        answer = self.answers.get(key)
+        if answer is not None:
+            self.last_interrupt_id = answer["id"]
+            return answer["value"]
+        raise GraphInterrupt(
+            Interrupt(
+                id=new_id("int"),
+                key=key,
+                node=self.node,
+                value=value,
+                message=message,
+                reason=reason,
+                response_schema=response_schema,
+                tool_call_id=self.tool_call_id,
+            )
+        )
 
     def next_key(self) -> str:
         scope = f"{self.node}:{self.tool_call_id or '-'}"
@@ -195,22 +245,8 @@ def interrupt(
     schema or an over-long ``reason`` fails the run instead.
     """
     run = current_run()
-    key = run.next_key()
-    answer = run.answers.get(key)
-    if answer is not None:
-        run.last_interrupt_id = answer["id"]
-        return answer["value"]
-    raise GraphInterrupt(
-        Interrupt(
-            id=new_id("int"),
-            key=key,
-            node=run.node,
-            value=value,
-            message=message,
-            reason=reason,
-            response_schema=response_schema,
-            tool_call_id=run.tool_call_id,
-        )
+    return run.ask(
+        run.next_key(), value, message=message, reason=reason, response_schema=response_schema
     )
 
 

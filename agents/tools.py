@@ -1,8 +1,18 @@
-"""Tools: plain functions with a JSON schema, and the node that runs a model's tool calls."""
+"""Tools: plain functions with a JSON schema, and the node that runs a model's tool calls.
+
+Exactly-once effects, or an honest question. Before a tool runs, the ``ToolNode`` records
+the call as in flight in a durable checkpoint; its result, saved as soon as it returns,
+ends that. A call found in flight when a run starts (its worker died, or lost the thread,
+between the two) may or may not have acted. A tool declared ``idempotent`` is then run
+again with the same ``idempotency_key()``, which it passes to a system that deduplicates.
+Any other tool is never run again blindly: the run pauses with a question to a person
+(confirm it happened, retry it, or mark it failed), and only "retry" runs it again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import re
@@ -12,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from agents.interrupt import current_run, interrupt
+from agents.interrupt import GraphInterrupt, current_run, interrupt
 from agents.state import AgentState, Message
 
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -76,6 +86,10 @@ class Tool:
 
     ``high_risk`` tools never run without a person's approval: ``ToolNode`` pauses the
     graph for it first and fails closed (anything but ``{"approved": True}`` declines).
+
+    ``idempotent`` says running the call twice with the same ``idempotency_key()`` acts
+    once. Only such a tool is run again when a crash leaves its outcome unknown; for any
+    other, a person is asked first (the default, because it is the safe one).
     """
 
     name: str
@@ -83,6 +97,7 @@ class Tool:
     parameters: dict[str, Any]
     fn: Callable[..., Any]
     high_risk: bool = False
+    idempotent: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -93,6 +108,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         high_risk: bool = False,
+        idempotent: bool = False,
     ) -> Tool:
         """Build a tool from a sync or async function's signature, hints and docstring."""
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
@@ -123,6 +139,7 @@ class Tool:
             },
             fn=fn,
             high_risk=high_risk,
+            idempotent=idempotent,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -144,7 +161,11 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, high_risk: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    high_risk: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -152,13 +173,38 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     high_risk: bool = False,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Decorator: ``@tool`` or ``@tool(high_risk=True)`` turns a function into a ``Tool``."""
+    """Decorator: ``@tool``, ``@tool(high_risk=True)`` or ``@tool(idempotent=True)`` turns a
+    function into a ``Tool``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name=name, description=description, high_risk=high_risk)
+        return Tool.from_function(
+            f, name=name, description=description, high_risk=high_risk, idempotent=idempotent
+        )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def idempotency_key() -> str:
+    """The key of the tool call running now: the same each time this call runs (after a
+    crash, or a reviewer's "retry"), different for every other call. Pass it to the system
+    the tool acts on (a payment API's idempotency key, a unique column) so that it acts
+    once. RuntimeError outside a tool call."""
+    key = current_run().call_key
+    if key is None:
+        raise RuntimeError(
+            "idempotency_key() names a tool call; call it inside a tool that a ToolNode runs"
+        )
+    return key
+
+
+def call_key(thread_id: str, message_id: str, tool_call_id: str) -> str:
+    """sha256 of the thread, the assistant message that asked and the call's id (hex)."""
+    # The message's id too: some models number their calls afresh each turn (call_0,
+    # call_1, ...), so a call id alone may repeat within a thread.
+    text = f"{thread_id}\n{message_id}\n{tool_call_id}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
@@ -180,6 +226,24 @@ class _Call:
     raw: str
     args: dict[str, Any] | None
     problem: str | None
+    message_id: str = ""  # the assistant message that asked for it
+
+
+# What a person answers about a call whose outcome a crash left unknown.
+OUTCOME_REASON = "uncertain_outcome"
+OUTCOME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "outcome": {
+            "type": "string",
+            "enum": ["confirm", "retry", "fail"],
+            "description": "confirm: it happened; retry: run it again; fail: it did not happen",
+        },
+        "note": {"type": "string"},
+    },
+    "required": ["outcome"],
+    "additionalProperties": False,
+}
 
 
 def _approval_schema(risky: list[tuple[_Call, Tool]]) -> dict[str, Any]:
@@ -201,19 +265,19 @@ def _approval_schema(risky: list[tuple[_Call, Tool]]) -> dict[str, Any]:
 class ToolNode:
     """A node that runs the last assistant message's tool calls, in order.
 
-    Each finished call's result is checkpointed at once, and calls that already have a
-    result in the thread are skipped, so a pause or a crash later in the turn never makes
-    a finished call run twice. A tool's exception becomes an error result for the model;
-    a pause (``GraphInterrupt``) passes through. Sync tools run in a worker thread, so a
-    blocking call never stalls the event loop the run (and its heartbeat) lives on.
+    Each finished call's result is checkpointed at once (the last one with the node's end),
+    and calls that already have a result in the thread are skipped, so a pause or a crash
+    later in the turn never makes a finished call run twice. A tool's exception becomes an
+    error result for the model; a pause (``GraphInterrupt``) passes through. Sync tools run
+    in a worker thread, so a blocking call never stalls the event loop the run (and its
+    heartbeat) lives on.
 
-    Before it calls a tool it writes the run's deferred steps (``guards_effects``): asking
-    for approval comes first and acts on nothing, so a turn that pauses for approval goes
-    to the store in one write with the pause; a reviewer's answer to it waits for that
-    write too, so a declined call goes with its declined result.
+    Right before it calls a tool it records the call in flight, durably, together with the
+    steps the run kept for later; see the module docstring for what a call found in flight
+    becomes. Asking for approval comes first and acts on nothing, so a turn that pauses for
+    approval goes to the store in one write with the pause; a reviewer's answer waits for
+    the next write too, so a declined call goes with its declined result.
     """
-
-    guards_effects = True
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self.tools: dict[str, Tool] = {}
@@ -247,10 +311,10 @@ class ToolNode:
             if problem is None and not isinstance(args, dict):
                 problem = f"arguments for {name!r} must be a JSON object, got {type(args).__name__}"
                 args = None
-            calls.append(_Call(call_id, name, raw, args, problem))
+            calls.append(_Call(call_id, name, raw, args, problem, last.id))
         return calls
 
-    async def __call__(self, state: AgentState) -> None:
+    async def __call__(self, state: AgentState) -> Message | None:
         run = current_run()
         calls = self.pending_calls(state)
         risky = [
@@ -278,12 +342,15 @@ class ToolNode:
             )
             approval_id = run.last_interrupt_id
         risky_ids = {c.id for c, _ in risky}
-        for call in calls:
+        for n, call in enumerate(calls, start=1):
             if call.id in risky_ids:
                 message = await self._run_approved(call, decision, approval_id)
             else:
                 message = await self._run_call(call, call.args)
+            if n == len(calls):
+                return message  # saved with the node's end: one write, as durable
             await run.append_messages([message])
+        return None
 
     def decline(self, state: AgentState, note: str | None = None) -> list[Message]:
         """Declined results for every pending call (a reviewer said no to the turn)."""
@@ -322,21 +389,68 @@ class ToolNode:
             )
         if call.problem is not None or args is None:
             return reply(_result({"status": "error", "error": call.problem or "no arguments"}))
-        # The compare-and-swap on the thread first: a tool acts only for the run that owns
-        # it (a conflict propagates: it is not the tool's failure).
-        await current_run().before_effects()
-        with current_run().tool_scope(call.id):
+        run, tool = current_run(), self.tools[call.name]
+        key = call_key(run.thread_id, call.message_id, call.id)
+        if run.in_flight(call.id) and not tool.idempotent:
+            settled = self._settle_unknown(call, args, key)
+            if settled is not None:
+                run.call_finished(call.id)
+                return reply(_result(settled))
+        # Recorded in flight before it acts; the write's compare-and-swap also makes sure
+        # this run owns the thread (a conflict propagates: it is not the tool's failure).
+        await run.call_starting(call.id)
+        with run.tool_scope(call.id, key):
             try:
-                fn = self.tools[call.name].fn
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(**args)
+                if inspect.iscoroutinefunction(tool.fn):
+                    result = await tool.fn(**args)
                 else:
                     # A sync tool runs in a thread: a slow one (a payment API call) must
                     # not stall the event loop, where the worker's lease heartbeat and
                     # stream publishing run. The context (and so interrupt()) goes along.
-                    result = await asyncio.to_thread(fn, **args)
+                    result = await asyncio.to_thread(tool.fn, **args)
                     if inspect.isawaitable(result):
                         result = await result
+            except GraphInterrupt:
+                # It paused before acting (side effects belong after interrupt()): when
+                # resumed it starts over, from its first line, as a call not yet made.
+                run.call_finished(call.id)
+                raise
             except Exception as exc:  # the model sees the failure and can react to it
-                return reply(_result({"status": "error", "error": f"{type(exc).__name__}: {exc}"}))
+                result = _result({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
+        run.call_finished(call.id)
         return reply(result if isinstance(result, str) else json.dumps(result, default=str))
+
+    def _settle_unknown(self, call: _Call, args: dict[str, Any], key: str) -> dict[str, Any] | None:
+        """Ask a person about a call that may have acted; the result for the model, or
+        None to run it again (the answer "retry")."""
+        run = current_run()
+        # A key of its own, so the tool's interrupt() calls keep their positions.
+        ask = f"{run.node}:{call.id}:outcome"
+        with run.tool_scope(call.id, key):
+            answer = run.ask(
+                ask,
+                {"tool_call": {"id": call.id, "name": call.name, "arguments": args}, "key": key},
+                message=(
+                    f"{call_text(call.name, args)} may already have taken effect: the run "
+                    "stopped after it started and before its result was saved. Check, then "
+                    "confirm it happened, retry it, or mark it failed."
+                ),
+                reason=OUTCOME_REASON,
+                response_schema=OUTCOME_SCHEMA,
+            )
+        outcome = answer.get("outcome") if isinstance(answer, dict) else None
+        note = answer.get("note") if isinstance(answer, dict) else None
+        by = {"reviewer_note": note} if isinstance(note, str) and note else {}
+        if outcome == "retry":
+            # Answered once: should this attempt be cut short too, the question is asked
+            # again rather than answered with this "retry".
+            run.answers.pop(ask, None)
+            return None
+        if outcome == "confirm":
+            return {"status": "done", "detail": "a reviewer confirmed the call took effect", **by}
+        # "fail", and fail closed: no answer (cancelled, expired) never runs it again.
+        if outcome == "fail":
+            why = "a reviewer marked the call as failed: it did not take effect"
+        else:
+            why = "nobody confirmed whether the call took effect, so it was not run again"
+        return {"status": "error", "error": why, **by}

@@ -41,6 +41,7 @@ from agents import (
     ResponseGranularity,
     StateGraph,
     ThreadStatus,
+    ToolNode,
     interrupt,
 )
 from bench.report import load_note, machine, summary_ms, table, write_section
@@ -106,15 +107,15 @@ def _agent_node(state: AgentState) -> Message:
     return Message(role="assistant", content=text(len(state.context)))
 
 
-def _approve_node(state: AgentState) -> Message:
-    answer = interrupt(PAYLOAD, message=PROMPT, response_schema=SCHEMA)
-    return Message(role="tool", content="approved" if answer and answer["approved"] else "declined")
+class _Approve(ToolNode):
+    """Stands for ReactAgent's ToolNode asking for approval, and is written for as that one
+    is: it would record a call in flight before acting (it acts on nothing here), so the
+    pause goes to the store in one write, and the answer with the end."""
 
-
-# `approve` stands for ReactAgent's ToolNode asking for approval, and guards its effects
-# as that does: it would write the run's deferred steps before acting (it acts on nothing
-# here), so the pause goes to the store in one write, and the answer with the end.
-_approve_node.guards_effects = True  # type: ignore[attr-defined]
+    async def __call__(self, state: AgentState) -> Message:
+        answer = interrupt(PAYLOAD, message=PROMPT, response_schema=SCHEMA)
+        content = "approved" if answer and answer["approved"] else "declined"
+        return Message(role="tool", content=content)
 
 
 def build_agent(model: Any = None) -> StateGraph:
@@ -123,7 +124,7 @@ def build_agent(model: Any = None) -> StateGraph:
     graph = StateGraph(AgentState)
     # `agent` stands for the model's turn, which ReactAgent marks replayable too.
     graph.add_node("agent", _agent_node, replayable=True)
-    graph.add_node("approve", _approve_node)
+    graph.add_node("approve", _Approve())
     graph.set_entry_point("agent")
     graph.add_edge("agent", "approve")
     graph.add_edge("approve", END)

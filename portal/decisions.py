@@ -26,6 +26,7 @@ from django.utils import timezone
 from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
+from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
 from portal.models import Checkpoint, Decision, Interrupt, Thread
@@ -221,6 +222,10 @@ def _outcome_and_args(
         outcome = (
             Decision.Outcome.APPROVED if value["approved"] is True else Decision.Outcome.REJECTED
         )
+    elif interrupt.reason == OUTCOME_REASON and isinstance(value, dict):
+        # A call a crash cut short: "fail" says it did not happen, so nothing was executed.
+        failed = value.get("outcome") == "fail"
+        outcome = Decision.Outcome.REJECTED if failed else Decision.Outcome.APPROVED
     else:
         outcome = Decision.Outcome.APPROVED  # an answer to a question, not a yes/no
     calls = _tool_calls(interrupt)

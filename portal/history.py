@@ -349,6 +349,6 @@ def filter_choices() -> dict[str, list[str]]:
     return {
         "agents": sorted(getattr(settings, "PORTAL_AGENTS", {})),
         "reviewers": [*reviewers, SYSTEM],
-        "reasons": ["tool_approval", "breakpoint", "input_required"],
+        "reasons": ["tool_approval", "breakpoint", "input_required", "uncertain_outcome"],
         "outcomes": [value for value, _ in Decision.Outcome.choices],
     }

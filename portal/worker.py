@@ -28,8 +28,9 @@ is applied again, on top of the checkpoint the thread had when that was decided
 (``expected_seq``): should the earlier attempt, its lease lost but not yet stopped, write
 in between, nothing is applied and the run is given back, to be recovered again. Tool
 calls that completed are in the checkpoint, so the runtime's ToolNode does not call them
-again; the call that was in flight when the worker died runs again (at least once, for
-that one call).
+again. A call the checkpoint records as in flight (started, no result saved) may have
+acted: an idempotent tool runs again with the same idempotency key; any other becomes a
+request to a reviewer (confirm, retry or fail), and the run ends paused on it.
 
 Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQL a
 ``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle workers

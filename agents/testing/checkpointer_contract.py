@@ -20,6 +20,10 @@ from typing import Any
 import pytest
 
 from agents.checkpoint import CheckpointConflict, Checkpointer, CheckpointWrite, ThreadStatus
+from agents.models.scripted import CallTool, Reply, ScriptedModel, trailing_tool_results
+from agents.prebuilt import ReactAgent
+from agents.state import ResponseGranularity
+from agents.tools import idempotency_key, tool
 
 
 def _msg(n: int, role: str = "user") -> dict[str, Any]:
@@ -270,3 +274,57 @@ class CheckpointerContract:
         assert [m["id"] for m in snap.messages] == [f"msg_{n}" for n in range(300)]
         log = await checkpointer.alist("t")
         assert {r.message_count for r in log} == {1}
+
+    async def test_a_tool_call_cut_short_is_run_again_or_asked_about(
+        self, checkpointer: Checkpointer
+    ) -> None:
+        """What the runtime records of a call in flight survives the store: after a crash
+        inside the tools, the idempotent one runs again with the same key, and the other
+        becomes a question about its outcome, not a second effect."""
+        keys: list[tuple[str, str]] = []
+
+        @tool(idempotent=True)
+        def reserve(n: int) -> str:
+            """Reserve stock (once per key)."""
+            keys.append(("reserve", idempotency_key()))
+            if len(keys) == 1:
+                raise _Killed
+            return "reserved"
+
+        def charge(n: int) -> str:
+            """Charge a card."""
+            keys.append(("charge", idempotency_key()))
+            if len(keys) == 3:
+                raise _Killed
+            return "charged"
+
+        def script(messages: list[Any], tools: Any) -> Any:
+            if trailing_tool_results(messages):
+                return Reply("Done.")
+            return Reply("", CallTool("reserve", n=1), CallTool("charge", n=1))
+
+        def graph() -> Any:
+            model = ScriptedModel(script)
+            return ReactAgent(model, tools=[reserve, charge]).compile(checkpointer=checkpointer)
+
+        config = {"thread_id": "t"}
+        with pytest.raises(_Killed):
+            await graph().ainvoke({"messages": [{"role": "user", "content": "go"}]}, config)
+        with pytest.raises(_Killed):
+            await graph().ainvoke({"messages": []}, config)
+        out = await graph().ainvoke({"messages": []}, config, ResponseGranularity.PARTIAL)
+        assert [name for name, _ in keys] == ["reserve", "reserve", "charge"]
+        assert keys[0][1] == keys[1][1] != keys[2][1]
+        request = out["interrupt"]
+        assert request["reason"] == "uncertain_outcome" and request["value"]["key"] == keys[2][1]
+        done = await graph().ainvoke(
+            {"resume": {"outcome": "confirm"}, "resume_interrupt_id": request["id"]},
+            config,
+            ResponseGranularity.PARTIAL,
+        )
+        assert len(keys) == 3 and done["interrupt"] is None
+        assert done["messages"][-1].text() == "Done."
+
+
+class _Killed(BaseException):
+    """Stands in for the process dying inside a tool."""

@@ -35,7 +35,13 @@ class HtmxRequest(HttpRequest):
 PAGE_SIZE = 25
 COUNT_CAP = 1000
 # The reasons the runtime raises; a reason outside this list still filters correctly.
-KNOWN_REASONS = ["tool_approval", "transfer_approval", "breakpoint", "input_required"]
+KNOWN_REASONS = [
+    "tool_approval",
+    "transfer_approval",
+    "breakpoint",
+    "input_required",
+    "uncertain_outcome",
+]
 SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
 
 

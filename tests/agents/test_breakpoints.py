@@ -6,6 +6,7 @@ from agents import (
     ResponseGranularity,
     ResumeValidationError,
     pending_interrupt,
+    tool,
 )
 
 from .conftest import FakeModel, call, say, tool_results, user
@@ -115,7 +116,10 @@ async def test_an_approved_breakpoint_is_not_asked_again_after_a_crash_inside_th
         ran.append("first")
         return "one"
 
+    # Safe to run again, so the call the crash cut short is re-run without a question.
+    @tool(idempotent=True)
     def second(n: int) -> str:
+        """The second step."""
         ran.append("second")
         if ran.count("second") == 1:
             raise ProcessDied

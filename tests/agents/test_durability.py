@@ -1,12 +1,13 @@
 """Which steps the runtime asks a store to make durable, and when it writes them.
 
 Every node boundary gets its checkpoint. A step whose loss to a crash of the store would
-cost only a replay (the run's input, a resume answer, the end of a replayable node) is
-written with ``durable=False``. The input and a replayable node's end wait to go with the
-next write; so does an answer to a node that guards its own effects (a ToolNode), other
-answers are written at once. Pauses, ends, plain nodes and tool results are
-durable. Whatever waits is written before a node that is not replayable runs, so such a
-node runs only once its run's compare-and-swap succeeded."""
+cost only a replay (the run's input, an answer to a replayable node or a ToolNode, the end
+of a replayable node) is written with ``durable=False``. The input and a replayable node's
+end wait to go with the next write; so does an answer to a ToolNode, other answers are
+written at once. Pauses, ends, plain nodes, tool calls recorded in flight and tool results
+are durable. Whatever waits is written before a node that is not replayable runs, durably,
+so such a node runs only once its run's compare-and-swap succeeded and cannot be taken
+back; a ToolNode does the same with the write that records a call in flight."""
 
 from __future__ import annotations
 
@@ -74,16 +75,16 @@ def draft_then(store: RecordingStore, draft: Any, then: tuple[str, Any], *, repl
     return graph.compile(checkpointer=store)
 
 
-async def test_input_answer_and_replayable_boundaries_are_not_durable_the_rest_are(config):
+async def test_what_comes_before_a_node_that_may_act_is_durable_the_rest_need_not_be(config):
     store = RecordingStore()
     graph = approval_graph(store, replayable=True)
     out = await graph.ainvoke(user("refund please"), config, response_granularity=PARTIAL)
     await graph.ainvoke({"resume": "yes", "resume_interrupt_id": out["interrupt"]["id"]}, config)
     assert store.writes == [
         (None, "running", "draft", False),  # the input
-        ("draft", "running", "approve", False),  # a replayable node's end
+        ("draft", "running", "approve", True),  # a replayable node's end, before `approve`
         ("approve", "interrupted", "approve", True),  # the pause
-        ("approve", "running", "approve", False),  # the answer
+        ("approve", "running", "approve", True),  # the answer, before `approve` acts on it
         ("approve", "done", None, True),  # the end
     ]
     # The input and the draft go together, before `approve` (not replayable) runs; the
@@ -134,13 +135,14 @@ async def test_a_react_agents_model_steps_are_replayable_and_its_tool_results_du
         ("MAIN", "running", "TOOL", False),  # the model's turn: replayable
         ("TOOL", "interrupted", "TOOL", True),  # the approval request
         ("TOOL", "running", "TOOL", False),  # the reviewer's answer
-        ("TOOL", "running", "TOOL", True),  # the tool's result, as soon as it ran
-        ("TOOL", "running", "MAIN", True),  # the tool node's end
+        ("TOOL", "running", "TOOL", True),  # the call, in flight, before it runs
+        ("TOOL", "running", "MAIN", True),  # its result, the last, with the node's end
         ("MAIN", "done", None, True),  # the model's last turn ends the run
     ]
     # The turn that asks for approval is one write: the input, the model's turn and the
-    # request. The tool node asks before it acts, so it needs no write before it starts.
-    assert store.batches == [3, 1, 1, 1, 1]
+    # request. The tool node asks before it acts, so it needs no write before it starts;
+    # the answer goes with the call recorded in flight.
+    assert store.batches == [3, 2, 1, 1]
 
 
 async def test_a_tool_runs_only_once_its_run_is_known_to_own_the_thread(config):
@@ -364,7 +366,8 @@ async def test_a_run_continuing_a_thread_must_own_it_before_a_tool_runs(config):
 
 
 async def test_an_answer_to_a_tool_node_is_written_before_the_tool_runs(config):
-    """The ToolNode's compare-and-swap before its tool: the answer is in the store by then."""
+    """The ToolNode's compare-and-swap before its tool: the answer is in the store by then,
+    durably, with the call recorded in flight."""
     store = RecordingStore()
     seen: list[Any] = []
 
@@ -384,8 +387,14 @@ async def test_an_answer_to_a_tool_node_is_written_before_the_tool_runs(config):
         {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
     )
     assert seen == [[{"approved": True}]]
-    # The answer went alone, right before the tool: the write that lets only this run act.
-    assert store.batches[batches] == 1 and store.writes[3] == ("TOOL", "running", "TOOL", False)
+    # The answer went with the call in flight, right before the tool: the write that lets
+    # only this run act, durable since the call may act.
+    assert store.batches[batches] == 2
+    answer, in_flight = store.writes[3:5]
+    assert (answer, in_flight) == (
+        ("TOOL", "running", "TOOL", False),
+        ("TOOL", "running", "TOOL", True),
+    )
 
 
 async def test_a_declined_tool_call_goes_to_the_store_with_its_answer(config):

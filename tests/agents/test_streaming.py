@@ -195,6 +195,7 @@ async def test_the_history_lists_one_checkpoint_per_boundary_and_the_pause(store
     assert [(r.node, r.status, r.next_node) for r in history] == [
         (None, "running", "MAIN"),
         ("MAIN", "running", "TOOL"),
+        ("TOOL", "running", "TOOL"),  # the call, recorded in flight before it ran
         ("TOOL", "interrupted", "TOOL"),
     ]
     assert history[-1].interrupt_id == out["interrupt"]["id"]

@@ -208,7 +208,9 @@ async def test_a_finished_call_never_runs_again_after_the_process_died_mid_node(
         counts["first"] += 1
         return "first done"
 
+    @tool(idempotent=True)  # so the call the crash cut short is simply run again
     def second(n: int) -> str:
+        """The second step."""
         counts["second"] += 1
         if counts["second"] == 1:
             raise ProcessDied

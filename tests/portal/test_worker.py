@@ -483,7 +483,7 @@ def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_age
     assert (run.status, run.attempts) == (Run.Status.SUCCEEDED, 2), run.error
     assert thread.status == Thread.Status.DONE
     assert read_effects(effects, "fast") == [str(thread.pk)]  # saved before the cut: once
-    assert len(read_effects(effects, "slow_started")) == 2  # the one in flight: again
+    assert len(read_effects(effects, "slow_started")) == 2  # in flight, idempotent: again
 
 
 def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwhile(

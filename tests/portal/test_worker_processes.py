@@ -84,10 +84,10 @@ def test_a_worker_killed_inside_a_slow_tool_is_finished_by_another_after_its_lea
     expired and continues from the last checkpoint.
 
     ``fast_step`` runs exactly once: its result was checkpointed as soon as it finished,
-    so the ToolNode skips it on the re-run. ``slow_step`` runs twice here (at most twice
-    in general: the killed attempt and the completing one): it was in flight when the
-    process died, nothing recorded its result, so it must run again. Tools that can be
-    interrupted mid-way therefore get at-least-once execution and should be idempotent.
+    so the ToolNode skips it on the re-run. ``slow_step`` was in flight when the process
+    died and nothing recorded its result; it is declared idempotent, so it runs again
+    (with the same idempotency key). A tool that is not idempotent would become a request
+    to a reviewer instead (test_effects_processes.py).
     """
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     lease = {"PORTAL_RUN_LEASE_SECONDS": "1"}

@@ -7,25 +7,44 @@ count executions across processes that share nothing else.
 - ``approve``: "pay N" calls ``pay(amount)``, which asks a person first; the payment is
   written to ``pay.log`` only after ``{"approved": true}``.
 - ``crash``: "crash" calls ``fast_step`` then ``slow_step`` in one turn. The slow one
-  writes ``slow_started.log``, then waits for the file ``release`` before finishing.
+  (idempotent) writes ``slow_started.log``, then waits for the file ``release`` before
+  finishing.
 - ``marker``: a one-node graph that appends the thread id to ``marker.log``.
 - ``asker``: a one-node graph that pauses with the ``response_schema`` and ``reason``
   given as JSON in the user's message (for the checks on what agents ask with).
 - ``echo``: answers "You said: ..." (scripted), or uses the given model with fast
   retries, for the model-failure test.
+- ``refunds``: "refund X" calls ``refund`` (not idempotent: each call pays, to
+  ``refund.log``); "refund X once" calls ``refund_once`` (idempotent: it pays through
+  ``ledger``, which acts once per idempotency key, to ``ledger.log``). Both note every
+  call in ``<tool>_calls.log``. Each stops at marked points when the test asks it to
+  (``hold``): ``before`` and ``after`` the payment, and ``saved`` once its result is in
+  the thread (the model's next turn).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from agents import END, AgentState, Message, ReactAgent, StateGraph, current_run, interrupt
+from agents import (
+    END,
+    AgentState,
+    Message,
+    ReactAgent,
+    StateGraph,
+    current_run,
+    idempotency_key,
+    interrupt,
+    tool,
+)
 from agents.models import CallTool, ChatModel, OpenAIChatModel, Reply, RuleScript, ScriptedModel
-from agents.models.scripted import echo_script
+from agents.models.scripted import echo_script, trailing_tool_results
 
 AGENTS = {
     "approve": "tests.portal.testagents.build_approve",
@@ -33,6 +52,7 @@ AGENTS = {
     "marker": "tests.portal.testagents.build_marker",
     "echo": "tests.portal.testagents.build_echo",
     "asker": "tests.portal.testagents.build_asker",
+    "refunds": "tests.portal.testagents.build_refunds",
 }
 
 APPROVAL = {
@@ -100,6 +120,7 @@ def fast_step() -> str:
     return "fast done"
 
 
+@tool(idempotent=True)  # cut short by a kill, it is simply run again
 async def slow_step() -> str:
     """A slow step: waits until the test releases it."""
     record("slow_started", current_run().thread_id)
@@ -167,3 +188,74 @@ def build_echo(model: ChatModel | None = None) -> ReactAgent:
         # Fail fast in tests: two attempts, almost no backoff.
         model.max_retries, model.backoff, model.backoff_max = 1, 0.01, 0.02
     return ReactAgent(model=model or ScriptedModel(echo_script, name="scripted-echo"))
+
+
+# --- refunds ----------------------------------------------------------------------------
+
+
+def hold(point: str) -> None:
+    """Note that this point was reached; then, if the test asked (the file
+    ``hold_<point>``), wait there, until the test kills the process or lets go."""
+    record(f"reached_{point}", current_run().thread_id)
+    asked = effects_dir() / f"hold_{point}"
+    deadline = time.monotonic() + 60
+    while asked.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def ledger(key: str, line: str) -> bool:
+    """A payment system that deduplicates: acts once per key (across processes, under a
+    file lock). True if it acted."""
+    with (effects_dir() / "ledger.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if any(entry.split(" ", 1)[0] == key for entry in read_effects(effects_dir(), "ledger")):
+            return False
+        record("ledger", f"{key} {line}")
+        return True
+
+
+def refund(order_id: str) -> str:
+    """Refund an order (each call pays).
+
+    Args:
+        order_id: The order to refund.
+    """
+    record("refund_calls", idempotency_key())
+    hold("before")
+    record("refund", f"{current_run().thread_id} {order_id} {idempotency_key()}")
+    hold("after")
+    return f"Refunded {order_id}."
+
+
+@tool(idempotent=True)
+def refund_once(order_id: str) -> str:
+    """Refund an order through a ledger that pays once per idempotency key.
+
+    Args:
+        order_id: The order to refund.
+    """
+    record("refund_once_calls", idempotency_key())
+    hold("before")
+    ledger(idempotency_key(), f"{current_run().thread_id} {order_id}")
+    hold("after")
+    return f"Refunded {order_id}."
+
+
+def _refund(match: Any) -> Reply:
+    name = "refund_once" if match[2] else "refund"
+    return Reply("Refunding.", CallTool(name, order_id=match[1]))
+
+
+class _HoldingModel(ScriptedModel):
+    async def agenerate(self, messages: list[Message], tools: Any, **kwargs: Any) -> Message:
+        if trailing_tool_results(messages):
+            # The tool's result and its node's end are in the thread by now.
+            await asyncio.to_thread(hold, "saved")
+        return await super().agenerate(messages, tools, **kwargs)
+
+
+def build_refunds(model: ChatModel | None = None) -> ReactAgent:
+    script = RuleScript([(r"refund (\S+)( once)?", _refund)])
+    return ReactAgent(
+        model=model or _HoldingModel(script, name="scripted-refunds"), tools=[refund, refund_once]
+    )

@@ -1,0 +1,101 @@
+"""Tool effects in the portal: the write before a tool call, and how a reviewer's answer
+about a call a crash cut short is recorded.
+
+On PostgreSQL, the worker's path: a step is one statement on the worker's own connection,
+and a step that need not be durable carries ``set_config('synchronous_commit', 'off',
+true)``. The statements the checkpointer sends are read as they go out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from agents import ReactAgent
+from agents.tools import OUTCOME_REASON, OUTCOME_SCHEMA
+from portal import broadcast, pg
+from portal.checkpointer import DjangoCheckpointer, aconnect
+from portal.decisions import decision_submit
+from portal.models import Decision, Thread
+from tests.agents.conftest import FakeModel, call, say, user
+from tests.factories import make_interrupt
+
+
+async def _quiet_send(group: str, message: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("outcome", "recorded", "executed"),
+    [
+        ("confirm", Decision.Outcome.APPROVED, True),
+        ("retry", Decision.Outcome.APPROVED, True),
+        ("fail", Decision.Outcome.REJECTED, False),
+    ],
+)
+@pytest.mark.django_db
+def test_a_call_marked_failed_is_recorded_as_rejected_with_nothing_executed(
+    reviewer, outcome, recorded, executed
+):
+    request = make_interrupt(
+        reason=OUTCOME_REASON,
+        schema=OUTCOME_SCHEMA,
+        value={"tool_call": {"id": "x", "name": "issue_refund"}, "key": "k"},
+        message="issue_refund(...) may already have taken effect",
+    )
+    decision = decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"outcome": outcome},
+        resume_interrupt_id=request.pk,
+    )
+    args = {request.tool_call_id: {"order_id": "A-1001", "amount": 42.5}}
+    assert (decision.outcome, decision.original_args) == (recorded, args)
+    assert decision.executed_args == (args if executed else None)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatch):
+    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
+    sent: list[str] = []
+    real_fetch_first = pg.fetch_first
+
+    async def watching(conn: Any, statement: Any, params: Any, **kwargs: Any) -> Any:
+        sent.append(statement.sql.decode())
+        return await real_fetch_first(conn, statement, params, **kwargs)
+
+    monkeypatch.setattr(pg, "fetch_first", watching)
+    thread = Thread.objects.create(agent="refunds", title="Broken mug")
+    tid = str(thread.pk)
+    seen: list[tuple[str, Any]] = []
+
+    async def scenario() -> None:
+        conn = await aconnect()
+        store = DjangoCheckpointer(connection=conn, thread=thread)
+
+        async def issue_refund(order_id: str) -> str:
+            """Refund an order."""
+            snapshot = await DjangoCheckpointer(connection=conn).aget(tid)
+            assert snapshot is not None
+            seen.append((sent[-1], snapshot.meta.get("in_flight")))
+            return f"refunded {order_id}"
+
+        model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Done."))
+        graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
+        try:
+            # The worker's way: it tells the run the thread's seq, so nothing is loaded.
+            await graph.ainvoke(user("refund A-1"), {"thread_id": tid, "expected_seq": 0})
+        finally:
+            await conn.close()
+
+    async_to_sync(scenario)()
+    ((before_the_call, in_flight),) = seen
+    assert "INSERT INTO portal_checkpoint" in before_the_call
+    assert "synchronous_commit" not in before_the_call
+    assert in_flight == ["call_1"]
+    # The model's turn and the input went in that write too: one statement, durable. Then
+    # the result with the tool node's end, and the model's answer: three in all.
+    assert sum("INSERT INTO portal_checkpoint" in sql for sql in sent) == 3

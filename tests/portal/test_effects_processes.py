@@ -1,0 +1,158 @@
+"""Exactly-once effects across real processes: a worker is killed (SIGKILL) at each point
+of a tool call, and another one recovers the run.
+
+The points: ``before`` the payment (the call is recorded in flight, nothing paid yet),
+``after`` it (paid, result not saved), and ``saved`` (the result is in the thread; the
+model's next turn). The test agent ``refunds`` (testagents.py) stops at the point the
+test asks for; payments are counted in files, which no process shares but through the
+file system. ``refund_once`` is idempotent and pays through a ledger that acts once per
+idempotency key; ``refund`` is not, so a call whose outcome is unknown must become a
+request to a reviewer, in the queue like any other, and nothing is paid again unless the
+reviewer says "retry".
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from agents.tools import OUTCOME_REASON
+from portal import services
+from portal.models import Interrupt, Run, Thread
+from tests.portal.conftest import output, wait_for
+from tests.portal.testagents import read_effects
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
+
+LEASE = {"PORTAL_RUN_LEASE_SECONDS": "1"}
+
+
+def say(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def run_status(run: Run) -> str:
+    run.refresh_from_db()
+    return run.status
+
+
+def kill_at(spawn, effects: Path, point: str) -> None:
+    """Run the queued run in a worker until it reaches ``point``; kill it there."""
+    hold = effects / f"hold_{point}"
+    hold.touch()
+    doomed = spawn("run_worker", "--id", "doomed", "--poll", "0.1", **LEASE)
+    wait_for(lambda: read_effects(effects, f"reached_{point}"), timeout=60, what=point)
+    doomed.kill()
+    doomed.wait(timeout=10)
+    hold.unlink()
+
+
+def recover(spawn, run: Run, status: str) -> None:
+    """Another worker takes the run over once the lease ran out, and takes it to ``status``."""
+    assert run_status(run) == Run.Status.RUNNING  # the killed worker recorded nothing
+    rescuer = spawn("run_worker", "--id", "rescuer", "--poll", "0.1", **LEASE)
+    wait_for(lambda: run_status(run) == status, timeout=60, what=f"the run {status}")
+    rescuer.terminate()
+    finish(rescuer)
+    run.refresh_from_db()
+    assert (run.attempts, run.lease_owner) == (2, "rescuer")
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
+    proc.wait(timeout=timeout)
+    text = output(proc)
+    assert proc.returncode == 0, text
+    return text
+
+
+def last_words(thread: Thread) -> str:
+    return (thread.checkpoints.order_by("-seq").first().messages or [{}])[-1].get("content", "")
+
+
+@pytest.mark.parametrize("point", ["before", "after", "saved"])
+def test_an_idempotent_tool_killed_at_any_point_pays_once(spawn, support_agent, effects, point):
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1 once"), user=support_agent
+    )
+    kill_at(spawn, effects, point)
+    recover(spawn, run, Run.Status.SUCCEEDED)
+
+    calls = read_effects(effects, "refund_once_calls")
+    # Run again after a kill before its result was saved, never after; same key each time.
+    assert len(calls) == (1 if point == "saved" else 2) and len(set(calls)) == 1
+    assert read_effects(effects, "ledger") == [f"{calls[0]} {thread.pk} A-1"]  # paid once
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert not Interrupt.objects.filter(thread=thread).exists()
+    assert last_words(thread) == "Done. Refunded A-1."
+
+
+def test_a_tool_killed_after_its_result_was_saved_is_not_run_again(spawn, support_agent, effects):
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
+    kill_at(spawn, effects, "saved")
+    recover(spawn, run, Run.Status.SUCCEEDED)
+
+    assert len(read_effects(effects, "refund_calls")) == 1
+    assert len(read_effects(effects, "refund")) == 1
+    assert not Interrupt.objects.filter(thread=thread).exists()
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
+
+
+def decide(client, reviewer, request: Interrupt, outcome: str) -> None:
+    """The reviewer finds the request in the queue, opens it and answers with the form."""
+    client.force_login(reviewer)
+    queue = client.get(reverse("queue")).content.decode()
+    assert request.pk in queue and "may already have taken effect" in queue
+    page = client.get(reverse("interrupt_detail", args=[request.pk])).content.decode()
+    assert "confirm it happened, retry it, or mark it failed" in page
+    response = client.post(
+        reverse("interrupt_decide", args=[request.pk]),
+        {"resume_interrupt_id": request.pk, "value.outcome": outcome, "note": "checked"},
+    )
+    assert response.status_code == 302, response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("point", "outcome", "paid", "words"),
+    [
+        # Killed before paying: the reviewer sees nothing paid and says retry: paid once.
+        ("before", "retry", 1, "Done. Refunded A-1."),
+        # Killed after paying: the reviewer finds the payment and confirms: still once.
+        ("after", "confirm", 1, "Done."),
+        # ... or, finding none, says it failed: the model is told so.
+        ("after", "fail", 1, "That did not work"),
+    ],
+)
+def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_second_payment(
+    spawn, client, support_agent, reviewer, effects, point, outcome, paid, words
+):
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
+    kill_at(spawn, effects, point)
+    recover(spawn, run, Run.Status.INTERRUPTED)
+
+    # Nothing was run again: the uncertain call is a request in the queue.
+    assert len(read_effects(effects, "refund_calls")) == 1
+    assert len(read_effects(effects, "refund")) == (0 if point == "before" else 1)
+    request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+    key = read_effects(effects, "refund_calls")[0]
+    assert request.reason == OUTCOME_REASON
+    assert request.value["key"] == key
+    assert request.message.startswith("refund(order_id='A-1') may already have taken effect")
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.INTERRUPTED
+
+    decide(client, reviewer, request, outcome)
+    finish(spawn("run_worker", "--once", "--id", "after-review"))
+
+    payments = read_effects(effects, "refund")
+    assert len(payments) == paid
+    assert all(line.endswith(key) for line in payments)  # a retry pays with the same key
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert words in last_words(thread)
