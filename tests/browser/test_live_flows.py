@@ -200,7 +200,8 @@ def test_after_a_dropped_connection_the_chat_catches_up(live, login, support_age
     expect(chat.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
     # A transcript refresh the pause's announcements started must be back first, or it
     # could return after the resume below finished and show its answer already.
-    chat.wait_for_function("window.portalLive.refreshes === 0")
+    # A function, not an expression string: Playwright evals strings, which the CSP forbids.
+    chat.wait_for_function("() => window.portalLive.refreshes === 0")
     decision_submit(
         interrupt=interrupt,
         reviewer=reviewer,
