@@ -5,3 +5,6 @@ class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = "Reviewer portal"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from portal import checks  # noqa: F401  (registers the system checks)
