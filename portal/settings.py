@@ -136,8 +136,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # --- static files: served by the app itself, so `daphne` alone serves whole pages ---
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # --- static files: with DEBUG off the app serves them itself (WhiteNoise), so daphne
+    # alone serves whole pages; with DEBUG on, runserver serves them from the source
+    # folders and there is no collected STATIC_ROOT for WhiteNoise to read ---
+    *([] if DEBUG else ["whitenoise.middleware.WhiteNoiseMiddleware"]),
     # --- end static files ---
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -289,10 +291,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-# WhiteNoise serves /static/ from the web process. With DEBUG off, from what `collectstatic`
-# wrote to STATIC_ROOT: compressed copies under content-hashed names, cached for a year.
-# With DEBUG on (the demo, the tests) straight from the source folders, so nothing needs
-# collecting first; the manifest storage would refuse to render a page without its manifest.
+# With DEBUG off, WhiteNoise serves /static/ from what `collectstatic` wrote to STATIC_ROOT:
+# compressed copies under content-hashed names, cached for a year. With DEBUG on (the demo,
+# the tests) pages link the source files, so nothing needs collecting first; the manifest
+# storage would refuse to render a page without its manifest.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -133,7 +133,7 @@ def _run(line: str, deployment: dict[str, object], **extra: str) -> str:
         timeout=300,
     )
     assert result.returncode == 0, f"{line}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return result.stdout + result.stderr
 
 
 def _wait_until_up(url: str, proc: subprocess.Popen, log: Path) -> None:
@@ -162,7 +162,8 @@ def test_the_readme_production_profile_serves_pages_with_styles_scripts_and_live
                 DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD,
             )
         else:
-            _run(line, deployment)
+            out = _run(line, deployment)
+            assert "portal.W001" not in out  # the app does not connect as the owner
     root: Path = deployment["root"]  # type: ignore[assignment]
     assert (root / "staticfiles" / "staticfiles.json").exists()
 

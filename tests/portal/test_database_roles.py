@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
+from django.core.management.base import SystemCheckError
 from django.db import connection
 
 from portal.models import Decision, Interrupt, Thread
@@ -81,6 +82,8 @@ def test_the_app_role_runs_the_decision_flow_yet_cannot_remove_or_unprotect_deci
     assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
     decision = Decision.objects.get(interrupt=request)
     assert "ok: 1 decisions verified" in finish(spawn("verify_audit", **as_app))
+    checked = finish(spawn("check", "--deploy", "--database", "default", **as_app))
+    assert "portal.W001" not in checked
 
     refused = []
     with psycopg.connect(app_url, autocommit=True) as app:
@@ -134,3 +137,21 @@ def test_grant_app_role_says_sqlite_has_no_roles(db):
         pytest.skip("about SQLite")
     with pytest.raises(CommandError, match="SQLite has no roles"):
         call_command("grant_app_role", "portal_app")
+
+
+@pytest.mark.postgres
+def test_the_deploy_check_warns_when_the_portal_connects_as_a_superuser_or_the_owner(db):
+    # The test runner connects as a superuser that owns every table.
+    with pytest.raises(SystemCheckError, match=r"portal\.W001.*as a superuser"):
+        call_command("check", "--deploy", "--database", "default", "--fail-level", "WARNING")
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("CREATE ROLE portal_test_owner NOLOGIN")  # (rolled back)
+        cursor.execute("ALTER TABLE portal_decision OWNER TO portal_test_owner")
+        cursor.execute("SET ROLE portal_test_owner")
+    try:
+        with pytest.raises(SystemCheckError, match=r"as the owner of portal_decision"):
+            call_command("check", "--deploy", "--database", "default", "--fail-level", "WARNING")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
