@@ -8,5 +8,7 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         # Connects the receivers that close a user's sockets when their rights change.
-        from portal import signals  # noqa: F401
-        from portal import checks  # noqa: F401  (registers the system checks)
+        from portal import (
+            checks,  # noqa: F401  (registers the system checks)
+            signals,  # noqa: F401
+        )
