@@ -20,10 +20,11 @@ for ours alone, the web tier and the workers apart: the workers are stopped (SIG
 while the API takes a burst of starts and then of approvals from 20 clients, and each
 burst is timed while the workers drain it alone.
 
-Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``). PostgreSQL databases
-``bench_e2e_ours`` and ``bench_e2e_peer`` (dropped and created anew each run), Redis DB 6
-(``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1; every loop is bounded
-in count and in time.
+Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
+profile`` samples our web process and workers with py-spy during a 20-client batch.
+PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (dropped and created anew
+each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
+every loop is bounded in count and in time.
 """
 
 from __future__ import annotations
@@ -804,11 +805,102 @@ Client-side time per HTTP request:
     print(body)
 
 
-# --- entry ----------------------------------------------------------------------------------
+# --- where our time goes ----------------------------------------------------------------------
+
+# (label, substring of a sampled stack): the first that matches names the sample.
+WEB_PHASES = [
+    ("starting threads (asgiref starts one per request)", "Thread.start"),
+    ("open a PostgreSQL connection (one per request)", "DatabaseWrapper.get_new_connection"),
+    ("token check (SELECT + UPDATE last_used_at)", "BearerToken.authenticate"),
+    ("permission checks (has_perm)", "_user_has_perm"),
+    ("POST resume: decision_submit", "resume_thread (portal/api.py"),
+    ("POST start: thread_start", "start_thread (portal/api.py"),
+    ("GET thread: checkpoint read + rendering to JSON", "get_thread (portal/api.py"),
+    ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
+    ("daphne + asyncio (HTTP, event loop)", ""),
+]
+WORKER_PHASES = [
+    ("claim (SELECT ... FOR UPDATE SKIP LOCKED, UPDATE)", "Worker.claim "),
+    ("finish + settle (run and thread rows)", "Worker._finish "),
+    ("publish to Redis (live updates)", "portal/broadcast.py"),
+    ("checkpoint writes and reads", "portal/checkpointer.py"),
+    ("agent graph itself (CPU)", "agents/"),
+    ("execute: awaiting I/O in the event loop", "run_until_complete"),
+    ("execute: connection + run row", "Worker._execute "),
+    ("lease heartbeat: a thread started and stopped per run", "Thread.start"),
+    ("lease heartbeat: a thread started and stopped per run", "_Heartbeat"),
+    ("waiting for NOTIFY", "Worker._wait "),
+    ("other", ""),
+]
 
 
-def main() -> None:
-    load = os.getloadavg()
+def _phases(raw: Path, phases: list[tuple[str, str]]) -> list[tuple[str, float]]:
+    """Share of py-spy's samples (collapsed stacks) per phase; idle thread-pool threads
+    waiting for work are not counted."""
+    counts = dict.fromkeys((label for label, _ in phases), 0)
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        if stack.rsplit(";", 1)[-1].startswith("_worker (concurrent/futures/thread.py"):
+            continue
+        total += int(n)
+        for label, needle in phases:
+            if needle in stack:
+                counts[label] += int(n)
+                break
+    return [(label, 100 * c / total if total else float("nan")) for label, c in counts.items()]
+
+
+def profile() -> None:
+    """Ours alone, 4 workers and 20 clients, with py-spy sampling the web process and every
+    worker; prints each one's share of samples per phase (waits on PostgreSQL included)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    tokens = _prepare()
+    ours = Ours(max(WORKERS), tokens)
+    try:
+        run_batch(ours, max(WORKERS), 1, 3)
+        procs = {"web": ours.web, **{f"worker-{k}": p for k, p in enumerate(ours.workers)}}
+        seconds = str(int(min(BATCH_SECONDS, 30)))
+        spies = [
+            subprocess.Popen(
+                [
+                    *(str(spy), "record", "--pid", str(p.pid), "--duration", seconds),
+                    *("--rate", "200", "--format", "raw", "--nonblocking"),
+                    *("-o", str(LOGS / f"profile-{name}.txt")),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for name, p in procs.items()
+        ]
+        time.sleep(1)
+        run_batch(ours, max(WORKERS), MANY, CYCLES_MANY)
+        for s in spies:
+            s.wait(timeout=120)
+    finally:
+        ours.stop()
+    workers = LOGS / "profile-workers.txt"
+    workers.write_text(
+        "".join((LOGS / f"profile-{n}.txt").read_text() for n in procs if n != "web")
+    )
+    print_profile()
+
+
+def print_profile() -> None:
+    workers = LOGS / "profile-workers.txt"
+    for title, path, phases in (
+        ("web process", LOGS / "profile-web.txt", WEB_PHASES),
+        ("workers", workers, WORKER_PHASES),
+    ):
+        print(f"{title} (share of py-spy samples):")
+        for label, pct in _phases(path, phases):
+            print(f"  {pct:5.1f}%  {label}")
+
+
+def _prepare() -> dict[str, str]:
+    """Fresh databases and Redis DB; our users and their tokens."""
     LOGS.mkdir(parents=True, exist_ok=True)
     import redis
 
@@ -823,7 +915,15 @@ def main() -> None:
         capture_output=True,
         text=True,
     ).stdout
-    tokens = json.loads(out.strip().splitlines()[-1])
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+# --- entry ----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    load = os.getloadavg()
+    tokens = _prepare()
     batches: list[Batch] = []
     apart = []
     for workers in WORKERS:
@@ -850,5 +950,9 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["setup"]:
         setup_ours()
+    elif sys.argv[1:] == ["profile"]:
+        profile()
+    elif sys.argv[1:] == ["profile-report"]:
+        print_profile()
     else:
         main()
