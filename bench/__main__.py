@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-ALL = ["runtime", "orm", "portal", "history"]
+ALL = ["runtime", "orm", "portal", "history", "e2e"]
 
 
 def main() -> None:

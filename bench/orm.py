@@ -29,6 +29,11 @@ blobs, writes; floor: its one row). Indexes are not counted there; the
 ``pg_total_relation_size`` delta per thread (indexes and page overhead included) is shown
 beside it.
 
+Part 3 (``python -m bench.orm react``, its own section): the scenario a user meets, a
+ReactAgent whose tool asks for approval, on threads already holding 10, 100 or 1,000
+messages, in 1 and 8 processes, against LangGraph's ``PostgresSaver`` on the same ReAct
+graph; p50/p95, client CPU per step, stored bytes against the floor.
+
 Run: ``.venv-bench/bin/python -m bench orm`` (PostgreSQL at ``BENCH_DATABASE_URL``, default
 ``postgres://postgres@127.0.0.1:5432/portal_bench``, created and migrated if needed;
 ``BENCH_N``, ``BENCH_WORKER_N``, ``BENCH_LATENCY_N`` change the counts).
@@ -774,6 +779,7 @@ def main() -> None:
     """Run in a child process: this benchmark points Django at its own database and
     environment, which must not leak into the benchmarks ``python -m bench`` runs next."""
     subprocess.run([sys.executable, "-m", "bench.orm"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "bench.orm", "react"], cwd=ROOT, check=True)
 
 
 def _main() -> None:
@@ -963,5 +969,350 @@ def _main() -> None:
     write_section("orm", title, body)
 
 
+# -- part 3: a ReactAgent with a tool approval, on long histories ----------------------------
+
+REACT_SIZES = (10, 100, 1000)
+REACT_N = int(os.environ.get("BENCH_REACT_N", "64"))
+REACT_PROCS = (1, 8)
+# Steps per cycle on both sides: model (tool call), tool (pauses); tool (resumed), model.
+REACT_STEPS = 4
+REFUND_TEXT = "Refund $42.50 for order A-1001, it arrived broken."
+
+
+class ReactOurs(Ours):
+    """``agents/examples/refunds.py``'s ReactAgent (scripted model) on DjangoCheckpointer,
+    run as the worker runs it (see ``Ours``)."""
+
+    name = "ours (ReactAgent)"
+
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
+        from agents.examples.refunds import build_agent
+        from portal.checkpointer import DjangoCheckpointer, aconnect
+
+        loop = asyncio.new_event_loop()
+        conn = loop.run_until_complete(aconnect())
+        graph = build_agent().compile(checkpointer=DjangoCheckpointer(connection=conn))
+
+        def close() -> None:
+            loop.run_until_complete(graph.aclose())
+            loop.run_until_complete(conn.close())
+            loop.close()
+
+        return (
+            lambda tid: loop.run_until_complete(_react_pause(graph, tid, self.seqs.pop(tid, 0))),
+            lambda tid, paused: loop.run_until_complete(_react_resume(graph, tid, paused)),
+            close,
+        )
+
+
+async def _react_pause(graph: Any, thread_id: str, seq: int) -> tuple[str, int]:
+    out = await graph.ainvoke(
+        {"messages": [{"role": "user", "content": REFUND_TEXT}]},
+        {"thread_id": thread_id, "expected_seq": seq},
+        response_granularity=rt.ResponseGranularity.PARTIAL,
+    )
+    return str(out["interrupt"]["id"]), int(out["seq"])
+
+
+async def _react_resume(graph: Any, thread_id: str, paused: tuple[str, int]) -> None:
+    interrupt_id, seq = paused
+    out = await graph.ainvoke(
+        {"resume": {"approved": True}, "resume_interrupt_id": interrupt_id},
+        {"thread_id": thread_id, "expected_seq": seq},
+        response_granularity=rt.ResponseGranularity.PARTIAL,
+    )
+    assert out["interrupt"] is None and "Refund of" in out["messages"][-1].content, out
+
+
+class ReactLangGraph(LangGraphSync):
+    """The same ReAct shape in LangGraph (``bench/e2e_peer_graph.py``) on PostgresSaver."""
+
+    name = "LangGraph PostgresSaver (ReAct graph)"
+
+    def graph(self) -> Any:
+        if self._graph is None:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            from bench.e2e_peer_graph import builder
+
+            self._cm = PostgresSaver.from_conn_string(_pg_conninfo())
+            self._graph = builder.compile(checkpointer=self._cm.__enter__())
+        return self._graph
+
+    def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
+        from langgraph.types import Command
+
+        graph = self.graph()
+
+        def pause(tid: str) -> str:
+            out = graph.invoke(
+                {"messages": [{"role": "user", "content": REFUND_TEXT}]}, rt.lg_config(tid)
+            )
+            return str(out["__interrupt__"][0].id)
+
+        def resume(tid: str, iid: str) -> None:
+            out = graph.invoke(Command(resume={"approved": True}), rt.lg_config(tid))
+            assert "Refund of" in str(out["messages"][-1].content), out
+
+        return pause, resume, self.close
+
+    def seed(self, thread_id: str, messages: list[dict[str, Any]]) -> None:
+        # As if the model node had answered last: the next input starts a new turn.
+        self.graph().update_state(rt.lg_config(thread_id), {"messages": messages}, as_node="model")
+
+
+def _react_child(args: tuple[Impl, list[str], Any]) -> dict[str, Any]:
+    impl, ids, barrier = args
+    pause, resume, close = impl.open()
+    try:
+        for tid in new_ids(3):  # warm-up on fresh threads
+            resume(tid, pause(tid))
+        pauses: list[float] = []
+        resumes: list[float] = []
+        if barrier is not None:
+            barrier.wait()
+        gc.collect()
+        start, cpu = time.time(), time.process_time()
+        for tid in ids:
+            t0 = time.perf_counter()
+            paused = pause(tid)
+            t1 = time.perf_counter()
+            resume(tid, paused)
+            pauses.append(t1 - t0)
+            resumes.append(time.perf_counter() - t1)
+        cpu = time.process_time() - cpu
+        end = time.time()
+    finally:
+        close()
+    return {"pause": pauses, "resume": resumes, "cpu": cpu, "start": start, "end": end}
+
+
+def drive_react(impl: Impl, size: int, n: int, procs: int) -> dict[str, Any]:
+    """Seed ``n`` threads with ``size`` messages each (untimed), then run one cycle on each
+    in ``procs`` processes (forked after seeding, each its own connections)."""
+    ids = new_ids(n)
+    history = rt.history(size)
+    for tid in ids:
+        impl.seed(tid, history)
+    if procs == 1:
+        results = [_react_child((impl, ids, None))]
+    else:
+        from django.db import connections
+
+        connections.close_all()
+        if isinstance(impl, LangGraphSync):
+            impl.close()  # each child opens its own saver
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(procs)
+            with ctx.Pool(procs) as pool:
+                results = pool.map(
+                    _react_child, [(impl, ids[k::procs], barrier) for k in range(procs)]
+                )
+    cycles = sum(len(r["pause"]) for r in results)
+    return {
+        "pause": [x for r in results for x in r["pause"]],
+        "resume": [x for r in results for x in r["resume"]],
+        "cpu_per_step": sum(r["cpu"] for r in results) / cycles / REACT_STEPS,
+        "wall": max(r["end"] for r in results) - min(r["start"] for r in results),
+    }
+
+
+def react_bytes(impl_key: str, size: int) -> float:
+    """Sum of ``pg_column_size`` over one thread's rows after seeding ``size`` messages and
+    one ReAct cycle (per thread, over ``BYTES_THREADS`` threads)."""
+    ours = _ours_tables()
+    impls: dict[str, tuple[Impl, list[str]]] = {
+        "ours": (
+            ReactOurs(),
+            [
+                f"SELECT sum(pg_column_size(t.*)) FROM {ours['thread']} t "
+                "WHERE id = ANY(%s::uuid[])",
+                f"SELECT sum(pg_column_size(t.*)) FROM {ours['checkpoint']} t "
+                "WHERE thread_id = ANY(%s::uuid[])",
+                f"SELECT sum(pg_column_size(t.*)) FROM {ours['interrupt']} t "
+                "WHERE thread_id = ANY(%s::uuid[])",
+            ],
+        ),
+        "langgraph": (
+            ReactLangGraph(),
+            [
+                f"SELECT sum(pg_column_size(t.*)) FROM {table} t WHERE thread_id = ANY(%s::text[])"
+                for table in LG_TABLES
+            ],
+        ),
+        "floor": (
+            Floor(),
+            [
+                f"SELECT sum(pg_column_size(t.*)) FROM {FLOOR_TABLE} t "
+                "WHERE thread_id = ANY(%s::uuid[])"
+            ],
+        ),
+    }
+    impl, queries = impls[impl_key]
+    ids = new_ids(BYTES_THREADS)
+    for tid in ids:
+        impl.seed(tid, rt.history(size))
+    pause, resume, close = impl.open()
+    try:
+        for tid in ids:
+            resume(tid, pause(tid))
+    finally:
+        close()
+    return _row_bytes(queries, ids) / len(ids)
+
+
+def react_main() -> None:
+    """``python -m bench.orm react``: the ReactAgent scenario, its own section."""
+    load_start = os.getloadavg()
+    from importlib.metadata import version
+
+    setup()
+    reset()
+    results: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for size in REACT_SIZES:
+        for procs in REACT_PROCS:
+            # Alternate which side goes first, so neither always runs on the busier half.
+            makers: list[Callable[[], Impl]] = [ReactOurs, ReactLangGraph]
+            if (size + procs) % 2:
+                makers.reverse()
+            for make in makers:
+                impl = make()
+                r = drive_react(impl, size, REACT_N, procs)
+                results[(impl.name, size, procs)] = r
+                print(
+                    f"  {impl.name}, {size} messages, {procs} process(es): pause p50 "
+                    f"{percentile(r['pause'], 50) * 1000:.1f} ms, resume p50 "
+                    f"{percentile(r['resume'], 50) * 1000:.1f} ms",
+                    flush=True,
+                )
+    stored = {
+        (key, size): react_bytes(key, size)
+        for size in REACT_SIZES
+        for key in ("ours", "langgraph", "floor")
+    }
+    ours_name, lg_name = ReactOurs.name, ReactLangGraph.name
+    rows, ratio_rows = [], []
+    for size in REACT_SIZES:
+        for procs in REACT_PROCS:
+            for name in (ours_name, lg_name):
+                r = results[(name, size, procs)]
+                rows.append(
+                    [
+                        name,
+                        size,
+                        procs,
+                        len(r["pause"]),
+                        percentile(r["pause"], 50) * 1000,
+                        percentile(r["pause"], 95) * 1000,
+                        percentile(r["resume"], 50) * 1000,
+                        percentile(r["resume"], 95) * 1000,
+                        r["cpu_per_step"] * 1000,
+                    ]
+                )
+            o, g = results[(ours_name, size, procs)], results[(lg_name, size, procs)]
+            ratio_rows.append(
+                [size, procs]
+                + [
+                    percentile(g[k], p) / percentile(o[k], p)
+                    for k in ("pause", "resume")
+                    for p in (50, 95)
+                ]
+                + [g["cpu_per_step"] / o["cpu_per_step"]]
+            )
+    bytes_rows = [
+        [
+            size,
+            stored[("ours", size)],
+            stored[("langgraph", size)],
+            stored[("floor", size)],
+            stored[("ours", size)] / stored[("floor", size)],
+        ]
+        for size in REACT_SIZES
+    ]
+    worst = min(min(row[2:6]) for row in ratio_rows)
+    cpu = {size: results[(ours_name, size, 1)]["cpu_per_step"] for size in REACT_SIZES}
+    cpu_growth = cpu[max(REACT_SIZES)] / cpu[min(REACT_SIZES)]
+    over_floor = max(row[4] for row in bytes_rows if row[0] >= 100)
+    met = lambda ok: "**met**" if ok else "**missed**"  # noqa: E731
+    body = f"""
+Command: `.venv-bench/bin/python -m bench.orm react`.
+
+Machine: {machine()}; {load_note(load_start)}. PostgreSQL on the same machine;
+langgraph-checkpoint-postgres {version("langgraph-checkpoint-postgres")}.
+
+The scenario a user meets: a ReAct agent whose tool asks a person first. Ours:
+`agents/examples/refunds.py` (`ReactAgent`, scripted model) on `DjangoCheckpointer`, run
+as the worker runs it (one event loop, an autocommit async connection, the thread's seq
+told). LangGraph: the same model -> tool -> model graph with `interrupt()` in the tool
+(`bench/e2e_peer_graph.py`) on `PostgresSaver` (`invoke`). Each thread is first seeded
+(untimed) with 10, 100 or 1,000 earlier messages of ~200 bytes; then one cycle: the user's
+refund request until the tool pauses, then the approval until the model's last answer.
+{REACT_N} threads per cell, in 1 process or spread over {max(REACT_PROCS)} forked processes
+(each with its own connections), sides alternating which goes first. Client CPU per step
+= the driving processes' CPU time (`time.process_time`) / cycles / {REACT_STEPS} steps.
+
+{
+        table(
+            [
+                "implementation",
+                "history",
+                "processes",
+                "cycles",
+                "pause p50 ms",
+                "p95 ms",
+                "resume p50 ms",
+                "p95 ms",
+                "client CPU ms/step",
+            ],
+            rows,
+        )
+    }
+
+LangGraph / ours (above 1: ours is faster or cheaper):
+
+{
+        table(
+            [
+                "history",
+                "processes",
+                "pause p50",
+                "pause p95",
+                "resume p50",
+                "resume p95",
+                "client CPU/step",
+            ],
+            ratio_rows,
+        )
+    }
+
+Stored bytes per thread after the cycle (`sum(pg_column_size(row))` over the thread's
+rows, {BYTES_THREADS} threads per size; the floor: `bench.orm`'s one row holding the
+history, the user's message, one assistant message and the answer. It leaves out the
+tool's result and the model's last answer that a ReAct cycle adds, so "ours / floor"
+overstates ours a little):
+
+{table(["history", "ours", "LangGraph", "floor", "ours / floor"], bytes_rows)}
+
+Targets:
+
+- At least 3x LangGraph's PostgresSaver at every history length, p95 included:
+  {met(worst >= 3)} (lowest ratio {worst:.2f}x).
+- Client CPU per step flat in history length: ours {cpu[min(REACT_SIZES)] * 1000:.2f} ms at
+  {min(REACT_SIZES)} messages, {cpu[max(REACT_SIZES)] * 1000:.2f} ms at {max(REACT_SIZES):,}
+  ({cpu_growth:.2f}x; {met(cpu_growth <= 1.2)} if flat means within 20%).
+- Stored bytes within 1.5x the floor at 100 and 1,000 messages: {met(over_floor <= 1.5)}
+  (at most {over_floor:.2f}x).
+- In memory at 1,000 messages, at least 5x LangGraph: not measured by this part.
+"""
+    title = "ORM: a ReactAgent with a tool approval on long histories, ours vs PostgresSaver"
+    print(title)
+    print(body)
+    write_section("orm-react", title, body)
+
+
 if __name__ == "__main__":
-    _main()
+    if sys.argv[1:] == ["react"]:
+        react_main()
+    else:
+        _main()

@@ -1,0 +1,966 @@
+"""End to end through HTTP: the portal against LangGraph's agent server, the same refund graph.
+
+Ours: one daphne process (``portal.asgi``) serving the JSON API, and 1 or 4 ``manage.py
+run_worker`` processes, on PostgreSQL and Redis, running ``agents/examples/refunds.py``
+with the scripted model (no model latency). A support user's token starts threads, a
+reviewer's token approves them (separation of duties: the starter may not decide). Our
+API has no call that waits for a run, so the client polls ``GET /api/threads/<id>``.
+
+The peer: LangGraph's agent server (``langgraph-api`` under uvicorn) on its PostgreSQL +
+Redis runtime (``langgraph-runtime-pg``), running ``bench/e2e_peer_graph.py``: the same
+model -> tool -> model shape, ``interrupt()`` before the refund is paid, a deterministic
+model node. One server process runs the API and its queue; ``N_JOBS_PER_WORKER`` is the
+number of workers. The client uses its own waiting call, ``POST
+/threads/<id>/runs/wait`` (creating the thread on the first call).
+
+A cycle: start a thread until it is paused on the approval (start -> paused), then
+approve it until the thread is done (resume -> done). For 1 and 4 workers, with 1 client
+and with 20 concurrent clients, batches of ours and the peer's alternate in one run. Then,
+for ours alone, the web tier and the workers apart: the workers are stopped (SIGSTOP)
+while the API takes a burst of starts and then of approvals from 20 clients, and each
+burst is timed while the workers drain it alone.
+
+Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
+profile`` samples our web process and workers with py-spy during a 20-client batch.
+PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (dropped and created anew
+each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
+every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.report import load_note, machine, percentile, table, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "artifacts" / "bench" / "e2e"
+PG = os.environ.get("BENCH_E2E_PG", "postgres://postgres@127.0.0.1:5432")
+OURS_DB = f"{PG}/bench_e2e_ours"
+PEER_DB = f"{PG}/bench_e2e_peer"
+REDIS_URL = os.environ.get("BENCH_E2E_REDIS_URL", "redis://127.0.0.1:6379/6")
+ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "2"))
+CYCLES_ONE = int(os.environ.get("BENCH_E2E_CYCLES_ONE", "25"))
+CYCLES_MANY = int(os.environ.get("BENCH_E2E_CYCLES_MANY", "200"))
+MANY = int(os.environ.get("BENCH_E2E_CLIENTS", "20"))
+WORKERS = [int(n) for n in os.environ.get("BENCH_E2E_WORKERS", "1,4").split(",")]
+BURST = int(os.environ.get("BENCH_E2E_BURST", "300"))
+BATCH_SECONDS = float(os.environ.get("BENCH_E2E_BATCH_SECONDS", "60"))
+POLL = float(os.environ.get("BENCH_E2E_POLL_MS", "10")) / 1000
+# A start-up takes a minute when other jobs load the machine several times over.
+STARTUP_SECONDS = float(os.environ.get("BENCH_E2E_STARTUP_SECONDS", "180"))
+TEXT = "Refund $42.50 for order A-1001, it arrived broken."
+SECRET = "bench-e2e-" + "s" * 60
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _fresh_database(url: str) -> None:
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}; see {LOGS}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {seconds} s")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- ours -----------------------------------------------------------------------------------
+
+
+def _ours_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SQLITE_PATH", "TEST_DB_SUFFIX")}
+    env.update(
+        {
+            "DATABASE_URL": OURS_DB,
+            "REDIS_URL": REDIS_URL,
+            "DJANGO_SETTINGS_MODULE": "bench.e2e_settings",
+            "PORTAL_MODEL": "scripted",
+            "PORTAL_SCRIPTED_DELAY_MS": "0",
+            "PORTAL_EMBEDDED_WORKER": "0",
+            # As deployed: DEBUG off (no query log), plain HTTP on loopback.
+            "DEBUG": "0",
+            "SECRET_KEY": SECRET,
+            "SECURE_SSL_REDIRECT": "0",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def setup_ours() -> None:
+    """In a subprocess of its own (Django is configured once): migrate, two users, tokens."""
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+
+    from portal.api import api_token_create
+    from portal.roles import REVIEWER, SUPPORT
+    from portal.setup import ensure_roles
+
+    call_command("migrate", verbosity=0, interactive=False)
+    ensure_roles()
+    tokens = {}
+    for name, role in (("bench-e2e-support", SUPPORT), ("bench-e2e-reviewer", REVIEWER)):
+        user, _ = get_user_model().objects.get_or_create(username=name)
+        user.groups.set([Group.objects.get(name=role)])
+        tokens[role] = api_token_create(user=user, name="bench.e2e")[1]
+    print(json.dumps(tokens))
+
+
+class Ours:
+    name = "ours"
+
+    def __init__(self, workers: int, tokens: dict[str, str]) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.support = {"Authorization": f"Bearer {tokens['support']}"}
+        self.reviewer = {"Authorization": f"Bearer {tokens['reviewer']}"}
+        env = _ours_env()
+        self.web = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "portal.asgi:application",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=(LOGS / "ours-web.log").open("a"),
+            stderr=subprocess.STDOUT,
+        )
+        self.workers = []
+        for k in range(workers):
+            log = LOGS / f"ours-worker-{k}.log"
+            log.write_text("")
+            self.workers.append(
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "run_worker", "--id", f"e2e-{k}"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log.open("a"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        try:
+            _wait_http(self.base + "/healthz", self.web, seconds=STARTUP_SECONDS)
+            deadline = time.monotonic() + STARTUP_SECONDS
+            for k, proc in enumerate(self.workers):
+                while "ready" not in (LOGS / f"ours-worker-{k}.log").read_text():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"worker {k} did not start; see {LOGS}")
+                    time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        _stop([self.web, *self.workers])
+
+    async def start(self, client: Any, stats: Stats) -> str:
+        r = await stats.timed(
+            "POST /api/threads",
+            client.post(
+                self.base + "/api/threads",
+                headers=self.support,
+                json={
+                    "agent": "refunds",
+                    "input": {"messages": [{"role": "user", "content": TEXT}]},
+                },
+            ),
+        )
+        if r.status_code != 202:
+            raise RuntimeError(f"start: {r.status_code} {r.text[:200]}")
+        return str(r.json()["thread_id"])
+
+    async def wait(self, client: Any, stats: Stats, thread_id: str, status: str) -> dict:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = await stats.timed(
+                "GET /api/threads/<id>",
+                client.get(f"{self.base}/api/threads/{thread_id}", headers=self.support),
+            )
+            body = r.json()
+            if body.get("status") == "failed":
+                raise RuntimeError(f"thread {thread_id} failed")
+            if body.get("status") == status and (
+                status != "interrupted" or body["pending_interrupt"]
+            ):
+                return body
+            await asyncio.sleep(POLL)
+        raise RuntimeError(f"thread {thread_id} not {status} within 30 s")
+
+    async def resume(self, client: Any, stats: Stats, thread_id: str, interrupt_id: str) -> None:
+        r = await stats.timed(
+            "POST /api/threads/<id>/resume",
+            client.post(
+                f"{self.base}/api/threads/{thread_id}/resume",
+                headers=self.reviewer,
+                json={"resume": {"approved": True}, "resume_interrupt_id": interrupt_id},
+            ),
+        )
+        if r.status_code != 202:
+            raise RuntimeError(f"resume: {r.status_code} {r.text[:200]}")
+
+    async def cycle(self, client: Any, stats: Stats) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        thread_id = await self.start(client, stats)
+        paused = await self.wait(client, stats, thread_id, "interrupted")
+        t1 = time.perf_counter()
+        await self.resume(client, stats, thread_id, paused["pending_interrupt"]["id"])
+        done = await self.wait(client, stats, thread_id, "done")
+        if "Refund of" not in str(done["messages"][-1].get("content", "")):
+            raise RuntimeError(f"thread {thread_id} ended without the refund: {done['messages']}")
+        return t1 - t0, time.perf_counter() - t1
+
+
+# --- the peer -------------------------------------------------------------------------------
+
+
+class Peer:
+    name = "LangGraph"
+
+    def __init__(self, workers: int) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        graph = ROOT / "bench" / "e2e_peer_graph.py"
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))},
+            "LANGGRAPH_RUNTIME_EDITION": "pg",
+            "DATABASE_URI": PEER_DB,
+            "REDIS_URI": REDIS_URL,
+            "LANGSERVE_GRAPHS": json.dumps({"refunds": f"{graph}:graph"}),
+            "N_JOBS_PER_WORKER": str(workers),
+            "LANGSMITH_TRACING": "false",
+            "LANGCHAIN_TRACING_V2": "false",
+            "LOG_LEVEL": "WARNING",
+        }
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "langgraph_api.server:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=(LOGS / "peer.log").open("a"),
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_http(self.base + "/ok", self.proc, seconds=STARTUP_SECONDS)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        _stop([self.proc])
+
+    async def cycle(self, client: Any, stats: Stats) -> tuple[float, float]:
+        thread_id = str(uuid.uuid4())
+        url = f"{self.base}/threads/{thread_id}/runs/wait"
+        t0 = time.perf_counter()
+        r = await stats.timed(
+            "POST /threads/<id>/runs/wait (start)",
+            client.post(
+                url,
+                json={
+                    "assistant_id": "refunds",
+                    "input": {"messages": [{"role": "user", "content": TEXT}]},
+                    "if_not_exists": "create",
+                },
+            ),
+        )
+        if r.status_code != 200 or not r.json().get("__interrupt__"):
+            raise RuntimeError(f"peer start: {r.status_code} {r.text[:300]}")
+        t1 = time.perf_counter()
+        r = await stats.timed(
+            "POST /threads/<id>/runs/wait (resume)",
+            client.post(
+                url, json={"assistant_id": "refunds", "command": {"resume": {"approved": True}}}
+            ),
+        )
+        if r.status_code != 200 or "Refund of" not in str(r.json()["messages"][-1]["content"]):
+            raise RuntimeError(f"peer resume: {r.status_code} {r.text[:300]}")
+        return t1 - t0, time.perf_counter() - t1
+
+
+# --- the client -----------------------------------------------------------------------------
+
+
+@dataclass
+class Stats:
+    requests: dict[str, list[float]] = field(default_factory=dict)
+
+    async def timed(self, name: str, call: Any) -> Any:
+        began = time.perf_counter()
+        response = await call
+        self.requests.setdefault(name, []).append(time.perf_counter() - began)
+        return response
+
+
+@dataclass
+class Batch:
+    side: str
+    workers: int
+    clients: int
+    paused: list[float]
+    done: list[float]
+    seconds: float
+    errors: list[str]
+    stats: Stats
+    db_window: tuple[Any, Any] | None = None
+
+    @property
+    def cycles_per_second(self) -> float:
+        return len(self.done) / self.seconds if self.seconds else float("nan")
+
+
+async def _batch(
+    side: Ours | Peer, clients: int, total: int
+) -> tuple[list, list, float, list, Stats]:
+    import httpx
+
+    stats = Stats()
+    paused: list[float] = []
+    done: list[float] = []
+    errors: list[str] = []
+    issued = 0
+    began = time.perf_counter()
+    deadline = began + BATCH_SECONDS
+
+    async def one_client(client: httpx.AsyncClient) -> None:
+        nonlocal issued
+        while issued < total and time.perf_counter() < deadline and len(errors) < 5:
+            issued += 1
+            try:
+                to_pause, to_done = await side.cycle(client, stats)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            paused.append(to_pause)
+            done.append(to_done)
+
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        await asyncio.gather(*(one_client(client) for _ in range(clients)))
+    return paused, done, time.perf_counter() - began, errors, stats
+
+
+def _db_now(url: str) -> Any:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+
+
+def run_batch(side: Ours | Peer, workers: int, clients: int, total: int) -> Batch:
+    window_start = _db_now(OURS_DB) if isinstance(side, Ours) else None
+    paused, done, seconds, errors, stats = asyncio.run(_batch(side, clients, total))
+    batch = Batch(side.name, workers, clients, paused, done, seconds, errors, stats)
+    if window_start is not None:
+        batch.db_window = (window_start, _db_now(OURS_DB))
+    print(
+        f"  {side.name:9} workers={workers} clients={clients:2}: {len(done)} cycles in "
+        f"{seconds:.1f} s ({batch.cycles_per_second:.1f}/s), paused p50 "
+        f"{percentile(paused, 50) * 1000:.0f} ms, done p50 {percentile(done, 50) * 1000:.0f} ms"
+        + (f", {len(errors)} errors: {errors[0]}" if errors else ""),
+        flush=True,
+    )
+    return batch
+
+
+# --- ours, the web tier and the workers apart ------------------------------------------------
+
+
+async def _burst(calls: list[Any], clients: int) -> tuple[float, list[str]]:
+    """Run the coroutine factories ``calls`` on ``clients`` concurrent connections."""
+    import httpx
+
+    errors: list[str] = []
+    queue = list(reversed(calls))
+    began = time.perf_counter()
+
+    async def one_client(client: httpx.AsyncClient) -> None:
+        while queue and time.perf_counter() - began < BATCH_SECONDS:
+            call = queue.pop()
+            try:
+                await call(client)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        await asyncio.gather(*(one_client(client) for _ in range(clients)))
+    return time.perf_counter() - began, errors
+
+
+def _drain(sql: str, params: list[Any], target: int) -> float:
+    import psycopg
+
+    # One connection for the whole wait: a new one per check would cost PostgreSQL a
+    # backend start every 20 ms, CPU the workers being timed need.
+    with psycopg.connect(OURS_DB, autocommit=True) as conn:
+        began = time.perf_counter()
+        while time.perf_counter() - began < BATCH_SECONDS * 2:
+            if int(conn.execute(sql, params).fetchone()[0]) >= target:  # type: ignore[index]
+                return time.perf_counter() - began
+            time.sleep(0.02)
+    raise RuntimeError(f"the workers did not drain {target} runs")
+
+
+def tiers_apart(ours: Ours, workers: int) -> dict[str, Any]:
+    """Starts and approvals through the API with the workers stopped, then each drain by
+    the workers alone (the web process idle)."""
+    stats = Stats()
+    ids: list[str] = []
+
+    async def start(client: Any) -> None:
+        ids.append(await ours.start(client, stats))
+
+    for proc in ours.workers:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        start_s, start_err = asyncio.run(_burst([start] * BURST, MANY))
+    finally:
+        for proc in ours.workers:
+            proc.send_signal(signal.SIGCONT)
+    in_ids = "SELECT count(*) FROM portal_thread WHERE id = ANY(%s::uuid[]) AND status = %s"
+    pause_s = _drain(in_ids, [ids, "interrupted"], len(ids))
+
+    import psycopg
+
+    with psycopg.connect(OURS_DB) as conn:
+        pending = dict(
+            conn.execute(
+                "SELECT thread_id::text, id FROM portal_interrupt "
+                "WHERE thread_id = ANY(%s::uuid[]) AND status = 'pending'",
+                [ids],
+            ).fetchall()
+        )
+
+    def approve(thread_id: str) -> Any:
+        async def call(client: Any) -> None:
+            await ours.resume(client, stats, thread_id, pending[thread_id])
+
+        return call
+
+    for proc in ours.workers:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        approve_s, approve_err = asyncio.run(_burst([approve(t) for t in ids], MANY))
+    finally:
+        for proc in ours.workers:
+            proc.send_signal(signal.SIGCONT)
+    done_s = _drain(in_ids, [ids, "done"], len(ids))
+    result = {
+        "workers": workers,
+        "n": len(ids),
+        "starts_per_s": len(ids) / start_s,
+        "approvals_per_s": len(ids) / approve_s,
+        "pause_drain_per_s": len(ids) / pause_s,
+        "resume_drain_per_s": len(ids) / done_s,
+        "cycles_per_s": len(ids) / (pause_s + done_s),
+        "errors": start_err + approve_err,
+        "stats": stats,
+    }
+    print(
+        f"  ours tiers apart, workers={workers}: {result['starts_per_s']:.0f} starts/s, "
+        f"{result['approvals_per_s']:.0f} approvals/s through one web process; workers alone "
+        f"{result['cycles_per_s']:.1f} cycles/s",
+        flush=True,
+    )
+    return result
+
+
+# --- the runs' own timestamps ------------------------------------------------------------------
+
+
+def run_breakdown(batch: Batch) -> list[list[object]]:
+    """Per run kind: time queued (created -> claimed) and executing (claimed -> finished),
+    from the run rows of one batch."""
+    import psycopg
+
+    assert batch.db_window is not None
+    with psycopg.connect(OURS_DB) as conn:
+        rows = conn.execute(
+            "SELECT kind, extract(epoch FROM started_at - created_at), "
+            "extract(epoch FROM finished_at - started_at) FROM portal_run "
+            "WHERE created_at BETWEEN %s AND %s AND finished_at IS NOT NULL",
+            list(batch.db_window),
+        ).fetchall()
+    out = []
+    for kind in sorted({r[0] for r in rows}):
+        queued = [float(r[1]) * 1000 for r in rows if r[0] == kind]
+        running = [float(r[2]) * 1000 for r in rows if r[0] == kind]
+        out.append(
+            [
+                batch.workers,
+                batch.clients,
+                kind,
+                len(queued),
+                percentile(queued, 50),
+                percentile(queued, 95),
+                percentile(running, 50),
+                percentile(running, 95),
+            ]
+        )
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _merge(batches: list[Batch]) -> Batch:
+    first = batches[0]
+    stats = Stats()
+    for b in batches:
+        for k, v in b.stats.requests.items():
+            stats.requests.setdefault(k, []).extend(v)
+    return Batch(
+        first.side,
+        first.workers,
+        first.clients,
+        [x for b in batches for x in b.paused],
+        [x for b in batches for x in b.done],
+        sum(b.seconds for b in batches),
+        [e for b in batches for e in b.errors],
+        stats,
+    )
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def write_report(
+    batches: list[Batch], apart: list[dict[str, Any]], load: tuple[float, float, float]
+) -> None:
+    merged: dict[tuple[str, int, int], Batch] = {}
+    for key in {(b.side, b.workers, b.clients) for b in batches}:
+        merged[key] = _merge([b for b in batches if (b.side, b.workers, b.clients) == key])
+    rows, ratio_rows = [], []
+    for workers in WORKERS:
+        for clients in (1, MANY):
+            pair = [merged.get((side, workers, clients)) for side in ("ours", "LangGraph")]
+            for b in pair:
+                if b is None:
+                    continue
+                rows.append(
+                    [
+                        b.side,
+                        workers,
+                        clients,
+                        len(b.done),
+                        percentile(b.paused, 50) * 1000,
+                        percentile(b.paused, 95) * 1000,
+                        percentile(b.done, 50) * 1000,
+                        percentile(b.done, 95) * 1000,
+                        b.cycles_per_second,
+                        len(b.errors),
+                    ]
+                )
+            ours, peer = pair
+            if ours and peer:
+                ratio_rows.append(
+                    [
+                        workers,
+                        clients,
+                        percentile(ours.paused, 50) / percentile(peer.paused, 50),
+                        percentile(ours.paused, 95) / percentile(peer.paused, 95),
+                        percentile(ours.done, 50) / percentile(peer.done, 50),
+                        percentile(ours.done, 95) / percentile(peer.done, 95),
+                        ours.cycles_per_second / peer.cycles_per_second,
+                    ]
+                )
+    request_rows = []
+    for key in sorted(merged):
+        b = merged[key]
+        for name, values in sorted(b.stats.requests.items()):
+            request_rows.append(
+                [
+                    b.side,
+                    b.workers,
+                    b.clients,
+                    name,
+                    len(values),
+                    percentile(values, 50) * 1000,
+                    percentile(values, 95) * 1000,
+                ]
+            )
+        if b.side == "ours" and b.done:
+            polls = len(b.stats.requests.get("GET /api/threads/<id>", []))
+            request_rows.append(
+                [b.side, b.workers, b.clients, "polls per cycle", "", polls / len(b.done), ""]
+            )
+    breakdown = [row for b in batches if b.db_window is not None for row in run_breakdown(b)]
+    apart_rows = [
+        [
+            a["workers"],
+            a["n"],
+            a["starts_per_s"],
+            a["approvals_per_s"],
+            a["pause_drain_per_s"],
+            a["resume_drain_per_s"],
+            a["cycles_per_s"],
+            len(a["errors"]),
+        ]
+        for a in apart
+    ]
+
+    def ratio(workers: int, clients: int, col: int) -> float:
+        for row in ratio_rows:
+            if row[0] == workers and row[1] == clients:
+                return float(row[col])
+        return float("nan")
+
+    def per_workers(ratios: list[float]) -> str:
+        return ", ".join(
+            f"{r:.2f}x with {w} worker{'s' * (w > 1)}" for r, w in zip(ratios, WORKERS, strict=True)
+        )
+
+    top = max(WORKERS)
+    one_pause = [ratio(w, 1, 2) for w in WORKERS]
+    one_done = [ratio(w, 1, 4) for w in WORKERS]
+    many = ratio(top, MANY, 6)
+    approvals = max((a["approvals_per_s"] for a in apart), default=float("nan"))
+    drain = max((a["cycles_per_s"] for a in apart if a["workers"] == top), default=float("nan"))
+    targets = f"""
+Targets (ratios are ours / the peer's, from this run):
+
+- One client, start -> paused p50 at most half the peer's: {_met(max(one_pause) <= 0.5)}
+  ({per_workers(one_pause)}).
+- One client, resume -> done p50 at most half the peer's: {_met(max(one_done) <= 0.5)}
+  ({per_workers(one_done)}).
+- {MANY} clients with {top} workers, at least 3x the peer's cycles per second:
+  {_met(many >= 3)} ({many:.2f}x).
+- One web process, at least 150 approvals per second through the API: {_met(approvals >= 150)}
+  ({approvals:.0f} per second).
+- Workers, at least 100 cycles per second with {top} workers: {_met(drain >= 100)}
+  ({drain:.1f} per second).
+"""
+    body = f"""
+Command: `.venv-bench/bin/python -m bench e2e`.
+
+Machine: {machine()}; {load_note(load)}. Client, servers, PostgreSQL and Redis all share
+these cores: every figure is a whole-system figure on a small machine.
+
+**Ours**: one daphne process (`portal.asgi`) serving the JSON API, and 1 or 4 `manage.py
+run_worker` processes, PostgreSQL and Redis, `DEBUG` off; `agents/examples/refunds.py` with
+the scripted model (`PORTAL_MODEL=scripted`, no delay). A support user's token starts a
+thread (`POST /api/threads`), a reviewer's token approves it (`POST
+/api/threads/<id>/resume`). The API has no call that waits for a run, so the client polls
+`GET /api/threads/<id>` every {POLL * 1000:.0f} ms until the thread is paused, then done.
+**The peer**: LangGraph's agent server (`langgraph-api` under uvicorn, one process that
+serves the API and runs its queue) on its PostgreSQL + Redis runtime
+(`langgraph-runtime-pg`), started offline with no license key;
+`N_JOBS_PER_WORKER` = the number of workers. Its graph (`bench/e2e_peer_graph.py`) has the
+same model -> tool -> model shape, `interrupt()` before the refund is paid, and a
+deterministic model node. The client uses the server's own waiting call, `POST
+/threads/<id>/runs/wait` (the first creates the thread).
+
+A cycle: start a thread until it is paused on the approval (start -> paused), then approve
+it until it is done (resume -> done). For each worker count both servers run side by side;
+{ROUNDS} rounds alternate ours and the peer's batches ({CYCLES_ONE} cycles with one
+client, {CYCLES_MANY} with {MANY} concurrent clients, each batch capped at
+{BATCH_SECONDS:.0f} s) after a warm-up of 3 cycles each. One asyncio client process
+(httpx, keep-alive connections).
+
+{
+        table(
+            [
+                "server",
+                "workers",
+                "clients",
+                "cycles",
+                "start->paused p50 ms",
+                "p95 ms",
+                "resume->done p50 ms",
+                "p95 ms",
+                "cycles/s",
+                "errors",
+            ],
+            rows,
+        )
+    }
+
+Ratios, ours / the peer's (below 1 means ours is faster; for cycles/s above 1 means ours
+does more):
+
+{
+        table(
+            [
+                "workers",
+                "clients",
+                "start->paused p50",
+                "p95",
+                "resume->done p50",
+                "p95",
+                "cycles/s",
+            ],
+            ratio_rows,
+        )
+    }
+{targets}
+Ours, the web tier and the workers apart: the workers are stopped (SIGSTOP) while {MANY}
+clients send {BURST} starts through one daphne process, then resumed and timed until every
+thread is paused; stopped again while the same clients approve all {BURST}, then resumed
+and timed until every thread is done. A worker cycle is one start run plus one resume run.
+
+{
+        table(
+            [
+                "workers",
+                "threads",
+                "starts/s (API)",
+                "approvals/s (API)",
+                "pauses/s (workers)",
+                "completions/s (workers)",
+                "cycles/s (workers)",
+                "errors",
+            ],
+            apart_rows,
+        )
+    }
+
+Ours, the runs' own timestamps (`portal_run`: created -> claimed by a worker, claimed ->
+finished), per batch:
+
+{
+        table(
+            [
+                "workers",
+                "clients",
+                "run",
+                "runs",
+                "queued p50 ms",
+                "p95 ms",
+                "executing p50 ms",
+                "p95 ms",
+            ],
+            breakdown,
+        )
+    }
+
+Client-side time per HTTP request:
+
+{table(["server", "workers", "clients", "request", "n", "p50 ms", "p95 ms"], request_rows)}
+"""
+    errors = [e for b in batches for e in b.errors] + [e for a in apart for e in a["errors"]]
+    if errors:
+        body += f"\nErrors ({len(errors)}), first: `{errors[0]}`\n"
+    write_section(
+        "e2e", "End to end through HTTP: the portal against LangGraph's agent server", body
+    )
+    print(body)
+
+
+# --- where our time goes ----------------------------------------------------------------------
+
+# (label, substring of a sampled stack): the first that matches names the sample.
+WEB_PHASES = [
+    ("starting threads (asgiref starts one per request)", "Thread.start"),
+    ("open a PostgreSQL connection (one per request)", "DatabaseWrapper.get_new_connection"),
+    ("token check (SELECT + UPDATE last_used_at)", "BearerToken.authenticate"),
+    ("permission checks (has_perm)", "_user_has_perm"),
+    ("POST resume: decision_submit", "resume_thread (portal/api.py"),
+    ("POST start: thread_start", "start_thread (portal/api.py"),
+    ("GET thread: checkpoint read + rendering to JSON", "get_thread (portal/api.py"),
+    ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
+    ("daphne + asyncio (HTTP, event loop)", ""),
+]
+WORKER_PHASES = [
+    ("claim (SELECT ... FOR UPDATE SKIP LOCKED, UPDATE)", "Worker.claim "),
+    ("finish + settle (run and thread rows)", "Worker._finish "),
+    ("publish to Redis (live updates)", "portal/broadcast.py"),
+    ("checkpoint writes and reads", "portal/checkpointer.py"),
+    ("agent graph itself (CPU)", "agents/"),
+    ("execute: awaiting I/O in the event loop", "run_until_complete"),
+    ("execute: connection + run row", "Worker._execute "),
+    ("lease heartbeat: a thread started and stopped per run", "Thread.start"),
+    ("lease heartbeat: a thread started and stopped per run", "_Heartbeat"),
+    ("waiting for NOTIFY", "Worker._wait "),
+    ("other", ""),
+]
+
+
+def _phases(raw: Path, phases: list[tuple[str, str]]) -> list[tuple[str, float]]:
+    """Share of py-spy's samples (collapsed stacks) per phase; idle thread-pool threads
+    waiting for work are not counted."""
+    counts = dict.fromkeys((label for label, _ in phases), 0)
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        if stack.rsplit(";", 1)[-1].startswith("_worker (concurrent/futures/thread.py"):
+            continue
+        total += int(n)
+        for label, needle in phases:
+            if needle in stack:
+                counts[label] += int(n)
+                break
+    return [(label, 100 * c / total if total else float("nan")) for label, c in counts.items()]
+
+
+def profile() -> None:
+    """Ours alone, 4 workers and 20 clients, with py-spy sampling the web process and every
+    worker; prints each one's share of samples per phase (waits on PostgreSQL included)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    tokens = _prepare()
+    ours = Ours(max(WORKERS), tokens)
+    try:
+        run_batch(ours, max(WORKERS), 1, 3)
+        procs = {"web": ours.web, **{f"worker-{k}": p for k, p in enumerate(ours.workers)}}
+        seconds = str(int(min(BATCH_SECONDS, 30)))
+        spies = [
+            subprocess.Popen(
+                [
+                    *(str(spy), "record", "--pid", str(p.pid), "--duration", seconds),
+                    *("--rate", "200", "--format", "raw", "--nonblocking"),
+                    *("-o", str(LOGS / f"profile-{name}.txt")),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for name, p in procs.items()
+        ]
+        time.sleep(1)
+        run_batch(ours, max(WORKERS), MANY, CYCLES_MANY)
+        for s in spies:
+            s.wait(timeout=120)
+    finally:
+        ours.stop()
+    workers = LOGS / "profile-workers.txt"
+    workers.write_text(
+        "".join((LOGS / f"profile-{n}.txt").read_text() for n in procs if n != "web")
+    )
+    print_profile()
+
+
+def print_profile() -> None:
+    workers = LOGS / "profile-workers.txt"
+    for title, path, phases in (
+        ("web process", LOGS / "profile-web.txt", WEB_PHASES),
+        ("workers", workers, WORKER_PHASES),
+    ):
+        print(f"{title} (share of py-spy samples):")
+        for label, pct in _phases(path, phases):
+            print(f"  {pct:5.1f}%  {label}")
+
+
+def _prepare() -> dict[str, str]:
+    """Fresh databases and Redis DB; our users and their tokens."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    _fresh_database(OURS_DB)
+    _fresh_database(PEER_DB)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.e2e", "setup"],
+        cwd=ROOT,
+        env=_ours_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+# --- entry ----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    load = os.getloadavg()
+    tokens = _prepare()
+    batches: list[Batch] = []
+    apart = []
+    for workers in WORKERS:
+        print(f"--- {workers} worker(s)", flush=True)
+        ours = peer = None
+        try:
+            ours = Ours(workers, tokens)
+            peer = Peer(workers)
+            for side in (ours, peer):
+                run_batch(side, workers, 1, 3)  # warm-up, not reported
+            for rnd in range(ROUNDS):
+                sides: list[Ours | Peer] = [ours, peer] if rnd % 2 == 0 else [peer, ours]
+                for clients, total in ((1, CYCLES_ONE), (MANY, CYCLES_MANY)):
+                    for side in sides:
+                        batches.append(run_batch(side, workers, clients, total))
+            apart.append(tiers_apart(ours, workers))
+        finally:
+            for server in (ours, peer):
+                if server is not None:
+                    server.stop()
+    write_report(batches, apart, load)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["setup"]:
+        setup_ours()
+    elif sys.argv[1:] == ["profile"]:
+        profile()
+    elif sys.argv[1:] == ["profile-report"]:
+        print_profile()
+    else:
+        main()
