@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from agents import InMemoryCheckpointer, Message, ReactAgent, ResponseGranularity
+from agents import InMemoryCheckpointer, Message, ReactAgent, ResponseGranularity, tool
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
 
 # What the portal shows of this agent (portal.registry reads these): the chat picker's
@@ -33,6 +33,7 @@ COMPILE_OPTIONS: dict[str, Any] = {"interrupt_before": ["TOOL"]}
 DELETED: list[str] = []
 
 
+@tool(title="the deletion of account {user_id}")
 def delete_account(user_id: str) -> str:
     """Permanently delete a user account.
 
