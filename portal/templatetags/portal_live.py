@@ -21,6 +21,8 @@ from django.utils import dateformat, timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from portal.words import reason_words
+
 register = template.Library()
 
 
@@ -72,7 +74,7 @@ _QUEUE_ROW = """\
 <tr id="q-{pk}" class="queue-row" data-interrupt="{pk}" data-created="{created}" \
 data-agent="{agent}" data-reason="{reason}">
   <td><span class="tag">{agent_or_dash}</span></td>
-  <td><span class="{reason_class}">{reason}</span></td>
+  <td><span class="{reason_class}">{reason_text}</span></td>
   <td class="queue-message">
     {message}
     {title_line}
@@ -111,6 +113,7 @@ def queue_row(item: Any) -> SafeString:
         agent=item.agent,
         agent_or_dash=item.agent or "—",
         reason=item.reason,
+        reason_text=reason_words(item.reason),
         reason_class="tag warn" if item.reason == "tool_approval" else "tag",
         message=_queue_message(item.message, open_url),
         title_line=title_line,

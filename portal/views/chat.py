@@ -148,7 +148,11 @@ def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
 def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
     """The person who started the conversation withdraws the request waiting for approval.
     The agent resumes with a decline (fail closed) and tells the customer so in the chat;
-    the withdrawal is recorded as a cancelled decision."""
+    the withdrawal is recorded as a cancelled decision by its requester.
+
+    A POST without ``confirm=yes`` withdraws nothing: it answers with a page that asks
+    first (no script needed, so it works under the Content-Security-Policy and without
+    JavaScript)."""
     thread = access.get_thread_for_user(request, thread_id)
     if thread.owner_id != request.user.pk:
         raise PermissionDenied(
@@ -162,6 +166,10 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
     )
     if pending is None:
         messages.warning(request, "Nothing is waiting for approval here, so nothing was withdrawn.")
+    elif request.POST.get("confirm") != "yes":
+        return render(
+            request, "portal/withdraw_confirm.html", {"thread": thread, "pending": pending}
+        )
     else:
         try:
             services.thread_cancel(interrupt=pending, user=request.user)

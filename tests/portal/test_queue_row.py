@@ -75,7 +75,7 @@ def test_an_unclaimed_row_in_full():
             data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
             data-reason="tool_approval">
           <td><span class="tag">refunds</span></td>
-          <td><span class="tag warn">tool_approval</span></td>
+          <td><span class="tag warn">Tool approval</span></td>
           <td class="queue-message">
             <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
             <div class="muted small">“Refund $42.50 for order A-1001.”</div>
@@ -104,7 +104,7 @@ def test_a_claimed_row_in_full():
             data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
             data-reason="input_required">
           <td><span class="tag">refunds</span></td>
-          <td><span class="tag">input_required</span></td>
+          <td><span class="tag">Question</span></td>
           <td class="queue-message">
             <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
             <div class="small">asked by <strong class="queue-asker">sam-support</strong> ·
@@ -186,9 +186,9 @@ def test_a_message_of_exactly_160_characters_is_shown_whole():
 
 
 def test_tool_approval_is_tagged_warn_and_other_reasons_are_not():
-    assertInHTML('<span class="tag warn">tool_approval</span>', queue_row(pending()))
+    assertInHTML('<span class="tag warn">Tool approval</span>', queue_row(pending()))
     row = queue_row(pending(reason="input_required"))
-    assertInHTML('<span class="tag">input_required</span>', row)
+    assertInHTML('<span class="tag">Question</span>', row)
     assert "warn" not in row
 
 
