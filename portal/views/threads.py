@@ -61,8 +61,10 @@ def decisions_by_call(thread: Thread) -> dict[str, Decided]:
     for decision in decisions:
         request = decision.interrupt
         value = request.value if isinstance(request.value, dict) else {}
-        calls = value.get("tool_calls") if isinstance(value.get("tool_calls"), list) else []
-        ids = [str(c.get("id")) for c in calls if isinstance(c, dict)]
+        calls = value.get("tool_calls")
+        ids = [str(c.get("id")) for c in calls or [] if isinstance(c, dict)]
+        if not isinstance(calls, list):
+            ids = []
         if request.tool_call_id:
             ids.append(request.tool_call_id)
         entry = Decided(
