@@ -393,3 +393,19 @@ def test_an_auditor_cannot_claim(client, auditor):
     response = login(client, auditor).post(reverse("interrupt_claim", args=[interrupt.pk]))
 
     assert response.status_code == 403
+
+
+def test_the_banner_of_a_refused_note_names_the_real_cause(client, reviewer, settings):
+    settings.PORTAL_MAX_NOTE_CHARS = 2000
+    interrupt = make_interrupt()
+
+    response = login(client, reviewer).post(
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "action": "approve", "note": "n" * 2100},
+    )
+
+    assert response.status_code == 422
+    assert response.context["form"].non_field_errors() == [
+        "Not recorded: note: 2,100 characters, over the limit of 2,000."
+    ]
+    assert "does not fit" not in response.content.decode()
