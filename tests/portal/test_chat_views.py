@@ -267,3 +267,17 @@ def test_withdraw_needs_post_a_login_and_a_real_thread(client, support_agent):
     assert client.get(url).status_code == 405
     assert client.post("/chat/not-a-uuid/withdraw").status_code == 404
     assert client.post(f"/chat/{uuid.uuid4()}/withdraw").status_code == 404
+
+
+def test_the_request_page_of_a_withdrawn_request_says_its_requester_withdrew_it(
+    client, support_agent, reviewer
+):
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"})
+
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[interrupt.pk])).content.decode()
+
+    assert "<strong>Withdrawn</strong> by its requester, sam-support" in page
+    assert "Cancelled" not in page
