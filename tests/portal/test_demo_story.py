@@ -107,3 +107,20 @@ def test_an_agent_added_by_the_contributing_recipe_appears_everywhere(
         return final["messages"][-1].text()
 
     assert "Warning sent to Oslo" in asyncio.run(run())
+
+
+@pytest.mark.parametrize("agent", ["refunds", "transfers", "accounts", "contact"])
+def test_each_seeded_conversation_pauses_for_a_reviewer_offline(settings, agent):
+    settings.PORTAL_MODEL = "scripted"
+    settings.PORTAL_SCRIPTED_DELAY_MS = 0
+
+    async def run() -> object:
+        graph = compile_agent(agent, InMemoryCheckpointer())
+        out = await graph.ainvoke(
+            {"messages": [{"role": "user", "content": agent_info(agent).demo}]},
+            {"thread_id": f"seeded-{agent}"},
+            response_granularity=ResponseGranularity.FULL,
+        )
+        return pending_interrupt(out["state"])
+
+    assert asyncio.run(run()) is not None
