@@ -52,7 +52,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, call_text
+from agents.tools import ToolNode, describe_call
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -252,16 +252,18 @@ def _as_message(item: Any) -> Message:
     )
 
 
-def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
+def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) -> Interrupt:
     last = state.context[-1] if state.context else None
     value = None
     # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
-    message = f"Paused {when} `{node}`: approve to go on, or decline."
+    # The node's name is for developers; it stays in the request's ``node`` field.
+    message = "The agent stopped for a check: approve to let it go on, or decline."
     if last is not None and last.role == "assistant" and last.tools_calls:
         calls = last.tool_call_arguments()
         value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
-        wanted = ", ".join(call_text(n, a or {}) for _, n, a in calls)
-        message = f"Approve {wanted}? (paused {when} `{node}`)"
+        tools = tool_node.tools if isinstance(tool_node, ToolNode) else {}
+        wanted = "; ".join(describe_call(n, a, tools.get(n)) for _, n, a in calls)
+        message = f"Approve {wanted}?"
     return Interrupt(
         id=new_id("int"),
         key=f"{node}:{when}",
@@ -474,7 +476,11 @@ class CompiledGraph:
         try:
             while node is not None and node != END:
                 if node in self.interrupt_before and run.passed != node:
-                    return await run.pause(_breakpoint(node, "before", run.state), node, "before")
+                    return await run.pause(
+                        _breakpoint(node, "before", run.state, self.nodes.get(node)),
+                        node,
+                        "before",
+                    )
                 run.state.execution_meta.step += 1
                 if run.state.execution_meta.step > limit:
                     raise GraphRecursionError(

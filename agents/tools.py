@@ -90,6 +90,11 @@ class Tool:
     ``idempotent`` says running the call twice with the same ``idempotency_key()`` acts
     once. Only such a tool is run again when a crash leaves its outcome unknown; for any
     other, a person is asked first (the default, because it is the safe one).
+
+    ``title`` says what one call does in a reviewer's words, as a noun phrase: a format
+    string filled with the call's arguments (``"a ${amount:,.2f} transfer to {recipient}"``)
+    or a function of them. Without one (or when it does not fit the arguments), requests
+    name the tool in words and list its arguments (see ``describe_call``).
     """
 
     name: str
@@ -99,6 +104,7 @@ class Tool:
     high_risk: bool = False
     idempotent: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    title: str | Callable[[dict[str, Any]], str] | None = None
 
     @classmethod
     def from_function(
@@ -109,6 +115,7 @@ class Tool:
         description: str | None = None,
         high_risk: bool = False,
         idempotent: bool = False,
+        title: str | Callable[[dict[str, Any]], str] | None = None,
     ) -> Tool:
         """Build a tool from a sync or async function's signature, hints and docstring."""
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
@@ -140,6 +147,7 @@ class Tool:
             fn=fn,
             high_risk=high_risk,
             idempotent=idempotent,
+            title=title,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -166,6 +174,7 @@ def tool(
     description: str | None = None,
     high_risk: bool = False,
     idempotent: bool = False,
+    title: str | Callable[[dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -174,13 +183,19 @@ def tool(
     description: str | None = None,
     high_risk: bool = False,
     idempotent: bool = False,
+    title: str | Callable[[dict[str, Any]], str] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool``, ``@tool(high_risk=True)`` or ``@tool(idempotent=True)`` turns a
-    function into a ``Tool``."""
+    function into a ``Tool``; ``title=`` words its calls for reviewers (see ``Tool``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            f, name=name, description=description, high_risk=high_risk, idempotent=idempotent
+            f,
+            name=name,
+            description=description,
+            high_risk=high_risk,
+            idempotent=idempotent,
+            title=title,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -217,6 +232,38 @@ def _result(payload: dict[str, Any]) -> str:
 
 def call_text(name: str, args: dict[str, Any]) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+
+
+def words(identifier: str) -> str:
+    """``delete_account`` -> ``delete account``: a name as a reviewer reads it."""
+    return " ".join(identifier.replace("-", "_").split("_")).strip() or identifier
+
+
+def _value_words(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    if isinstance(value, int | float):
+        return f"{value:,}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def describe_call(name: str, args: dict[str, Any] | None, tool: Tool | None = None) -> str:
+    """One call in words: the tool's ``title`` filled in with ``args``, or else the tool's
+    name in words and its arguments, readably (``delete account (user id: u-381)``)."""
+    args = args or {}
+    if tool is not None and tool.title is not None:
+        try:
+            text = tool.title(args) if callable(tool.title) else tool.title.format(**args)
+        except Exception:  # a title that does not fit these arguments falls back
+            text = ""
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    listed = ", ".join(f"{words(k)}: {_value_words(v)}" for k, v in args.items())
+    return f"{words(name)} ({listed})" if listed else words(name)
 
 
 @dataclass
@@ -335,7 +382,7 @@ class ToolNode:
                     "parameters": {c.id: t.parameters for c, t in risky},
                 },
                 message="Approve "
-                + ", ".join(call_text(c.name, c.args or {}) for c, _ in risky)
+                + "; ".join(describe_call(c.name, c.args, t) for c, t in risky)
                 + "?",
                 reason="tool_approval",
                 response_schema=_approval_schema(risky),
@@ -431,7 +478,8 @@ class ToolNode:
                 ask,
                 {"tool_call": {"id": call.id, "name": call.name, "arguments": args}, "key": key},
                 message=(
-                    f"{call_text(call.name, args)} may already have taken effect: the run "
+                    f"{describe_call(call.name, args, self.tools.get(call.name))} may already "
+                    "have taken effect: the run "
                     "stopped after it started and before its result was saved. Check, then "
                     "confirm it happened, retry it, or mark it failed."
                 ),

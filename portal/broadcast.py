@@ -231,7 +231,7 @@ def render_queue_row(interrupt_id: str) -> str:
 
     try:
         item = (
-            Interrupt.objects.select_related("thread", "claimed_by")
+            Interrupt.objects.select_related("thread__owner", "claimed_by")
             .filter(pk=interrupt_id, status=Interrupt.Status.PENDING)
             .first()
         )

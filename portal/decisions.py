@@ -162,10 +162,10 @@ def _validate(schema: Any, value: Any, note: str) -> None:
     if not isinstance(note, str):
         errors.append(f"note: expected a string, got {type(note).__name__}")
     elif len(note) > limit:
-        errors.append(f"note: {len(note)} characters, over the limit of {limit}")
+        errors.append(f"note: {len(note):,} characters, over the limit of {limit:,}")
     inner = value.get("note") if isinstance(value, dict) else None
     if isinstance(inner, str) and inner != note and len(inner) > limit:
-        errors.append(f"$.note: {len(inner)} characters, over the limit of {limit}")
+        errors.append(f"$.note: {len(inner):,} characters, over the limit of {limit:,}")
     problem = json_problem(value)
     if problem is not None:
         raise InvalidDecision("The answer is not JSON data we can store.", errors=[problem])
@@ -176,9 +176,8 @@ def _validate(schema: Any, value: Any, note: str) -> None:
         )
     errors.extend(validate_resume(value, schema))
     if errors:
-        raise InvalidDecision(
-            "The answer does not fit this request; nothing was recorded.", errors=errors
-        )
+        # The banner names the real cause; each line is also shown next to its field.
+        raise InvalidDecision(f"Not recorded: {'; '.join(errors)}.", errors=errors)
 
 
 def _tool_calls(interrupt: Interrupt) -> list[dict[str, Any]]:

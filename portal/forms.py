@@ -24,6 +24,7 @@ from django.conf import settings
 from portal.decisions import DecisionRefused, decision_submit
 from portal.models import Decision, Interrupt
 from portal.schema_forms import SchemaLayout
+from portal.words import tool_words
 
 APPROVE, REJECT, EDIT, SUBMIT = "approve", "reject", "edit", "submit"
 _APPROVAL_KEYS = {"approved", "note", "args"}
@@ -52,9 +53,17 @@ def _args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
     if not isinstance(args, dict) or not isinstance(args.get("properties"), dict):
         return None
     names = {str(c.get("id")): c.get("name") for c in calls if isinstance(c, dict)}
+    # Titled by the tool in words; a call id means nothing to a reviewer, so calls of the
+    # same tool are told apart by number.
+    titles = [tool_words(str(names.get(call_id) or "tool")) for call_id in args["properties"]]
     properties = {
-        call_id: {**sub, "title": f"{names.get(call_id) or 'tool'} ({call_id})"}
-        for call_id, sub in args["properties"].items()
+        call_id: {
+            **sub,
+            "title": title if titles.count(title) == 1 else f"{title} (call {n})",
+        }
+        for n, (title, (call_id, sub)) in enumerate(
+            zip(titles, args["properties"].items(), strict=True), start=1
+        )
         if isinstance(sub, dict)
     }
     return {**args, "properties": properties} if properties else None

@@ -54,6 +54,8 @@ _VALUES = (
     "note",
     "outcome",
     "reviewer__username",
+    "reviewer_id",
+    "thread__owner_id",
     "hash",
 )
 
@@ -112,6 +114,10 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "time_to_decision_seconds": round(waited, 3) if waited is not None else None,
         "interrupt_id": values["interrupt_id"],
         "hash": values["hash"],
+        # The requester took the request back: shown as such, never as a reviewer's no.
+        "withdrawn": values["outcome"] == Decision.Outcome.CANCELLED
+        and values["reviewer_id"] is not None
+        and values["reviewer_id"] == values["thread__owner_id"],
     }
 
 

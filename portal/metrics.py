@@ -20,7 +20,7 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from portal.inputs import DayField
-from portal.models import Decision, Interrupt
+from portal.models import WITHDRAWN, Decision, Interrupt
 
 MAX_BUCKETS = 90
 TOP_N = 8
@@ -209,7 +209,12 @@ def summary(start: datetime, end: datetime) -> dict[str, Any]:
     the totals are their sum; reviewers can be many, so only the ``TOP_N`` busiest come
     back and "others" is the difference from those totals."""
     # Any: the annotations are built from lists, which the type plugin cannot follow.
-    qs: Any = Decision.objects.filter(created_at__gte=start, created_at__lt=end)
+    # A requester withdrawing their own request is not a decision: it is left out.
+    qs: Any = (
+        Decision.objects.filter(created_at__gte=start, created_at__lt=end)
+        .alias(withdrawn=WITHDRAWN)
+        .filter(withdrawn=False)
+    )
     wait_counts = _wait_counts()
     waited = wait_counts.pop("waited")
     # (Every decision's request is marked decided; saying so lets PostgreSQL read each

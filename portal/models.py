@@ -301,6 +301,16 @@ class Decision(models.Model):
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise ImmutableRecordError(f"Decision {self.pk} cannot be deleted: {_IMMUTABLE}")
 
+    def is_withdrawal(self, thread: Thread | None = None) -> bool:
+        """Cancelled by the person who started the thread: they took their request back,
+        which is no reviewer's decision (``WITHDRAWN`` says the same in a query)."""
+        owner_id = (thread or self.thread).owner_id
+        return (
+            self.outcome == self.Outcome.CANCELLED
+            and self.reviewer_id is not None
+            and self.reviewer_id == owner_id
+        )
+
 
 class Run(models.Model):
     """One unit of work for the worker: start, resume or continue a thread."""
@@ -455,3 +465,21 @@ def _revoke_tokens_on_user_change(sender: Any, instance: Any, **_: Any) -> None:
 
 
 # --- end API tokens ----------------------------------------------------------------------
+
+
+# Decisions that are withdrawals (see ``Decision.is_withdrawal``), for queries that leave
+# them out of what reviewers decided: ``.alias(withdrawn=WITHDRAWN).filter(withdrawn=False)``.
+# A Case, not an exclude(): a thread with no owner compares as NULL, which exclude() would
+# drop along with the withdrawals.
+WITHDRAWN = models.Case(
+    models.When(
+        models.Q(
+            outcome=Decision.Outcome.CANCELLED,
+            reviewer__isnull=False,
+            reviewer_id=models.F("thread__owner_id"),
+        ),
+        then=models.Value(True),
+    ),
+    default=models.Value(False),
+    output_field=models.BooleanField(),
+)

@@ -3,12 +3,18 @@
 A builder is ``build_agent(model=None)`` returning an uncompiled graph (a ``StateGraph`` or
 a ``ReactAgent``); ``None`` means "your own default model", which for the shipped examples
 is their offline scripted model. Builders are imported on first use and cached.
+
+Everything else the portal shows of an agent lives next to its builder, in the builder's
+module, so adding an agent is one module and one settings line: ``HINT`` (the chat
+picker's line about it), ``EXAMPLE`` (the message the chat offers) and ``DEMO`` (the
+conversation ``seed_demo`` starts), each optional (see ``agent_info``).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -55,6 +61,33 @@ def _import_builder(path: str, name: str) -> Callable[..., Any]:
             name, f"agent {name!r} is registered as {path!r}, which cannot be imported: {exc}"
         ) from exc
     return builder
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """What the pages say about a registered agent, read from its builder's module."""
+
+    name: str
+    hint: str = ""  # one line for the chat's agent picker
+    example: str = ""  # the opening message the chat offers to fill in
+    demo: str = ""  # the conversation seed_demo starts (never the same as the example)
+
+
+def agent_info(name: str) -> AgentInfo:
+    """``HINT``, ``EXAMPLE`` and ``DEMO`` from the module of ``name``'s builder (empty when
+    the module has none); ``UnknownAgentError`` when no agent is registered as ``name``."""
+    module = sys.modules.get(get_agent_builder(name).__module__)
+
+    def text(attribute: str) -> str:
+        value = getattr(module, attribute, "")
+        return value if isinstance(value, str) else ""
+
+    return AgentInfo(name=name, hint=text("HINT"), example=text("EXAMPLE"), demo=text("DEMO"))
+
+
+def agents_info() -> list[AgentInfo]:
+    """Every registered agent's ``AgentInfo``, by name."""
+    return [agent_info(name) for name in agent_names()]
 
 
 def compile_agent(name: str, checkpointer: Any, **compile_kwargs: Any) -> Any:

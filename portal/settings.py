@@ -413,6 +413,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"refusals_without_traceback": {"()": "portal.logfilters.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"portal": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "portal": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+        # Django's request log: an expected 403 or 404 is one line, not a traceback.
+        "django.request": {"filters": ["refusals_without_traceback"]},
+    },
 }

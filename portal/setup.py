@@ -12,6 +12,8 @@ from portal.roles import AUDITOR, REVIEWER, ROLE_PERMISSIONS, SUPPORT
 # prints these so a newcomer can log in as each role.
 DEMO_USERS = {
     "support": (SUPPORT, "support-demo-pass"),
+    # Owns the conversations seed_demo starts, so `support` starts with a clean chat.
+    "support2": (SUPPORT, "support2-demo-pass"),
     "reviewer": (REVIEWER, "reviewer-demo-pass"),
     "reviewer2": (REVIEWER, "reviewer2-demo-pass"),
     "auditor": (AUDITOR, "auditor-demo-pass"),
@@ -59,39 +61,29 @@ def ensure_demo_users() -> list[tuple[str, str, str | None]]:
     return users
 
 
-# --- live portal (issue 6): example conversations for the demo --------------------------
-# One opening message per shipped agent; each makes its agent ask for approval. The chat
-# offers them as examples, and seed_demo starts one conversation per agent on first run.
-DEMO_CONVERSATIONS = {
-    "refunds": "Refund $42.50 for order A-1001, it arrived broken.",
-    "transfers": "Transfer $2,500 to Alice for the March invoice.",
-    "accounts": "Please delete the account for user u-381.",
-    "contact": "My name is Dana Lee, dana@example.com. Message: are you open to a data project?",
-}
-
-
-def ensure_demo_threads(*, username: str = "support") -> list[str]:
-    """On first run (the demo support user has no threads yet), start one conversation
-    per example agent. Only their runs are queued here; the worker (embedded in
-    ``make run``) takes them to their approval requests, so the queue is not empty when a
-    newcomer first looks. Returns the agents started."""
-    from django.conf import settings
-
+def ensure_demo_threads(*, username: str = "support2") -> list[str]:
+    """On first run (the demo user has no threads yet), start one conversation per agent
+    that has a ``DEMO`` message (see ``portal.registry``). Only their runs are queued here;
+    the worker (embedded in ``make run``) takes them to their approval requests, so the
+    queue is not empty when a newcomer first looks. They belong to ``support2``, not to
+    ``support`` whom the README has a newcomer play, and their messages differ from the
+    chat's examples: the newcomer's own request is the only one of its kind in the queue.
+    Returns the agents started."""
     from portal.models import Thread
+    from portal.registry import agents_info
     from portal.services import thread_start
 
     user = get_user_model().objects.filter(username=username).first()
     if user is None or Thread.objects.filter(owner=user).exists():
         return []
     started = []
-    for agent, text in DEMO_CONVERSATIONS.items():
-        if agent not in settings.PORTAL_AGENTS:
+    for info in agents_info():
+        if not info.demo:
             continue
         thread_start(
-            agent=agent, input={"messages": [{"role": "user", "content": text}]}, user=user
+            agent=info.name,
+            input={"messages": [{"role": "user", "content": info.demo}]},
+            user=user,
         )
-        started.append(agent)
+        started.append(info.name)
     return started
-
-
-# --- end live portal ------------------------------------------------------------------

@@ -37,6 +37,7 @@ from django.contrib.auth.models import Group
 
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.state import Message, new_id
+from agents.tools import describe_call
 from portal.checkpointer import DjangoCheckpointer
 from portal.models import Interrupt, Thread
 
@@ -211,12 +212,11 @@ def make_tool_approval(
         "tool_calls": [{"id": call_id, "name": name, "arguments": args}],
         "parameters": {call_id: parameters},
     }
-    arg_text = ", ".join(f"{k}={v!r}" for k, v in args.items())
     return _pause(
         thread,
         schema=schema,
         value=value,
-        message=f"Approve {name}({arg_text})?",
+        message=f"Approve {describe_call(name, args)}?",  # as ToolNode words it
         reason="tool_approval",
         node="TOOL",
         tool_call_id=None,

@@ -13,8 +13,16 @@ import json
 import re
 from typing import Any
 
-from agents import InMemoryCheckpointer, Message, ReactAgent, ResponseGranularity
+from agents import InMemoryCheckpointer, Message, ReactAgent, ResponseGranularity, tool
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
+
+# What the portal shows of this agent (portal.registry reads these): the chat picker's
+# hint, the example message the chat offers (the README's story), and the conversation
+# `seed_demo` starts so the queue is not empty; it differs from the example, so a
+# newcomer following the README never meets a copy of their own request.
+HINT = "Account deletion; a reviewer sees each call before it runs."
+EXAMPLE = "Please delete the account for user u-381."
+DEMO = "Please close the account for user u-204, the customer asked us to."
 
 SYSTEM_PROMPT = [{"role": "system", "content": "You manage user accounts. Use your tools."}]
 
@@ -25,6 +33,7 @@ COMPILE_OPTIONS: dict[str, Any] = {"interrupt_before": ["TOOL"]}
 DELETED: list[str] = []
 
 
+@tool(title="the deletion of account {user_id}")
 def delete_account(user_id: str) -> str:
     """Permanently delete a user account.
 

@@ -24,6 +24,14 @@ from agents import (
 )
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
 
+# What the portal shows of this agent (portal.registry reads these): the chat picker's
+# hint, the example message the chat offers (the README's story), and the conversation
+# `seed_demo` starts so the queue is not empty; it differs from the example, so a
+# newcomer following the README never meets a copy of their own request.
+HINT = "Messages for the owner; each one is approved before it is sent."
+EXAMPLE = "My name is Dana Lee, dana@example.com. Message: are you open to a data project?"
+DEMO = "My name is Omar Haddad, omar@example.com. Message: could you review our API design?"
+
 SYSTEM_PROMPT = [
     {
         "role": "system",
@@ -60,7 +68,7 @@ def get_availability() -> str:
     return "Available for new projects from March, two days a week."
 
 
-@tool(high_risk=True)
+@tool(high_risk=True, title="passing {name}'s message on to the owner")
 def draft_contact_message(name: str, email: str, message: str) -> str:
     """Pass a visitor's message on to the owner. A person approves it before it is recorded.
 

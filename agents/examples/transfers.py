@@ -24,6 +24,14 @@ from agents import (
 from agents.examples import DECISION_SCHEMA, dollars
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
 
+# What the portal shows of this agent (portal.registry reads these): the chat picker's
+# hint, the example message the chat offers (the README's story), and the conversation
+# `seed_demo` starts so the queue is not empty; it differs from the example, so a
+# newcomer following the README never meets a copy of their own request.
+HINT = "Balances and money transfers; every transfer needs approval."
+EXAMPLE = "Transfer $2,500 to Alice for the March invoice."
+DEMO = "Transfer $900 to Bruno for the April rent."
+
 SYSTEM_PROMPT = [
     {
         "role": "system",

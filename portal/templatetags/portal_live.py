@@ -21,6 +21,8 @@ from django.utils import dateformat, timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from portal.words import reason_words
+
 register = template.Library()
 
 
@@ -72,10 +74,11 @@ _QUEUE_ROW = """\
 <tr id="q-{pk}" class="queue-row" data-interrupt="{pk}" data-created="{created}" \
 data-agent="{agent}" data-reason="{reason}">
   <td><span class="tag">{agent_or_dash}</span></td>
-  <td><span class="{reason_class}">{reason}</span></td>
+  <td><span class="{reason_class}">{reason_text}</span></td>
   <td class="queue-message">
     {message}
     {title_line}
+    {asker_line}
   </td>
   <td class="queue-age">{age}</td>
   <td class="queue-claim">{claimant}</td>
@@ -99,6 +102,7 @@ def queue_row(item: Any) -> SafeString:
     created = timezone.localtime(item.created_at) if item.created_at else None
     title = item.thread.title
     title_line = _html('<div class="muted small">“{title}”</div>', title=title) if title else ""
+    asker_line = _queue_asker(item)
     review = ""
     if open_url:
         review = _html('<a class="button primary" href="{url}">Review</a>', url=open_url)
@@ -109,9 +113,11 @@ def queue_row(item: Any) -> SafeString:
         agent=item.agent,
         agent_or_dash=item.agent or "—",
         reason=item.reason,
+        reason_text=reason_words(item.reason),
         reason_class="tag warn" if item.reason == "tool_approval" else "tag",
         message=_queue_message(item.message, open_url),
         title_line=title_line,
+        asker_line=asker_line,
         age=_when_local(created),
         claimant=_queue_claimant(item.claimed_by),
         review=review,
@@ -124,6 +130,31 @@ def _queue_message(message: str, open_url: str | None) -> SafeString:
     if open_url:
         return _html('<a href="{url}">{text}</a>', url=open_url, text=text)
     return _html("{text}", text=text)
+
+
+def _queue_asker(item: Any) -> SafeString | str:
+    # Who asked, and a link to their thread: two requests alike in every other way (the
+    # same refund asked twice) are told apart by these. A row the worker renders from what
+    # a step wrote may not know the owner; it still links the thread.
+    owner = getattr(item.thread, "owner", None)
+    thread_id = getattr(item, "thread_id", None)
+    thread_url = url_or_none("thread_detail", str(thread_id)) if thread_id else None
+    if owner is None and thread_url is None:
+        return ""
+    asker = (
+        _html('asked by <strong class="queue-asker">{name}</strong>', name=owner.get_username())
+        if owner is not None
+        else ""
+    )
+    link = (
+        _html('<a href="{url}" class="queue-thread">the conversation</a>', url=thread_url)
+        if thread_url
+        else ""
+    )
+    joiner = " · " if asker and link else ""
+    return _html(
+        '<div class="small">{asker}{joiner}{link}</div>', asker=asker, joiner=joiner, link=link
+    )
 
 
 def truncate_chars(text: str, length: int) -> str:

@@ -22,20 +22,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal import access, roles, services
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Interrupt
-from portal.registry import UnknownAgentError, agent_names
-from portal.setup import DEMO_CONVERSATIONS
+from portal.registry import UnknownAgentError, agent_info, agent_names, agents_info
 from portal.views.threads import transcript_context
 
 RECENT = 15
 MAX_MESSAGE_CHARS = 4000
-
-# What each shipped agent does; the example message comes from the demo's conversations.
-AGENT_HINTS: dict[str, str] = {
-    "refunds": "Refunds for orders; a reviewer approves each payout.",
-    "transfers": "Balances and money transfers; every transfer needs approval.",
-    "accounts": "Account deletion; a reviewer sees each call before it runs.",
-    "contact": "Messages for the owner; each one is approved before it is sent.",
-}
 
 
 class ChatStartForm(forms.Form):
@@ -85,10 +76,7 @@ def _recent(request: HttpRequest) -> Any:
 
 
 def _agents() -> list[dict[str, str]]:
-    return [
-        {"name": n, "about": AGENT_HINTS.get(n, ""), "example": DEMO_CONVERSATIONS.get(n, "")}
-        for n in agent_names()
-    ]
+    return [{"name": a.name, "about": a.hint, "example": a.example} for a in agents_info()]
 
 
 @require_http_methods(["GET", "POST"])
@@ -118,7 +106,7 @@ def chat(request: HttpRequest) -> HttpResponse:
         if agent in settings.PORTAL_AGENTS:
             initial["agent"] = agent
             if request.GET.get("example"):
-                initial["message"] = DEMO_CONVERSATIONS.get(agent, "")
+                initial["message"] = agent_info(agent).example
         if not initial and "refunds" in settings.PORTAL_AGENTS:
             initial["agent"] = "refunds"  # the demo's first stop
         form = ChatStartForm(initial=initial)
@@ -160,7 +148,11 @@ def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
 def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
     """The person who started the conversation withdraws the request waiting for approval.
     The agent resumes with a decline (fail closed) and tells the customer so in the chat;
-    the withdrawal is recorded as a cancelled decision."""
+    the withdrawal is recorded as a cancelled decision by its requester.
+
+    A POST without ``confirm=yes`` withdraws nothing: it answers with a page that asks
+    first (no script needed, so it works under the Content-Security-Policy and without
+    JavaScript)."""
     thread = access.get_thread_for_user(request, thread_id)
     if thread.owner_id != request.user.pk:
         raise PermissionDenied(
@@ -174,6 +166,10 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
     )
     if pending is None:
         messages.warning(request, "Nothing is waiting for approval here, so nothing was withdrawn.")
+    elif request.POST.get("confirm") != "yes":
+        return render(
+            request, "portal/withdraw_confirm.html", {"thread": thread, "pending": pending}
+        )
     else:
         try:
             services.thread_cancel(interrupt=pending, user=request.user)

@@ -28,7 +28,7 @@ from portal.decisions import (
 )
 from portal.forms import DecisionForm
 from portal.models import Checkpoint, Decision, Interrupt
-from portal.views.threads import display_message
+from portal.views.threads import decisions_by_call, display_message
 
 
 class HtmxRequest(HttpRequest):
@@ -43,11 +43,12 @@ def _conversation(interrupt: Interrupt) -> list[dict[str, Any]]:
         .values_list("messages", flat=True)
     )
     out = []
+    decided = decisions_by_call(interrupt.thread)
     for chunk in chunks:
         for data in chunk or []:
             if not isinstance(data, dict) or data.get("role") == "system":
                 continue
-            out.append(display_message(data))
+            out.append(display_message(data, decided))
     return out
 
 

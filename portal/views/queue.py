@@ -101,7 +101,7 @@ def queue_page(
     order = ["-created_at", "-id"] if newest_first else ["created_at", "id"]
     back = decode_cursor(before)
     cursor = None if back else decode_cursor(after)
-    qs = qs.select_related("thread", "claimed_by")
+    qs = qs.select_related("thread__owner", "claimed_by")
     if back:
         # Walk the other way from the cursor, then put the rows back in display order.
         reverse = [f.lstrip("-") if f.startswith("-") else f"-{f}" for f in order]

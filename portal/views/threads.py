@@ -20,6 +20,7 @@ from django_htmx.middleware import HtmxDetails
 from agents.state import Message
 from portal import access, roles
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
+from portal.words import Decided, call_words, result_words
 
 
 class HtmxRequest(HttpRequest):
@@ -30,27 +31,58 @@ PAGE_SIZE = 30
 TIMELINE_LIMIT = 200
 
 
-def display_message(data: dict[str, Any]) -> dict[str, Any]:
-    """A stored message as the transcript partials show it (tool calls parsed)."""
+def display_message(
+    data: dict[str, Any], decided: dict[str, Decided] | None = None
+) -> dict[str, Any]:
+    """A stored message as the transcript partials show it: tool calls parsed and put in
+    words, and a tool's JSON result as a sentence (``decided``: who answered the request
+    each tool call waited on, by call id; see ``decisions_by_call``)."""
     message = Message.from_dict(data)
+    content = message.content
+    if message.role == "tool" and isinstance(content, str):
+        by = (decided or {}).get(message.tool_call_id or "")
+        content = result_words(content, message.name, by)
     return {
         "id": message.id,
         "role": message.role,
-        "content": message.content,
+        "content": content,
         "name": message.name,
         "tool_calls": [
-            {"id": call_id, "name": name, "args": args}
+            {"id": call_id, "name": name, "args": args, "words": call_words(name, args)}
             for call_id, name, args in message.tool_call_arguments()
         ],
     }
+
+
+def decisions_by_call(thread: Thread) -> dict[str, Decided]:
+    """Who answered each request of ``thread`` that a tool call waited on, by call id."""
+    out: dict[str, Decided] = {}
+    decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "interrupt")
+    for decision in decisions:
+        request = decision.interrupt
+        value = request.value if isinstance(request.value, dict) else {}
+        calls = value.get("tool_calls")
+        ids = [str(c.get("id")) for c in calls or [] if isinstance(c, dict)]
+        if not isinstance(calls, list):
+            ids = []
+        if request.tool_call_id:
+            ids.append(request.tool_call_id)
+        entry = Decided(
+            who=decision.reviewer.get_username() if decision.reviewer else "the system",
+            outcome=decision.outcome,
+            withdrawn=decision.is_withdrawal(thread),
+        )
+        out.update(dict.fromkeys(ids, entry))
+    return out
 
 
 def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
     """What the transcript partial shows: the conversation rebuilt from the checkpoints
     (each holds only the messages its step added; ``after_seq`` keeps only the steps
     after that one), the pending request if paused, and whether a run is under way."""
+    decided = decisions_by_call(thread)
     transcript = [
-        display_message(m)
+        display_message(m, decided)
         for chunk in Checkpoint.objects.filter(thread=thread, seq__gt=after_seq)
         .order_by("seq")
         .values_list("messages", flat=True)
@@ -84,7 +116,7 @@ def _timeline(thread: Thread) -> list[dict[str, Any]]:
         events.append({"kind": "checkpoint", "at": cp.created_at, "obj": cp})
     for it in Interrupt.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "interrupt", "at": it.created_at, "obj": it})
-    decisions = Decision.objects.filter(thread=thread).select_related("reviewer")
+    decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "thread")
     for d in decisions.order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "decision", "at": d.created_at, "obj": d})
     for run in Run.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:

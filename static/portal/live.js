@@ -235,6 +235,9 @@
       const data = chunk.data || {};
       if (chunk.event === "message" && chunk.message) {
         setWorking(true);
+        // A tool's result is data (often JSON): the server words it, and the transcript
+        // re-fetched when the run pauses or ends shows it so.
+        if (chunk.message.role === "tool") return;
         const el = bubble(chunk.message);
         if (!el) return;
         const body = el.querySelector(".body") || el;

@@ -40,7 +40,7 @@ async def test_interrupt_before_pauses_before_the_tool_node_and_continues_with_n
     }
     assert request.response_schema["required"] == ["approved"]
     # The reviewer reads what is at stake, not the graph's plumbing.
-    assert request.message == "Approve delete_account(user_id='u-381')? (paused before `TOOL`)"
+    assert request.message == "Approve delete account (user id: u-381)?"
     assert state.context[-1].tools_calls[0]["function"]["name"] == "delete_account"
     assert ran == []
 

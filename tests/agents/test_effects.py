@@ -167,7 +167,7 @@ async def test_a_tool_cut_short_is_not_run_again_but_becomes_a_question(store, c
     assert len(bank.keys) == 1  # not run again
     assert request["reason"] == OUTCOME_REASON
     assert request["tool_call_id"] == "call_1"
-    assert request["message"].startswith("issue_refund(order_id='A-1') may already have")
+    assert request["message"].startswith("issue refund (order id: A-1) may already have")
     assert "confirm it happened, retry it, or mark it failed" in request["message"]
     assert request["value"]["key"] == bank.keys[0]
     assert request["response_schema"]["properties"]["outcome"]["enum"] == [

@@ -97,10 +97,7 @@ async def test_contact_demo_runs_the_risky_tool_once_when_approved_and_never_oth
     out = lines(capsys)
     availability = "Done. Available for new projects from March, two days a week."
     assert f"[contact-questions] assistant: {availability}" in out
-    call = (
-        "draft_contact_message(name='Dana Lee', email='dana@example.com', "
-        "message='Are you open to a three-month data project?')"
-    )
+    call = "passing Dana Lee's message on to the owner"  # the tool's own title
     assert out.count(f"[contact-approve] paused (tool_approval): Approve {call}?") == 1
     assert "[contact-approve] tool ran: 1 time(s)" in out
     assert "[contact-reject] tool ran: 0 time(s)" in out

@@ -48,7 +48,7 @@ async def test_a_high_risk_call_waits_for_approval_and_runs_once_when_approved(
     request = await pause(graph, config)
     assert request.reason == "tool_approval"
     assert request.node == "TOOL" and request.tool_call_id is None
-    assert request.message == "Approve issue_refund(order_id='A-1001', amount=42.5)?"
+    assert request.message == "Approve issue refund (order id: A-1001, amount: 42.5)?"
     assert request.value["tool_calls"] == [
         {
             "id": "call_2",
@@ -164,7 +164,7 @@ async def test_several_high_risk_calls_share_one_approval_listing_all(store, con
     )
     graph = ReactAgent(model, tools=[delete_account]).compile(checkpointer=store)
     request = await pause(graph, config)
-    assert request.message == "Approve delete_account(user_id='u1'), delete_account(user_id='u2')?"
+    assert request.message == "Approve delete account (user id: u1); delete account (user id: u2)?"
     assert [c["id"] for c in request.value["tool_calls"]] == ["call_1", "call_2"]
     await graph.ainvoke({"resume": {"approved": True}}, config)
     assert ran == ["u1", "u2"]
@@ -194,3 +194,41 @@ async def test_the_approval_survives_a_crash_between_two_approved_calls(store, c
     assert out["interrupt"] is None  # no second approval needed
     assert ran == ["alice", "bob", "bob"]  # alice once; bob died before finishing, then ran
     assert tool_results(out["messages"]) == {"call_1": "paid alice", "call_2": "paid bob"}
+
+
+def test_a_tools_title_words_its_approval_request_as_a_format_string_or_a_function():
+    from agents.tools import describe_call
+
+    @tool(high_risk=True, title="a ${amount:,.2f} transfer to {recipient}")
+    def transfer(amount: float, recipient: str) -> str:
+        """Move money."""
+        return "done"
+
+    @tool(title=lambda args: f"closing {args['user_id']}")
+    def close(user_id: str) -> str:
+        """Close an account."""
+        return "closed"
+
+    assert describe_call("transfer", {"amount": 2500, "recipient": "Alice"}, transfer) == (
+        "a $2,500.00 transfer to Alice"
+    )
+    assert describe_call("close", {"user_id": "u-1"}, close) == "closing u-1"
+    # A title the arguments do not fit falls back to the tool's name in words.
+    assert describe_call("transfer", {"amount": 5}, transfer) == "transfer (amount: 5)"
+    assert describe_call("transfer_funds", {"amount": 5000.0, "to": "Al"}) == (
+        "transfer funds (amount: 5,000, to: Al)"
+    )
+
+
+async def test_a_titled_high_risk_tool_asks_in_its_own_words(store, config):
+    @tool(high_risk=True, title="a ${amount:,.2f} refund for order {order_id}")
+    def refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        return "ok"
+
+    model = FakeModel(call(("refund", {"order_id": "A-1", "amount": 42.5})), say("done"))
+    graph = ReactAgent(model, tools=[refund]).compile(checkpointer=store)
+
+    request = await pause(graph, config)
+
+    assert request.message == "Approve a $42.50 refund for order A-1?"

@@ -69,7 +69,9 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     notice = chat.locator("#waiting-notice")
     expect(notice).to_contain_text("Waiting for approval")
     expect(notice).to_contain_text("Approve a $42.50 refund for order A-1001?")
-    expect(chat.locator(".msg.assistant")).to_contain_text("issue_refund")
+    expect(chat.locator(".msg.assistant")).to_contain_text(
+        "Issue refund (order id: A-1001, amount: 42.5)"
+    )
     shoot(chat, "chat-waiting")
 
     # The reviewer's already-open queue shows it without a reload.
@@ -77,7 +79,8 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     row = queue.locator(f"#q-{interrupt.pk}")
     expect(row).to_be_visible(timeout=3000)
     expect(row).to_contain_text("refunds")
-    expect(row).to_contain_text("tool_approval")
+    expect(row).to_contain_text("Tool approval")
+    expect(row).to_contain_text("asked by sam-support")
     expect(row).to_contain_text("Approve a $42.50 refund")
     expect(queue.locator("#queue-empty")).to_be_hidden()
     assert_not_reloaded(queue)
@@ -140,8 +143,10 @@ def test_a_rejection_with_a_note_reaches_the_agent(live, login, shoot, support_a
     # The agent was told, and says so in the still-open chat.
     _wait_for(lambda: Thread.objects.get(pk=thread.pk).status == "done", what="thread done")
     expect(chat.locator("#waiting-notice")).to_have_count(0)
-    expect(chat.locator(".msg.tool")).to_contain_text("declined")
-    expect(chat.locator(".msg.tool")).to_contain_text("Outside the return window.")
+    expect(chat.locator(".msg.tool")).to_contain_text(
+        "Issue refund declined by rita-reviewer: Outside the return window."
+    )
+    expect(chat.locator(".msg.tool")).not_to_contain_text('{"status"')
     page.locator("#decision-result").scroll_into_view_if_needed()
     shoot(page, "interrupt-rejected")
 

@@ -340,7 +340,7 @@ CASES = [
         "get",
         "/history/99999999999999999999999/",
         404,
-        "Not Found",
+        "No such decision",
     ),
     Case(
         "metrics: a day with no day after it",

@@ -9,8 +9,10 @@ import uuid
 import pytest
 from django.urls import reverse
 
+from agents.checkpoint import CheckpointWrite, ThreadStatus
+from agents.state import Message
 from portal.models import Run, Thread
-from tests.factories import make_interrupt, make_thread
+from tests.factories import _put, make_interrupt, make_thread
 
 pytestmark = pytest.mark.django_db
 REFUND = "Refund $42.50 for order A-1001, it arrived broken."
@@ -90,7 +92,7 @@ def test_a_paused_conversation_is_rebuilt_from_the_checkpoint_with_the_waiting_n
     html = response.content.decode()
     assert response.status_code == 200
     assert REFUND in html
-    assert "issue_refund" in html  # the tool call that asked
+    assert "Issue refund (order id: A-1001, amount: 42.5)" in html  # the call that asked
     assert "Waiting for approval" in html
     assert interrupt.message in html
     assert f'data-live-thread="/ws/threads/{interrupt.thread_id}/"' in html
@@ -157,7 +159,7 @@ def test_the_owner_withdraws_a_pending_request_and_the_agent_resumes_with_a_decl
 
     interrupt = make_interrupt(owner=support_agent)
     client.force_login(support_agent)
-    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", follow=True)
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"}, follow=True)
 
     assert response.status_code == 200
     assert "Request withdrawn" in response.content.decode()
@@ -169,13 +171,73 @@ def test_the_owner_withdraws_a_pending_request_and_the_agent_resumes_with_a_decl
     assert run.input == {"resume": None, "resume_interrupt_id": interrupt.pk}
 
 
+def test_withdrawing_asks_for_confirmation_first_and_records_nothing_until_confirmed(
+    client, support_agent
+):
+    from portal.models import Decision, Interrupt
+
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Withdraw this request?" in page
+    assert '<input type="hidden" name="confirm" value="yes">' in page
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not Decision.objects.exists()
+    assert not Run.objects.filter(thread_id=interrupt.thread_id, kind=Run.Kind.RESUME).exists()
+
+
+def test_a_withdrawal_reads_as_withdrawn_by_its_requester_in_transcript_and_history(
+    client, support_agent, reviewer
+):
+    from portal.models import Checkpoint
+
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"})
+    # The agent's decline as the refunds tool words it, resumed with no answer.
+    thread = interrupt.thread
+    thread.refresh_from_db()
+    _put(
+        thread,
+        CheckpointWrite(
+            status=ThreadStatus.DONE,
+            next_node=None,
+            new_messages=[
+                Message(
+                    role="tool",
+                    content='{"status": "declined", "reason": "the request was cancelled"}',
+                    name="issue_refund",
+                    tool_call_id=interrupt.tool_call_id,
+                ).to_dict()
+            ],
+        ),
+    )
+    assert Checkpoint.objects.filter(thread=thread).count() >= 3
+
+    chat = client.get(f"/chat/{interrupt.thread_id}/").content.decode()
+    assert "Issue refund withdrawn by its requester, sam-support." in chat
+    assert "declined" not in chat
+    assert "{&quot;status&quot;" not in chat
+
+    client.force_login(reviewer)
+    timeline = client.get(f"/threads/{interrupt.thread_id}/").content.decode()
+    assert "<strong>Withdrawn</strong> by its requester, sam-support" in timeline
+    history = client.get("/history/").content.decode()
+    assert "withdrawn by its requester" in history
+
+
 def test_withdrawing_twice_records_one_cancellation_and_says_why(client, support_agent):
     from portal.models import Decision
 
     interrupt = make_interrupt(owner=support_agent)
     client.force_login(support_agent)
-    client.post(f"/chat/{interrupt.thread_id}/withdraw")
-    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", follow=True)
+    client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"})
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"}, follow=True)
 
     assert "nothing was withdrawn" in response.content.decode()
     assert Decision.objects.filter(interrupt=interrupt).count() == 1
@@ -191,7 +253,8 @@ def test_only_the_owner_may_withdraw(client, request, support_agent, persona, st
 
     interrupt = make_interrupt(owner=support_agent)
     client.force_login(request.getfixturevalue(persona))
-    assert client.post(f"/chat/{interrupt.thread_id}/withdraw").status_code == status
+    response = client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"})
+    assert response.status_code == status
     interrupt.refresh_from_db()
     assert interrupt.status == Interrupt.Status.PENDING
 
@@ -204,3 +267,17 @@ def test_withdraw_needs_post_a_login_and_a_real_thread(client, support_agent):
     assert client.get(url).status_code == 405
     assert client.post("/chat/not-a-uuid/withdraw").status_code == 404
     assert client.post(f"/chat/{uuid.uuid4()}/withdraw").status_code == 404
+
+
+def test_the_request_page_of_a_withdrawn_request_says_its_requester_withdrew_it(
+    client, support_agent, reviewer
+):
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(support_agent)
+    client.post(f"/chat/{interrupt.thread_id}/withdraw", {"confirm": "yes"})
+
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[interrupt.pk])).content.decode()
+
+    assert "<strong>Withdrawn</strong> by its requester, sam-support" in page
+    assert "Cancelled" not in page

@@ -86,8 +86,8 @@ def test_the_page_shows_each_decision_with_everything_an_auditor_needs(client, a
     html = response.content.decode()
     transfer = decisions["transfer"]
     assert f"#{transfer.pk}" in html
-    assert "transfers" in html and "tool_approval" in html and "transfer_funds" in html
-    assert "Approve transfer_funds(" in html  # the message
+    assert "transfers" in html and "Tool approval" in html and "Transfer funds" in html
+    assert "Approve transfer funds (" in html  # the message
     assert "Mallory" in html  # the payload as the reviewer saw it
     assert "&quot;approved&quot;: false" in html  # the submitted value
     assert "rejected" in html and "rob-reviewer" in html  # outcome, who decided

@@ -44,7 +44,7 @@ def test_a_reviewer_sees_the_request_the_conversation_the_tool_call_and_the_form
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Approve transfer_funds(amount=5000.0, recipient=&#x27;Alice&#x27;)?" in html
+    assert "Approve transfer funds (amount: 5,000, recipient: Alice)?" in html
     assert "Send $5,000 to Alice." in html  # the user's message
     assert "transfer_funds" in html and "&quot;recipient&quot;: &quot;Alice&quot;" in html
     assert 'id="decision-form"' in html
@@ -393,3 +393,19 @@ def test_an_auditor_cannot_claim(client, auditor):
     response = login(client, auditor).post(reverse("interrupt_claim", args=[interrupt.pk]))
 
     assert response.status_code == 403
+
+
+def test_the_banner_of_a_refused_note_names_the_real_cause(client, reviewer, settings):
+    settings.PORTAL_MAX_NOTE_CHARS = 2000
+    interrupt = make_interrupt()
+
+    response = login(client, reviewer).post(
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "action": "approve", "note": "n" * 2100},
+    )
+
+    assert response.status_code == 422
+    assert response.context["form"].non_field_errors() == [
+        "Not recorded: note: 2,100 characters, over the limit of 2,000."
+    ]
+    assert "does not fit" not in response.content.decode()

@@ -177,3 +177,23 @@ def test_the_arrivals_index_survives_every_migration_on_either_database():
     with connection.cursor() as cursor:
         indexes = connection.introspection.get_constraints(cursor, "portal_interrupt")
     assert indexes["portal_interrupt_created"]["columns"] == ["created_at"]
+
+
+def test_a_withdrawal_by_its_requester_is_not_counted_as_a_reviewers_decision(
+    reviewer, support_agent
+):
+    now = timezone.now()
+    asked = now - timedelta(minutes=10)
+    _decide(_asked(asked, owner=support_agent), now, reviewer=reviewer, outcome="rejected")
+    # The requester takes their own request back; a reviewer's cancellation still counts.
+    _decide(_asked(asked, owner=support_agent), now, reviewer=support_agent, outcome="cancelled")
+    _decide(_asked(asked), now, reviewer=reviewer, outcome="cancelled")
+    start, end = now - timedelta(days=1), now + timedelta(days=1)
+
+    by_reviewer = {r.label: r for r in metrics.outcome_rates(start, end, "reviewer")}
+    by_agent = {r.label: r for r in metrics.outcome_rates(start, end, "agent")}
+
+    assert set(by_reviewer) == {"rita-reviewer"}
+    assert by_reviewer["rita-reviewer"].counts["cancelled"] == 1
+    assert by_agent["refunds"].total == 2
+    assert sum(n for _, n in metrics.wait_histogram(start, end)) == 2

@@ -25,6 +25,7 @@ from tests.factories import make_interrupt
 
 CREATED = datetime(2026, 11, 30, 1, 7, 9, tzinfo=UTC)
 PK = "int_0123456789abcdef"
+THREAD = "6f1c0d2e-7a4b-4c8d-9e0f-1a2b3c4d5e6f"
 
 
 def pending(
@@ -36,12 +37,18 @@ def pending(
     title: str = "Refund $42.50 for order A-1001.",
     claimant: str | None = None,
     created_at: datetime | None = CREATED,
+    owner: str | None = "sam-support",
 ) -> Interrupt:
     """An unsaved pending interrupt with its thread and claimant at hand, as the worker
     has it when the agent pauses."""
     return Interrupt(
         id=pk,
-        thread=Thread(agent=agent, title=title),
+        thread=Thread(
+            id=THREAD,
+            agent=agent,
+            title=title,
+            owner=get_user_model()(username=owner) if owner else None,
+        ),
         agent=agent,
         reason=reason,
         message=message,
@@ -68,10 +75,12 @@ def test_an_unclaimed_row_in_full():
             data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
             data-reason="tool_approval">
           <td><span class="tag">refunds</span></td>
-          <td><span class="tag warn">tool_approval</span></td>
+          <td><span class="tag warn">Tool approval</span></td>
           <td class="queue-message">
             <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
             <div class="muted small">“Refund $42.50 for order A-1001.”</div>
+            <div class="small">asked by <strong class="queue-asker">sam-support</strong> ·
+              <a href="/threads/{THREAD}/" class="queue-thread">the conversation</a></div>
           </td>
           <td class="queue-age"><time datetime="2026-11-30T01:07:09+00:00" data-relative
               title="2026-11-30 01:07:09 UTC">2026-11-30 01:07</time>
@@ -95,9 +104,11 @@ def test_a_claimed_row_in_full():
             data-created="2026-11-30T01:07:09+00:00" data-agent="refunds"
             data-reason="input_required">
           <td><span class="tag">refunds</span></td>
-          <td><span class="tag">input_required</span></td>
+          <td><span class="tag">Question</span></td>
           <td class="queue-message">
             <a href="/interrupts/{PK}/">Approve a $42.50 refund for order A-1001?</a>
+            <div class="small">asked by <strong class="queue-asker">sam-support</strong> ·
+              <a href="/threads/{THREAD}/" class="queue-thread">the conversation</a></div>
           </td>
           <td class="queue-age"><time datetime="2026-11-30T01:07:09+00:00" data-relative
               title="2026-11-30 01:07:09 UTC">2026-11-30 01:07</time>
@@ -175,9 +186,9 @@ def test_a_message_of_exactly_160_characters_is_shown_whole():
 
 
 def test_tool_approval_is_tagged_warn_and_other_reasons_are_not():
-    assertInHTML('<span class="tag warn">tool_approval</span>', queue_row(pending()))
+    assertInHTML('<span class="tag warn">Tool approval</span>', queue_row(pending()))
     row = queue_row(pending(reason="input_required"))
-    assertInHTML('<span class="tag">input_required</span>', row)
+    assertInHTML('<span class="tag">Question</span>', row)
     assert "warn" not in row
 
 
@@ -232,7 +243,7 @@ def test_an_id_that_reverse_would_quote_is_reversed_as_usual():
 def test_an_id_no_link_can_hold_leaves_the_links_out():
     row = queue_row(pending(pk="a/b"))
     assert 'id="q-a/b"' in row
-    assert "href" not in row
+    assert 'href="/interrupts/' not in row
     assert "hx-post" not in row
     assert '<td class="queue-message">\n    Approve a $42.50 refund for order A-1001?\n' in row
 

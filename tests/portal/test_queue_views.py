@@ -48,7 +48,7 @@ def test_a_reviewer_sees_each_pending_request_with_agent_reason_message_age_and_
     row = html[html.index(f'id="q-{item.pk}"') :]
     row = row[: row.index("</tr>")]
     assert "refunds" in row
-    assert "tool_approval" in row
+    assert "Tool approval" in row
     assert "Approve a $42.50 refund for order A-1001?" in row
     assert f'datetime="{item.created_at.isoformat()}"' in row  # relative, filled in by JS
     assert "UTC" in row  # and absolute

@@ -227,7 +227,7 @@ def test_a_tool_approval_offers_argument_editing_prefilled_with_the_model_argume
     assert form.can_edit_args
     assert form.fields[f"args.{call_id}.amount"].initial == 5000.0
     assert form.fields[f"args.{call_id}.recipient"].initial == "Alice"
-    assert form.fields[f"args.{call_id}.amount"].label.startswith("transfer_funds")
+    assert form.fields[f"args.{call_id}.amount"].label.startswith("Transfer funds")
 
 
 @pytest.mark.django_db

@@ -37,7 +37,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {role:<9} {username:<10} {shown}")
         agents = ", ".join(settings.PORTAL_AGENTS)
         self.stdout.write(f"Agents: {agents}. Model: {settings.PORTAL_MODEL}.")
-        # live portal (issue 6): example conversations waiting in the review queue.
+        # Example conversations (support2's) waiting in the review queue.
         started = ensure_demo_threads()
         if started:
             self.stdout.write(
@@ -46,6 +46,6 @@ class Command(BaseCommand):
             )
         self.stdout.write(
             "\nTry it: log in as support, open the chat, send the refunds example; then log "
-            "in as reviewer (another browser or a private window), approve it in the queue, "
-            "and watch the chat finish.\n"
+            "in as reviewer (another browser or a private window), open the queue row asked "
+            "by support, approve it, and watch the chat finish.\n"
         )

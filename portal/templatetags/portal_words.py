@@ -1,0 +1,7 @@
+from django import template
+
+from portal import words
+
+register = template.Library()
+register.filter("reason_words", words.reason_words)
+register.filter("tool_words", words.tool_words)

@@ -1,0 +1,86 @@
+"""The runtime's identifiers as people read them: reasons, tool names, outcomes.
+
+Pages show these words; the identifiers stay in the data, the filters and the API."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agents.tools import describe_call, words
+
+REASONS = {
+    "tool_approval": "Tool approval",
+    "transfer_approval": "Transfer approval",
+    "breakpoint": "Check before a step",
+    "input_required": "Question",
+    "uncertain_outcome": "Uncertain outcome",
+}
+
+
+def reason_words(reason: str) -> str:
+    """``tool_approval`` -> ``Tool approval``; a reason we do not know, in words."""
+    if reason in REASONS:
+        return REASONS[reason]
+    text = words(reason or "")
+    return text[:1].upper() + text[1:]
+
+
+def tool_words(name: str) -> str:
+    """``delete_account`` -> ``Delete account``."""
+    text = words(name or "")
+    return text[:1].upper() + text[1:]
+
+
+def call_words(name: str, args: dict[str, Any] | None) -> str:
+    """A tool call as a sentence's start: ``Delete account (user id: u-381)``."""
+    text = describe_call(name, args)
+    return text[:1].upper() + text[1:]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """Who answered the request a tool call waited on, and how."""
+
+    who: str
+    outcome: str
+    withdrawn: bool  # its requester took it back (not a reviewer's decline)
+
+
+def result_words(content: str, tool: str | None, decided: Decided | None = None) -> str:
+    """A tool's result as a support agent reads it. Results that are JSON objects (a
+    decline, an error, a record) become a sentence; plain text stays as it is."""
+    try:
+        data = json.loads(content) if content.lstrip().startswith("{") else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return content
+    what = tool_words(tool or "the tool")
+    status = data.get("status")
+    reason = data.get("reason") or data.get("error")
+    reason_text = f": {_sentence(str(reason))}" if reason else "."
+    if status == "declined":
+        if decided is not None and decided.withdrawn:
+            return f"{what} withdrawn by its requester, {decided.who}."
+        if decided is not None and decided.outcome == "expired":
+            return f"{what} not done: the request expired."
+        if decided is not None:
+            return f"{what} declined by {decided.who}{reason_text}"
+        return f"{what} declined{reason_text}"
+    if status == "error":
+        return f"{what} failed{reason_text}"
+    listed = "; ".join(f"{words(str(k))}: {_plain(v)}" for k, v in data.items())
+    return f"{what}: {listed}."
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
