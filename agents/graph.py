@@ -52,7 +52,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, call_text
+from agents.tools import ToolNode, call_text, edits_key
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -252,9 +252,10 @@ def _as_message(item: Any) -> Message:
     )
 
 
-def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
+def _breakpoint(node: str, when: str, state: AgentState, fn: Any = None) -> Interrupt:
     last = state.context[-1] if state.context else None
     value = None
+    schema = BREAKPOINT_SCHEMA
     # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
     message = f"Paused {when} `{node}`: approve to go on, or decline."
     if last is not None and last.role == "assistant" and last.tools_calls:
@@ -262,6 +263,16 @@ def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
         value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
         wanted = ", ".join(call_text(n, a or {}) for _, n, a in calls)
         message = f"Approve {wanted}? (paused {when} `{node}`)"
+        if when == "before" and isinstance(fn, ToolNode):
+            # Before the tools run, a reviewer may approve them with edited arguments,
+            # each call's checked against its tool's parameters.
+            editable = {i: fn.tools[n].parameters for i, n, a in calls if n in fn.tools and a}
+            if editable:
+                args = {"type": "object", "properties": editable, "additionalProperties": False}
+                schema = {
+                    **BREAKPOINT_SCHEMA,
+                    "properties": {**BREAKPOINT_SCHEMA["properties"], "args": args},
+                }
     return Interrupt(
         id=new_id("int"),
         key=f"{node}:{when}",
@@ -269,7 +280,7 @@ def _breakpoint(node: str, when: str, state: AgentState) -> Interrupt:
         value=value,
         message=message,
         reason="breakpoint",
-        response_schema=BREAKPOINT_SCHEMA,
+        response_schema=schema,
     )
 
 
@@ -474,7 +485,9 @@ class CompiledGraph:
         try:
             while node is not None and node != END:
                 if node in self.interrupt_before and run.passed != node:
-                    return await run.pause(_breakpoint(node, "before", run.state), node, "before")
+                    return await run.pause(
+                        _breakpoint(node, "before", run.state, self.nodes[node]), node, "before"
+                    )
                 run.state.execution_meta.step += 1
                 if run.state.execution_meta.step > limit:
                     raise GraphRecursionError(
@@ -717,6 +730,9 @@ class CompiledGraph:
         if pending.reason == "breakpoint":
             approved = isinstance(value, dict) and value.get("approved") is True
             note = value.get("note") if isinstance(value, dict) else None
+            if approved and isinstance(value.get("args"), dict) and value["args"]:
+                # Kept with the answers until the node completes: its calls use them.
+                run.answers[edits_key(pending.node)] = {"id": pending.id, "value": value["args"]}
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()
