@@ -201,3 +201,83 @@ def test_a_breakpoint_before_the_tools_can_be_approved_with_edited_arguments(cli
     assert decision.outcome == "edited"
     assert decision.original_args == {call_id: {"amount": 5000.0, "recipient": "Alice"}}
     assert decision.executed_args == {call_id: {"amount": 50, "recipient": "Alice"}}
+
+
+# --- through the worker ------------------------------------------------------------------
+
+
+def say(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def drain() -> int:
+    from portal.worker import Worker
+
+    return Worker(name="test-worker").run_forever(once=True)
+
+
+def tool_message(thread) -> dict:
+    from portal.checkpointer import DjangoCheckpointer
+
+    snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
+    return next(m for m in reversed(snapshot.messages) if m["role"] == "tool")
+
+
+@pytest.mark.usefixtures("test_agents")
+@pytest.mark.parametrize(
+    ("data", "given", "result"),
+    [
+        ({"action": "edit", "args.amount": "7"}, ["7"], "Gave $7.00."),
+        ({"action": "accept"}, ["42.0"], "Gave $42.00."),
+        ({"action": "ignore"}, [], '"answer": "ignore"'),
+        ({"action": "response", "response": "Not today."}, [], '"text": "Not today."'),
+    ],
+)
+def test_the_agent_receives_the_typed_answer_and_acts_only_on_accept_or_edit(
+    client, support_agent, reviewer, effects, data, given, result
+):
+    from portal import services
+    from portal.models import Interrupt
+    from tests.portal.testagents import read_effects
+
+    thread, _ = services.thread_start(agent="inbox", input=say("give 42"), user=support_agent)
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    assert inbox.declared(request.response_schema).args == {"amount": 42.0}
+
+    decide(client, reviewer, request, **data)
+    drain()
+
+    assert [line.split()[1] for line in read_effects(effects, "give")] == given
+    assert result in tool_message(thread)["content"]
+
+
+@pytest.mark.usefixtures("test_agents")
+def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
+    client, support_agent, reviewer
+):
+    from agents.examples import accounts
+    from portal import services
+    from portal.models import Interrupt
+
+    accounts.DELETED.clear()
+    thread, _ = services.thread_start(
+        agent="accounts", input=say("Please delete the account for user u-381."), user=support_agent
+    )
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    call_id = request.value["tool_calls"][0]["id"]
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[request.pk])).content.decode()
+    assert f'name="args.{call_id}.user_id" value="u-381"' in page
+
+    decide(client, reviewer, request, action="edit", **{f"args.{call_id}.user_id": "u-382"})
+    drain()
+
+    assert accounts.DELETED == ["u-382"]
+    result = tool_message(thread)
+    assert result["meta"]["original_args"] == {"user_id": "u-381"}
+    assert result["meta"]["executed_args"] == {"user_id": "u-382"}
+    decision = Decision.objects.get(interrupt=request)
+    assert decision.outcome == "edited"
+    assert decision.executed_args == {call_id: {"user_id": "u-382"}}
