@@ -109,7 +109,7 @@ async def test_an_answer_the_request_does_not_allow_is_refused_and_nothing_is_re
     assert after.seq == before.seq and done == []
 
 
-def test_actions_must_be_known_and_exclude_a_schema_of_their_own():
+def test_actions_must_be_known_and_at_least_one():
     from agents.inbox import check_actions
 
     with pytest.raises(ValueError, match="unknown action 'approve'"):

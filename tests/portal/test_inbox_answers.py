@@ -281,3 +281,22 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
     decision = Decision.objects.get(interrupt=request)
     assert decision.outcome == "edited"
     assert decision.executed_args == {call_id: {"user_id": "u-382"}}
+
+
+def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.decisions import interrupts_expire
+
+    interrupt = declaring("accept", "edit", "response", "ignore")
+    interrupt.expires_at = timezone.now() - timedelta(seconds=1)
+    interrupt.save(update_fields=["expires_at"])
+
+    [decision] = interrupts_expire()
+
+    # No answer is not an accept: the tool sees None and does not go ahead.
+    assert (decision.outcome, decision.value, decision.executed_args) == ("expired", None, None)
+    run = Run.objects.get(thread=interrupt.thread, kind=Run.Kind.RESUME)
+    assert run.input["resume"] is None
