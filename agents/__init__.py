@@ -20,6 +20,7 @@ from agents.errors import (
     ThreadNotPausedError,
 )
 from agents.graph import END, CompiledGraph, StateGraph, current_run
+from agents.inbox import HumanResponse, goes_ahead
 from agents.interrupt import GraphInterrupt, Interrupt, RunContext, interrupt, pending_interrupt
 from agents.models.base import ChatModel, ModelError
 from agents.prebuilt import Agent, ReactAgent
@@ -48,6 +49,7 @@ __all__ = [
     "GraphInterrupt",
     "GraphRecursionError",
     "GraphSetupError",
+    "HumanResponse",
     "InMemoryCheckpointer",
     "Interrupt",
     "InterruptMismatchError",
@@ -68,6 +70,7 @@ __all__ = [
     "Tool",
     "ToolNode",
     "current_run",
+    "goes_ahead",
     "idempotency_key",
     "interrupt",
     "pending_interrupt",

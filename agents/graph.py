@@ -52,7 +52,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, describe_call
+from agents.tools import ToolNode, call_text, describe_call, edits_key
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -255,6 +255,7 @@ def _as_message(item: Any) -> Message:
 def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) -> Interrupt:
     last = state.context[-1] if state.context else None
     value = None
+    schema = BREAKPOINT_SCHEMA
     # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
     # The node's name is for developers; it stays in the request's ``node`` field.
     message = "The agent stopped for a check: approve to let it go on, or decline."
@@ -264,6 +265,18 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         tools = tool_node.tools if isinstance(tool_node, ToolNode) else {}
         wanted = "; ".join(describe_call(n, a, tools.get(n)) for _, n, a in calls)
         message = f"Approve {wanted}?"
+        if when == "before" and isinstance(tool_node, ToolNode):
+            # Before the tools run, a reviewer may approve them with edited arguments,
+            # each call's checked against its tool's parameters.
+            editable = {
+                i: tool_node.tools[n].parameters for i, n, a in calls if n in tool_node.tools and a
+            }
+            if editable:
+                args = {"type": "object", "properties": editable, "additionalProperties": False}
+                schema = {
+                    **BREAKPOINT_SCHEMA,
+                    "properties": {**BREAKPOINT_SCHEMA["properties"], "args": args},
+                }
     return Interrupt(
         id=new_id("int"),
         key=f"{node}:{when}",
@@ -271,7 +284,7 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         value=value,
         message=message,
         reason="breakpoint",
-        response_schema=BREAKPOINT_SCHEMA,
+        response_schema=schema,
     )
 
 
@@ -723,6 +736,9 @@ class CompiledGraph:
         if pending.reason == "breakpoint":
             approved = isinstance(value, dict) and value.get("approved") is True
             note = value.get("note") if isinstance(value, dict) else None
+            if approved and isinstance(value.get("args"), dict) and value["args"]:
+                # Kept with the answers until the node completes: its calls use them.
+                run.answers[edits_key(pending.node)] = {"id": pending.id, "value": value["args"]}
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()

@@ -20,7 +20,7 @@ outside that count.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from jsonschema import ValidationError
 
+from agents import inbox
 from agents.errors import InvalidInterruptError
 from agents.schema import (
     SchemaRefused,
@@ -118,6 +119,9 @@ class RunContext:
         self.answers = answers
         self.tool_call_id: str | None = None
         self.call_key: str | None = None  # the running tool call's idempotency key
+        # The running tool call's arguments and their schema: what an edit may change.
+        self.call_args: dict[str, Any] | None = None
+        self.call_schema: dict[str, Any] | None = None
         # The id of the interrupt whose answer interrupt() returned last.
         self.last_interrupt_id: str | None = None
         self._counts: dict[str, int] = {}
@@ -170,15 +174,24 @@ class RunContext:
             self._in_flight.remove(tool_call_id)
 
     @contextmanager
-    def tool_scope(self, tool_call_id: str, key: str | None = None) -> Iterator[None]:
-        """Inside it, ``interrupt()`` belongs to this call and ``agents.tools.
-        idempotency_key()`` returns ``key``."""
-        previous = self.tool_call_id, self.call_key
+    def tool_scope(
+        self,
+        tool_call_id: str,
+        key: str | None = None,
+        *,
+        args: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """Inside it, ``interrupt()`` belongs to this call, ``agents.tools.
+        idempotency_key()`` returns ``key``, and an ``interrupt()`` allowing "edit" offers
+        ``args`` for editing, checked against ``schema`` (the tool's parameters)."""
+        previous = self.tool_call_id, self.call_key, self.call_args, self.call_schema
         self.tool_call_id, self.call_key = tool_call_id, key
+        self.call_args, self.call_schema = args, schema
         try:
             yield
         finally:
-            self.tool_call_id, self.call_key = previous
+            self.tool_call_id, self.call_key, self.call_args, self.call_schema = previous
 
     def ask(
         self,
@@ -235,16 +248,35 @@ def interrupt(
     message: str | None = None,
     reason: str = "input_required",
     response_schema: dict[str, Any] | None = None,
+    actions: Iterable[str] | None = None,
+    args: dict[str, Any] | None = None,
+    args_schema: dict[str, Any] | None = None,
 ) -> Any:
     """Pause the graph and return the answer once the thread is resumed.
 
-    ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt,
-    ``response_schema`` a JSON schema every answer must satisfy. Returns ``None`` when the
-    request was cancelled. See the module docstring for the re-run and ordering rules.
-    The graph checks the request before saving the pause (``check_interrupt``): an unsafe
-    schema or an over-long ``reason`` fails the run instead.
+    ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt
+    (Markdown), ``response_schema`` a JSON schema every answer must satisfy. Returns
+    ``None`` when the request was cancelled. See the module docstring for the re-run and
+    ordering rules. The graph checks the request before saving the pause
+    (``check_interrupt``): an unsafe schema or an over-long ``reason`` fails the run instead.
+
+    ``actions`` instead of a schema: the answers a person may give, any of "accept",
+    "edit", "response" and "ignore" (``agents.inbox``); the answer is then a
+    ``HumanResponse``. An edit changes ``args`` and must fit ``args_schema``; inside a
+    tool both default to the tool call's arguments and the tool's parameters.
     """
     run = current_run()
+    if actions is not None:
+        if response_schema is not None:
+            raise ValueError(
+                "pass either actions= or response_schema=, not both: the actions define "
+                "the answer's schema"
+            )
+        if args is None:
+            args = run.call_args
+        if args_schema is None:
+            args_schema = run.call_schema
+        response_schema = inbox.response_schema(actions, args=args, args_schema=args_schema)
     return run.ask(
         run.next_key(), value, message=message, reason=reason, response_schema=response_schema
     )
@@ -285,6 +317,9 @@ def validate_resume(value: Any, schema: dict[str, Any] | None) -> list[str]:
     """
     if value is None or not schema:
         return []
+    refused = inbox.not_allowed(value, schema)
+    if refused is not None:
+        return [refused]
     try:
         validator = validator_for(schema)
     except SchemaRefused as exc:

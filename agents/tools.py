@@ -230,6 +230,12 @@ def _result(payload: dict[str, Any]) -> str:
     return json.dumps(payload)
 
 
+def edits_key(node: str) -> str:
+    """Where a breakpoint before ``node`` keeps a reviewer's edited arguments among the
+    checkpoint's answers ({tool_call_id: args})."""
+    return f"{node}:args"
+
+
 def call_text(name: str, args: dict[str, Any]) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
@@ -274,6 +280,8 @@ class _Call:
     args: dict[str, Any] | None
     problem: str | None
     message_id: str = ""  # the assistant message that asked for it
+    requested: dict[str, Any] | None = None  # what the model asked, when a reviewer edited it
+    edited_by: str | None = None  # the breakpoint whose answer edited the arguments
 
 
 # What a person answers about a call whose outcome a crash left unknown.
@@ -364,6 +372,7 @@ class ToolNode:
     async def __call__(self, state: AgentState) -> Message | None:
         run = current_run()
         calls = self.pending_calls(state)
+        self._apply_edits(run.answers.get(edits_key(run.node)), calls)
         risky = [
             (c, self.tools[c.name])
             for c in calls
@@ -394,10 +403,26 @@ class ToolNode:
                 message = await self._run_approved(call, decision, approval_id)
             else:
                 message = await self._run_call(call, call.args)
+                if call.edited_by is not None:
+                    message.meta["original_args"] = call.requested
+                    message.meta["executed_args"] = call.args
+                    message.meta["approved_by_interrupt"] = call.edited_by
             if n == len(calls):
                 return message  # saved with the node's end: one write, as durable
             await run.append_messages([message])
         return None
+
+    @staticmethod
+    def _apply_edits(answer: Any, calls: list[_Call]) -> None:
+        # A reviewer's edit at a breakpoint before this node (kept in the checkpoint with
+        # the answers until the node completes): the calls run with the edited arguments.
+        if not isinstance(answer, dict) or not isinstance(answer.get("value"), dict):
+            return
+        for call in calls:
+            edited = answer["value"].get(call.id)
+            if isinstance(edited, dict) and call.problem is None and edited != call.args:
+                call.requested, call.args = call.args, edited
+                call.edited_by = answer.get("id")
 
     def decline(self, state: AgentState, note: str | None = None) -> list[Message]:
         """Declined results for every pending call (a reviewer said no to the turn)."""
@@ -415,7 +440,7 @@ class ToolNode:
         edited = (decision.get("args") or {}).get(call.id)
         args = edited if isinstance(edited, dict) else call.args
         message = await self._run_call(call, args)
-        message.meta["original_args"] = call.args
+        message.meta["original_args"] = call.requested if call.edited_by else call.args
         message.meta["executed_args"] = args
         message.meta["approved_by_interrupt"] = approval_id
         return message
@@ -446,7 +471,7 @@ class ToolNode:
         # Recorded in flight before it acts; the write's compare-and-swap also makes sure
         # this run owns the thread (a conflict propagates: it is not the tool's failure).
         await run.call_starting(call.id)
-        with run.tool_scope(call.id, key):
+        with run.tool_scope(call.id, key, args=args, schema=tool.parameters):
             try:
                 if inspect.iscoroutinefunction(tool.fn):
                     result = await tool.fn(**args)

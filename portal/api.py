@@ -37,6 +37,7 @@ from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
 
+from agents import inbox
 from agents.checkpoint import ThreadStatus
 from portal import access, roles
 from portal.checkpointer import DjangoCheckpointer
@@ -321,10 +322,23 @@ class InterruptOut(Schema):
     user_message: str | None = Field(
         None, description="The latest user message before the request was raised."
     )
+    actions: list[str] | None = Field(
+        None,
+        description=(
+            "The answers this request allows, when it declares them: resume with "
+            '{"type": "accept"}, {"type": "edit", "args": {...}}, {"type": "response", '
+            '"args": "text"} or {"type": "ignore"}; any other type is refused (422).'
+        ),
+    )
 
     @staticmethod
     def resolve_user_message(obj: Interrupt) -> str | None:
         return latest_user_message(obj)
+
+    @staticmethod
+    def resolve_actions(obj: Interrupt) -> list[str] | None:
+        found = inbox.declared(obj.response_schema)
+        return found.actions if found else None
 
     @staticmethod
     def resolve_thread_id(obj: Interrupt) -> str:

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents import inbox
 from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
@@ -169,6 +170,14 @@ def _validate(schema: Any, value: Any, note: str) -> None:
     problem = json_problem(value)
     if problem is not None:
         raise InvalidDecision("The answer is not JSON data we can store.", errors=[problem])
+    refused = inbox.not_allowed(value, schema)
+    if refused is not None:
+        found = inbox.declared(schema)
+        allowed = ", ".join(found.actions) if found else ""
+        raise InvalidDecision(
+            f"This request allows only these answers: {allowed}; nothing was recorded.",
+            errors=[refused],
+        )
     size = len(json.dumps(value, separators=(",", ":")).encode())
     if size > settings.PORTAL_MAX_INPUT_BYTES:
         errors.append(
@@ -211,10 +220,13 @@ def _outcome_and_args(
     """(outcome, original_args, executed_args), args keyed by tool call id.
 
     Args are recorded when the request approves tool calls: the ToolNode's high-risk
-    approval (``value["tool_calls"]``, editable through ``value["args"]``), or an
-    ``interrupt()`` inside a tool (``tool_call_id`` set; its arguments cannot be edited).
-    Executed args are None unless approved.
+    approval or a breakpoint before the tools (``value["tool_calls"]``, editable through
+    ``value["args"]``), or an ``interrupt()`` inside a tool (``tool_call_id`` set;
+    editable when it allows "edit"). Executed args are None unless it goes ahead.
     """
+    declared = inbox.declared(interrupt.response_schema)
+    if declared is not None:
+        return _typed_outcome(interrupt, declared, value)
     if value is None:
         outcome = Decision.Outcome.CANCELLED
     elif isinstance(value, dict) and "approved" in value:
@@ -245,6 +257,37 @@ def _outcome_and_args(
     if executed != original:
         outcome = Decision.Outcome.EDITED
     return outcome, original, executed
+
+
+# What each answer of a request that declared its actions is recorded as.
+_TYPED_OUTCOMES = {
+    "accept": Decision.Outcome.APPROVED,
+    "edit": Decision.Outcome.EDITED,
+    "response": Decision.Outcome.RESPONDED,
+    "ignore": Decision.Outcome.IGNORED,
+}
+
+
+def _typed_outcome(
+    interrupt: Interrupt, declared: inbox.Declared, value: Any
+) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    kind = value.get("type") if isinstance(value, dict) else None
+    # None (cancelled) is the only answer without a type that reaches here.
+    outcome = _TYPED_OUTCOMES.get(str(kind), Decision.Outcome.CANCELLED)
+    offered = declared.args
+    if interrupt.tool_call_id:
+        offered = _asking_call_args(interrupt) if offered is None else offered
+        key = interrupt.tool_call_id
+    else:
+        key = interrupt.node or "args"
+    if offered is None and kind != "edit":
+        return outcome, None, None
+    original = {key: offered}
+    if kind == "accept":
+        return outcome, original, dict(original)
+    if kind == "edit":
+        return outcome, original, {key: value.get("args")}
+    return outcome, original, None
 
 
 def decision_submit(

@@ -8,6 +8,9 @@ It has three shapes, chosen from the interrupt (``DecisionForm.mode``):
   section built from each tool's parameter schema, prefilled with what the model asked.
 - ``schema``: fields generated from the ``response_schema`` (``portal.schema_forms``).
 - ``json``: a JSON textarea, for schemas the generator cannot render.
+- ``inbox``: a request that declares the answers it allows (``agents.inbox``): one
+  button for each of accept, edit (with the argument editor), response (with a text box)
+  and ignore, and only those.
 
 The form turns the POST into the JSON value; it does not decide whether the value is
 acceptable. ``decision_submit`` does, with jsonschema, and ``show_refusal`` puts its error
@@ -21,12 +24,20 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
+from agents import inbox
 from portal.decisions import DecisionRefused, decision_submit
 from portal.models import Decision, Interrupt
 from portal.schema_forms import SchemaLayout
 from portal.words import tool_words
 
 APPROVE, REJECT, EDIT, SUBMIT = "approve", "reject", "edit", "submit"
+ACCEPT, RESPOND, IGNORE = "accept", "response", "ignore"  # with EDIT: agents.inbox's types
+_ACTION_LABELS = {
+    ACCEPT: "Accept",
+    EDIT: "Accept with these arguments",
+    RESPOND: "Send response",
+    IGNORE: "Ignore",
+}
 _APPROVAL_KEYS = {"approved", "note", "args"}
 
 
@@ -87,6 +98,9 @@ class DecisionForm(forms.Form):
             (REJECT, "Reject"),
             (EDIT, "Approve edited"),
             (SUBMIT, "Submit"),
+            (ACCEPT, "Accept"),
+            (RESPOND, "Respond"),
+            (IGNORE, "Ignore"),
         ],
         required=False,
         widget=forms.HiddenInput,
@@ -107,7 +121,11 @@ class DecisionForm(forms.Form):
         schema = interrupt.response_schema
         self.layout: SchemaLayout | None = None
         self.args_layout: SchemaLayout | None = None
-        if _is_approval_schema(schema):
+        self.declared = inbox.declared(schema)
+        if self.declared is not None:
+            self.mode = "inbox"
+            self._inbox_fields(self.declared)
+        elif _is_approval_schema(schema):
             self.mode = "approval"
             args_schema = _args_schema(interrupt)
             if args_schema is not None:
@@ -127,7 +145,34 @@ class DecisionForm(forms.Form):
                 # The schema asks for a note itself; one note field is enough.
                 del self.fields["note"]
 
+    def _inbox_fields(self, declared: inbox.Declared) -> None:
+        if EDIT in declared.actions and declared.args_schema is not None:
+            self.args_layout = SchemaLayout(
+                declared.args_schema, prefix="args", initial=declared.args, base=("args",)
+            )
+            for field in self.args_layout.fields.values():
+                field.widget.attrs.pop("required", None)  # prefilled; the schema reports
+            self.fields.update(self.args_layout.fields)
+        if RESPOND in declared.actions:
+            self.fields["response"] = forms.CharField(
+                required=False,
+                strip=True,
+                label="Your response",
+                help_text="Sent to the agent instead of going ahead.",
+                widget=forms.Textarea(attrs={"rows": 3}),
+            )
+
     # --- what the template needs -------------------------------------------------------
+
+    def inbox_buttons(self) -> list[tuple[str, str]]:
+        """(action, label) of the answers a declaring request allows that are a plain
+        button (edit and response sit with their fields)."""
+        actions = self.declared.actions if self.declared else []
+        return [(a, _ACTION_LABELS[a]) for a in actions if a in (ACCEPT, IGNORE)]
+
+    @property
+    def allows_response(self) -> bool:
+        return self.declared is not None and RESPOND in self.declared.actions
 
     @property
     def can_edit_args(self) -> bool:
@@ -154,6 +199,8 @@ class DecisionForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        if self.declared is not None:
+            return self._clean_inbox(cleaned, self.declared)
         action = cleaned.get("action") or (SUBMIT if self.mode != "approval" else "")
         if self.mode == "approval" and action not in (APPROVE, REJECT, EDIT):
             raise forms.ValidationError("Choose approve or reject.")
@@ -166,10 +213,31 @@ class DecisionForm(forms.Form):
             self.add_error(self.layout.prefix, "Write an answer.")
         return cleaned
 
+    def _clean_inbox(self, cleaned: dict[str, Any], declared: inbox.Declared) -> dict[str, Any]:
+        action = cleaned.get("action") or ""
+        if action not in declared.actions:
+            allowed = ", ".join(_ACTION_LABELS[a].lower() for a in declared.actions)
+            raise forms.ValidationError(f"This request allows only: {allowed}.")
+        if action == EDIT and self.args_layout is None:
+            raise forms.ValidationError("This request has no arguments to edit.")
+        if action == RESPOND and not cleaned.get("response"):
+            self.add_error("response", "Write the response the agent should get.")
+        cleaned["action"] = action
+        return cleaned
+
     def value(self) -> Any:
         """The answer as JSON (call after ``is_valid()``)."""
         data = self.cleaned_data
         note = data.get("note") or ""
+        if self.declared is not None:
+            answer: dict[str, Any] = {"type": data["action"]}
+            if data["action"] == EDIT and self.args_layout is not None:
+                answer["args"] = self.args_layout.value(data)
+            elif data["action"] == RESPOND:
+                answer["args"] = data.get("response") or ""
+            if note:
+                answer["note"] = note
+            return answer
         if self.mode != "approval":
             assert self.layout is not None
             return self.layout.value(data)
@@ -208,6 +276,8 @@ class DecisionForm(forms.Form):
     def _field_for(self, line: str) -> str | None:
         if line.startswith(("note:", "$.note:")) and "note" in self.fields:
             return "note"
+        if line.startswith("$.args:") and self.data.get("action") == RESPOND:
+            return "response" if "response" in self.fields else None
         for layout in (self.layout, self.args_layout):
             if layout is not None and (name := layout.field_for_error(line)):
                 return name

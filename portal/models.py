@@ -250,6 +250,10 @@ class Decision(models.Model):
         EDITED = "edited"
         EXPIRED = "expired"
         CANCELLED = "cancelled"
+        # Answers to a request that declared its actions (agents.inbox): free text for
+        # the agent instead of going ahead, or a dismissal. Neither lets the action run.
+        RESPONDED = "responded"
+        IGNORED = "ignored"
 
     # OneToOne puts a unique constraint in the database: a second decision on the same
     # interrupt fails there even if two requests slip past the row lock.

@@ -9,8 +9,9 @@
 - ``number``/``integer`` with ``minimum``/``maximum``;
 - ``object`` with ``properties``: its properties, each named ``<parent>.<property>``
   (``value.address.city``), so a field's name is its path in the value;
-- ``array`` of scalars: a textarea with **one item per line** (blank lines are ignored;
-  lines are converted to the item type);
+- ``array`` whose ``items`` are an ``enum``: one checkbox per option;
+- ``array`` of other scalars: a textarea with **one item per line** (blank lines are
+  ignored; lines are converted to the item type);
 - anything else (``anyOf``, ``$ref``, arrays of objects, free-form objects...): a JSON
   textarea for that part alone. A root that is not an object with properties is one JSON
   textarea (``JSON_FALLBACK``).
@@ -185,6 +186,36 @@ def _array_item_type(schema: dict[str, Any]) -> str | None:
     return "string" if kind == "enum" else kind
 
 
+def _enum_options(schema: dict[str, Any]) -> list[Any] | None:
+    items = schema.get("items")
+    if schema.get("type") != "array" or not isinstance(items, dict):
+        return None
+    options = items.get("enum")
+    if not isinstance(options, list) or not options:
+        return None
+    return options
+
+
+class OptionsField(forms.TypedMultipleChoiceField):
+    """An array of options, one checkbox each; nothing ticked leaves it out."""
+
+    def __init__(self, *, options: list[Any], **kwargs: Any) -> None:
+        # Options travel as JSON text, so numbers and booleans come back as themselves.
+        choices = [(json.dumps(o), o if isinstance(o, str) else json.dumps(o)) for o in options]
+        super().__init__(
+            choices=choices,
+            coerce=json.loads,
+            empty_value=None,
+            widget=forms.CheckboxSelectMultiple,
+            **kwargs,
+        )
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [json.dumps(v) for v in value]
+        return value
+
+
 def can_render(schema: Any) -> bool:
     """True when the schema becomes proper fields rather than one JSON textarea."""
     return _is_object(schema) or _renderable_scalar(schema)
@@ -287,7 +318,8 @@ class SchemaLayout:
         required: bool,
     ) -> None:
         field.json_required = required  # type: ignore[attr-defined]
-        if required:
+        # (Not on checkboxes: the browser would then demand every one of them ticked.)
+        if required and not isinstance(field.widget, forms.CheckboxSelectMultiple):
             field.widget.attrs.setdefault("required", True)
         if initial is not None:
             field.initial = initial
@@ -318,6 +350,14 @@ class SchemaLayout:
                 continue
             if _renderable_scalar(sub):
                 field, kind = scalar_field(sub, name=str(key)), "scalar"
+            elif (options := _enum_options(sub)) is not None:
+                field = OptionsField(
+                    options=options,
+                    required=False,
+                    label=_label(sub, key),
+                    help_text=sub.get("description") or "",
+                )
+                kind = "array"
             elif (item_type := _array_item_type(sub)) is not None:
                 help_text = sub.get("description") or ""
                 field = LinesField(

@@ -73,6 +73,8 @@ def test_outcome_rates_per_agent_add_up_and_show_shares(reviewer):
         "edited": 0,
         "expired": 0,
         "cancelled": 0,
+        "responded": 0,
+        "ignored": 0,
     }
     shares = {s["outcome"]: s["percent"] for s in rows["refunds"].segments}
     assert shares == {"approved": 66.7, "rejected": 33.3}

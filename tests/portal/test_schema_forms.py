@@ -275,3 +275,66 @@ def test_an_empty_answer_is_refused_rather_than_sent_as_a_cancellation(schema):
 
     assert not form.is_valid()
     assert form.errors["value"] == ["Write an answer."]
+
+
+OPTIONS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "channels": {
+            "type": "array",
+            "title": "Notify by",
+            "items": {"enum": ["email", "sms", "post"]},
+            "uniqueItems": True,
+        },
+        "levels": {"type": "array", "items": {"type": "integer", "enum": [1, 2, 3]}},
+    },
+    "required": ["channels"],
+    "additionalProperties": False,
+}
+
+
+def test_an_array_of_options_becomes_checkboxes_not_a_textarea():
+    fields = SchemaLayout(OPTIONS_SCHEMA).fields
+
+    channels = fields["value.channels"]
+    assert isinstance(channels.widget, forms.CheckboxSelectMultiple)
+    assert [label for _, label in channels.choices] == ["email", "sms", "post"]
+    # A required array must not make the browser demand every box ticked.
+    assert "required" not in channels.widget.attrs
+    assert isinstance(fields["value.levels"].widget, forms.CheckboxSelectMultiple)
+
+
+def test_ticked_options_become_the_array_with_their_own_types():
+    from django.http import QueryDict
+
+    data = QueryDict(mutable=True)
+    data.setlist("value.channels", ['"email"', '"post"'])
+    data.setlist("value.levels", ["2", "3"])
+    layout, form = bound(OPTIONS_SCHEMA, data)
+
+    assert form.is_valid(), form.errors
+    value = layout.value(form.cleaned_data)
+
+    assert value == {"channels": ["email", "post"], "levels": [2, 3]}
+    assert validate_resume(value, OPTIONS_SCHEMA) == []
+
+
+def test_no_ticked_option_leaves_the_array_out_so_the_schema_reports_it():
+    layout, form = bound(OPTIONS_SCHEMA, {})
+
+    assert form.is_valid(), form.errors
+    value = layout.value(form.cleaned_data)
+
+    assert value == {}
+    assert validate_resume(value, OPTIONS_SCHEMA) == ["$.channels: required"]
+
+
+def test_an_option_that_is_not_offered_is_refused():
+    from django.http import QueryDict
+
+    data = QueryDict(mutable=True)
+    data.setlist("value.channels", ['"fax"'])
+    _, form = bound(OPTIONS_SCHEMA, data)
+
+    assert not form.is_valid()
+    assert "value.channels" in form.errors

@@ -14,6 +14,8 @@ count executions across processes that share nothing else.
   given as JSON in the user's message (for the checks on what agents ask with).
 - ``echo``: answers "You said: ..." (scripted), or uses the given model with fast
   retries, for the model-failure test.
+- ``inbox``: "give N" calls ``give(amount)``, whose ``interrupt()`` declares every Agent
+  Inbox answer; it pays (to ``give.log``) only on accept or edit, with the edited amount.
 - ``refunds``: "refund X" calls ``refund`` (not idempotent: each call pays, to
   ``refund.log``); "refund X once" calls ``refund_once`` (idempotent: it pays through
   ``ledger``, which acts once per idempotency key, to ``ledger.log``). Both note every
@@ -39,6 +41,7 @@ from agents import (
     ReactAgent,
     StateGraph,
     current_run,
+    goes_ahead,
     idempotency_key,
     interrupt,
     tool,
@@ -53,6 +56,7 @@ AGENTS = {
     "echo": "tests.portal.testagents.build_echo",
     "asker": "tests.portal.testagents.build_asker",
     "refunds": "tests.portal.testagents.build_refunds",
+    "inbox": "tests.portal.testagents.build_inbox",
 }
 
 APPROVAL = {
@@ -109,6 +113,38 @@ def _pay(match: Any) -> Reply:
 def build_approve(model: ChatModel | None = None) -> ReactAgent:
     script = RuleScript([(r"pay (\d+)", _pay)])
     return ReactAgent(model=model or ScriptedModel(script, name="scripted-approve"), tools=[pay])
+
+
+# --- inbox ------------------------------------------------------------------------------
+
+
+def give(amount: float) -> str:
+    """Give an amount once a person accepts, or edits it.
+
+    Args:
+        amount: Dollars to give.
+    """
+    answer = interrupt(
+        {"amount": amount},
+        message=f"Give **${amount:.2f}**?",
+        reason="give",
+        actions=["accept", "edit", "response", "ignore"],
+    )
+    if not goes_ahead(answer):
+        kind = answer["type"] if answer else "no answer"
+        return json.dumps(
+            {"status": "not given", "answer": kind, "text": answer and answer.get("args")}
+        )
+    paid = answer["args"]["amount"] if answer["type"] == "edit" else amount
+    record("give", f"{current_run().thread_id} {paid}")
+    return f"Gave ${paid:.2f}."
+
+
+def build_inbox(model: ChatModel | None = None) -> ReactAgent:
+    script = RuleScript(
+        [(r"give (\d+)", lambda m: Reply("Asking.", CallTool("give", amount=float(m[1]))))]
+    )
+    return ReactAgent(model=model or ScriptedModel(script, name="scripted-inbox"), tools=[give])
 
 
 # --- crash ------------------------------------------------------------------------------
