@@ -52,7 +52,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, call_text, describe_call, edits_key
+from agents.tools import ToolNode, describe_call, edits_key
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
