@@ -59,7 +59,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+# Start-up takes seconds alone, but on a machine shared with other test runs it has taken
+# more than 30; a server that died is still reported at once.
+def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
