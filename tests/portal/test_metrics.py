@@ -109,9 +109,7 @@ def test_queue_depth_walks_back_from_what_is_pending_now():
     assert [v for _, v in depth["points"]] == [0, 2, 1, 2]
 
 
-def test_a_day_whose_requests_were_all_decided_that_day_still_shows_them_waiting(
-    client, auditor
-):
+def test_a_day_whose_requests_were_all_decided_that_day_still_shows_them_waiting(client, auditor):
     day = timezone.localdate() - timedelta(days=1)
     noon = timezone.make_aware(datetime(day.year, day.month, day.day, 12))
     for minutes in (0, 5):
