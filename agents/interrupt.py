@@ -51,6 +51,7 @@ class Interrupt:
     reason: str = "input_required"
     response_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
+    tool: str | None = None  # the name of the tool whose call raised it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class Interrupt:
             "reason": self.reason,
             "response_schema": self.response_schema,
             "tool_call_id": self.tool_call_id,
+            "tool": self.tool,
         }
 
     @classmethod
@@ -75,6 +77,7 @@ class Interrupt:
             reason=data.get("reason") or "input_required",
             response_schema=data.get("response_schema"),
             tool_call_id=data.get("tool_call_id"),
+            tool=data.get("tool"),
         )
 
 
@@ -117,6 +120,7 @@ class RunContext:
         self.config = config
         self.answers = answers
         self.tool_call_id: str | None = None
+        self.tool: str | None = None
         self.call_key: str | None = None  # the running tool call's idempotency key
         # The id of the interrupt whose answer interrupt() returned last.
         self.last_interrupt_id: str | None = None
@@ -170,15 +174,17 @@ class RunContext:
             self._in_flight.remove(tool_call_id)
 
     @contextmanager
-    def tool_scope(self, tool_call_id: str, key: str | None = None) -> Iterator[None]:
-        """Inside it, ``interrupt()`` belongs to this call and ``agents.tools.
+    def tool_scope(
+        self, tool_call_id: str, key: str | None = None, tool: str | None = None
+    ) -> Iterator[None]:
+        """Inside it, ``interrupt()`` belongs to this call of ``tool`` and ``agents.tools.
         idempotency_key()`` returns ``key``."""
-        previous = self.tool_call_id, self.call_key
-        self.tool_call_id, self.call_key = tool_call_id, key
+        previous = self.tool_call_id, self.call_key, self.tool
+        self.tool_call_id, self.call_key, self.tool = tool_call_id, key, tool
         try:
             yield
         finally:
-            self.tool_call_id, self.call_key = previous
+            self.tool_call_id, self.call_key, self.tool = previous
 
     def ask(
         self,
@@ -205,6 +211,7 @@ class RunContext:
                 reason=reason,
                 response_schema=response_schema,
                 tool_call_id=self.tool_call_id,
+                tool=self.tool,
             )
         )
 
