@@ -85,6 +85,8 @@ class DecisionInline(ReadOnlyInline):
 
 @admin.register(Thread)
 class ThreadAdmin(ReadOnlyAdmin):
+    # Newest first (the primary key is a random UUID, so the admin's default order is none).
+    ordering = ["-created_at"]
     list_display = ["__str__", "agent", "status", "owner", "updated_at"]
     list_filter = ["status", "agent"]
     search_fields = ["id", "title", "owner__username"]
@@ -103,6 +105,8 @@ class ThreadAdmin(ReadOnlyAdmin):
 
 @admin.register(Interrupt)
 class InterruptAdmin(ReadOnlyAdmin):
+    # Newest first, by the arrivals index (the id is random, so the default order is none).
+    ordering = ["-created_at"]
     list_display = [
         "id",
         "agent",
@@ -276,6 +280,7 @@ _DECISION_FIELDS: list[str] = [
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]  # the decision_recent index
     list_display = ["interrupt", "outcome", "reviewer", "thread", "created_at"]
     list_filter = ["outcome"]
     search_fields = ["interrupt__id", "thread__id", "reviewer__username", "note"]
@@ -306,6 +311,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
+    ordering = ["-id"]  # ids grow with time: newest first, by the primary key
     list_display = ["id", "thread", "kind", "status", "attempts", "created_at", "finished_at"]
     list_filter = ["status", "kind"]
     search_fields = ["id", "thread__id"]
@@ -332,6 +338,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
+    ordering = ["-id"]  # ids grow with time: newest first, by the primary key
     list_display = ["thread", "seq", "node", "status", "next_node", "created_at"]
     list_filter = ["status"]
     search_fields = ["thread__id", "interrupt_id"]
@@ -367,6 +374,8 @@ class CheckpointAdmin(ReadOnlyAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Tokens are created with ``manage.py create_api_token``; here they can be read and
     deleted (which revokes them)."""
+
+    ordering = ["-created_at"]
 
     list_display = [
         "name",
