@@ -37,6 +37,9 @@ def pretty(value: Any) -> str:
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Viewable by staff with the view permission; nobody adds, edits or deletes."""
 
+    class Media:
+        css = {"all": ["portal/admin.css"]}  # lists that fit the screen
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -107,16 +110,18 @@ class ThreadAdmin(ReadOnlyAdmin):
 class InterruptAdmin(ReadOnlyAdmin):
     # Newest first, by the arrivals index (the id is random, so the default order is none).
     ordering = ["-created_at"]
+    # The message says what the request is; the id (random, and searchable) would take
+    # a sixth of the row.
     list_display = [
-        "id",
+        "short_message",
         "agent",
         "reason",
         "status",
-        "short_message",
         "claimed_by",
         "created_at",
         "expires_at",
     ]
+    list_display_links = ["short_message"]
     list_filter = ["status", "agent", "reason"]
     search_fields = ["id", "message", "thread__id", "thread__title", "node"]
     list_select_related = ["claimed_by"]
@@ -164,9 +169,9 @@ class InterruptAdmin(ReadOnlyAdmin):
         "checkpoint_seq",
     ]
 
-    @admin.display(description="Message")
+    @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
-        text = obj.message or ""
+        text = obj.message or obj.id  # the link to the page needs some text
         return text if len(text) <= 80 else text[:79] + "…"
 
     @admin.display(description="Message")
@@ -311,7 +316,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
-    ordering = ["-id"]  # ids grow with time: newest first, by the primary key
+    ordering = ["-created_at"]  # the id is a random UUID
     list_display = ["id", "thread", "kind", "status", "attempts", "created_at", "finished_at"]
     list_filter = ["status", "kind"]
     search_fields = ["id", "thread__id"]
@@ -374,6 +379,9 @@ class CheckpointAdmin(ReadOnlyAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Tokens are created with ``manage.py create_api_token``; here they can be read and
     deleted (which revokes them)."""
+
+    class Media:
+        css = {"all": ["portal/admin.css"]}
 
     ordering = ["-created_at"]
 

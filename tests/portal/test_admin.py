@@ -296,9 +296,13 @@ def test_every_admin_list_shows_the_newest_rows_first(admin_client, reviewer):
     assert [t.pk for t in _listed(admin_client, "thread")] == [i.thread_id for i in reversed(made)]
     decisions = _listed(admin_client, "decision")
     assert [d.interrupt_id for d in decisions] == newest_first
-    for name in ("run", "checkpoint"):
-        rows = _listed(admin_client, name)
-        assert [r.pk for r in rows] == sorted((r.pk for r in rows), reverse=True)
+    runs = list(Run.objects.order_by("created_at").values_list("pk", flat=True))
+    for i, pk in enumerate(runs):
+        Run.objects.filter(pk=pk).update(created_at=base + timedelta(minutes=i))
+    assert len(runs) >= 4
+    assert [r.pk for r in _listed(admin_client, "run")] == runs[::-1]
+    steps = _listed(admin_client, "checkpoint")
+    assert [c.pk for c in steps] == sorted((c.pk for c in steps), reverse=True)
 
 
 def test_admin_times_name_their_time_zone(admin_client, settings):
