@@ -3,6 +3,8 @@ of view at the widths people use (1,280 px on a desk, 390 px on a phone)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from portal.decisions import decision_submit
@@ -108,5 +110,5 @@ def test_the_metrics_charts_are_readable_on_a_phone(live, login, data, auditor):
         "(all) => all.map(t => { const r = t.getBoundingClientRect(); return [r.left, r.right]; })"
     )
     assert len(boxes) == 8
-    for (_, right), (left, _) in zip(boxes, boxes[1:], strict=False):
+    for (_, right), (left, _) in pairwise(boxes):
         assert right <= left, boxes
