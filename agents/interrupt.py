@@ -52,6 +52,7 @@ class Interrupt:
     reason: str = "input_required"
     response_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
+    tool: str | None = None  # the name of the tool whose call raised it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class Interrupt:
             "reason": self.reason,
             "response_schema": self.response_schema,
             "tool_call_id": self.tool_call_id,
+            "tool": self.tool,
         }
 
     @classmethod
@@ -76,6 +78,7 @@ class Interrupt:
             reason=data.get("reason") or "input_required",
             response_schema=data.get("response_schema"),
             tool_call_id=data.get("tool_call_id"),
+            tool=data.get("tool"),
         )
 
 
@@ -118,6 +121,7 @@ class RunContext:
         self.config = config
         self.answers = answers
         self.tool_call_id: str | None = None
+        self.tool: str | None = None
         self.call_key: str | None = None  # the running tool call's idempotency key
         # The running tool call's arguments and their schema: what an edit may change.
         self.call_args: dict[str, Any] | None = None
@@ -178,20 +182,27 @@ class RunContext:
         self,
         tool_call_id: str,
         key: str | None = None,
+        tool: str | None = None,
         *,
         args: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
     ) -> Iterator[None]:
-        """Inside it, ``interrupt()`` belongs to this call, ``agents.tools.
+        """Inside it, ``interrupt()`` belongs to this call of ``tool``, ``agents.tools.
         idempotency_key()`` returns ``key``, and an ``interrupt()`` allowing "edit" offers
         ``args`` for editing, checked against ``schema`` (the tool's parameters)."""
-        previous = self.tool_call_id, self.call_key, self.call_args, self.call_schema
-        self.tool_call_id, self.call_key = tool_call_id, key
+        previous = self.tool_call_id, self.call_key, self.tool, self.call_args, self.call_schema
+        self.tool_call_id, self.call_key, self.tool = tool_call_id, key, tool
         self.call_args, self.call_schema = args, schema
         try:
             yield
         finally:
-            self.tool_call_id, self.call_key, self.call_args, self.call_schema = previous
+            (
+                self.tool_call_id,
+                self.call_key,
+                self.tool,
+                self.call_args,
+                self.call_schema,
+            ) = previous
 
     def ask(
         self,
@@ -218,6 +229,7 @@ class RunContext:
                 reason=reason,
                 response_schema=response_schema,
                 tool_call_id=self.tool_call_id,
+                tool=self.tool,
             )
         )
 

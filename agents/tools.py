@@ -471,7 +471,7 @@ class ToolNode:
         # Recorded in flight before it acts; the write's compare-and-swap also makes sure
         # this run owns the thread (a conflict propagates: it is not the tool's failure).
         await run.call_starting(call.id)
-        with run.tool_scope(call.id, key, args=args, schema=tool.parameters):
+        with run.tool_scope(call.id, key, call.name, args=args, schema=tool.parameters):
             try:
                 if inspect.iscoroutinefunction(tool.fn):
                     result = await tool.fn(**args)
@@ -498,7 +498,7 @@ class ToolNode:
         run = current_run()
         # A key of its own, so the tool's interrupt() calls keep their positions.
         ask = f"{run.node}:{call.id}:outcome"
-        with run.tool_scope(call.id, key):
+        with run.tool_scope(call.id, key, call.name):
             answer = run.ask(
                 ask,
                 {"tool_call": {"id": call.id, "name": call.name, "arguments": args}, "key": key},

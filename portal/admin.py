@@ -37,6 +37,9 @@ def pretty(value: Any) -> str:
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Viewable by staff with the view permission; nobody adds, edits or deletes."""
 
+    class Media:
+        css = {"all": ["portal/admin.css"]}  # lists that fit the screen
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -85,6 +88,8 @@ class DecisionInline(ReadOnlyInline):
 
 @admin.register(Thread)
 class ThreadAdmin(ReadOnlyAdmin):
+    # Newest first (the primary key is a random UUID, so the admin's default order is none).
+    ordering = ["-created_at"]
     list_display = ["__str__", "agent", "status", "owner", "updated_at"]
     list_filter = ["status", "agent"]
     search_fields = ["id", "title", "owner__username"]
@@ -103,16 +108,20 @@ class ThreadAdmin(ReadOnlyAdmin):
 
 @admin.register(Interrupt)
 class InterruptAdmin(ReadOnlyAdmin):
+    # Newest first, by the arrivals index (the id is random, so the default order is none).
+    ordering = ["-created_at"]
+    # The message says what the request is; the id (random, and searchable) would take
+    # a sixth of the row.
     list_display = [
-        "id",
+        "short_message",
         "agent",
         "reason",
         "status",
-        "short_message",
         "claimed_by",
         "created_at",
         "expires_at",
     ]
+    list_display_links = ["short_message"]
     list_filter = ["status", "agent", "reason"]
     search_fields = ["id", "message", "thread__id", "thread__title", "node"]
     list_select_related = ["claimed_by"]
@@ -160,9 +169,9 @@ class InterruptAdmin(ReadOnlyAdmin):
         "checkpoint_seq",
     ]
 
-    @admin.display(description="Message")
+    @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
-        text = obj.message or ""
+        text = obj.message or obj.id  # the link to the page needs some text
         return text if len(text) <= 80 else text[:79] + "…"
 
     @admin.display(description="Message")
@@ -276,6 +285,7 @@ _DECISION_FIELDS: list[str] = [
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]  # the decision_recent index
     list_display = ["interrupt", "outcome", "reviewer", "thread", "created_at"]
     list_filter = ["outcome"]
     search_fields = ["interrupt__id", "thread__id", "reviewer__username", "note"]
@@ -306,6 +316,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]  # the id is a random UUID
     list_display = ["id", "thread", "kind", "status", "attempts", "created_at", "finished_at"]
     list_filter = ["status", "kind"]
     search_fields = ["id", "thread__id"]
@@ -332,6 +343,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
+    ordering = ["-id"]  # ids grow with time: newest first, by the primary key
     list_display = ["thread", "seq", "node", "status", "next_node", "created_at"]
     list_filter = ["status"]
     search_fields = ["thread__id", "interrupt_id"]
@@ -367,6 +379,11 @@ class CheckpointAdmin(ReadOnlyAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Tokens are created with ``manage.py create_api_token``; here they can be read and
     deleted (which revokes them)."""
+
+    class Media:
+        css = {"all": ["portal/admin.css"]}
+
+    ordering = ["-created_at"]
 
     list_display = [
         "name",

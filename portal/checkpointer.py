@@ -280,11 +280,11 @@ _PG_STALE = """, stale AS (
 )"""
 _PG_ENTERED = """, entered AS (
     INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
-                                  response_schema, tool_call_id, status, created_at, expires_at,
-                                  claimed_by_id, claimed_at, resolved_at, decided,
-                                  checkpoint_seq)
+                                  response_schema, tool_call_id, tool, status, created_at,
+                                  expires_at, claimed_by_id, claimed_at, resolved_at,
+                                  decided, checkpoint_seq)
     SELECT %(pending_key)s, id, agent, %(key)s, %(request_node)s, %(value)s::jsonb,
-           %(message)s, %(reason)s, %(schema)s::jsonb, %(tool_call_id)s, %(pending)s,
+           %(message)s, %(reason)s, %(schema)s::jsonb, %(tool_call_id)s, %(tool)s, %(pending)s,
            %(now)s, %(expires_at)s, NULL, NULL, NULL, false, %(seq)s
     FROM moved WHERE %(pending_key)s::varchar <> ''
     ON CONFLICT (id) DO NOTHING
@@ -788,6 +788,7 @@ class DjangoCheckpointer:
             reason=reason,
             schema=_dump(request.get("response_schema")),
             tool_call_id=request.get("tool_call_id"),
+            tool=request.get("tool") or "",
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
         queue = (stale, pending is not None)
@@ -864,6 +865,7 @@ class DjangoCheckpointer:
                     "reason": reason,
                     "response_schema": pending.get("response_schema"),
                     "tool_call_id": pending.get("tool_call_id"),
+                    "tool": pending.get("tool") or "",
                     "checkpoint_seq": seq,
                     "expires_at": expires_at_for(agent, reason),
                 },

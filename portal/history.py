@@ -49,8 +49,11 @@ _VALUES = (
     "interrupt__node",
     "interrupt__message",
     "interrupt__value",
+    "interrupt__tool",
     "interrupt__created_at",
     "value",
+    "original_args",
+    "executed_args",
     "note",
     "outcome",
     "reviewer__username",
@@ -71,6 +74,8 @@ COLUMNS = [
     ("message", "Message"),
     ("payload", "Payload"),
     ("value", "Submitted value"),
+    ("requested_args", "Requested arguments"),
+    ("executed_args", "Executed arguments"),
     ("note", "Note"),
     ("outcome", "Outcome"),
     ("decided_by", "Decided by"),
@@ -82,14 +87,17 @@ COLUMNS = [
 SYSTEM = "system"  # shown (and filterable) when no person decided: expiry, cancellation
 
 
-def tool_names(payload: Any) -> list[str]:
-    """Names of the tool calls an approval request is about (``value["tool_calls"]``)."""
-    if not isinstance(payload, dict):
-        return []
-    calls = payload.get("tool_calls")
-    if not isinstance(calls, list):
-        return []
-    return [str(c["name"]) for c in calls if isinstance(c, dict) and c.get("name")]
+def tool_names(payload: Any, tool: str = "") -> list[str]:
+    """Names of the tools a request is about: the tool that raised it (``tool``, for an
+    ``interrupt()`` inside a tool), or the calls a tool approval lists
+    (``value["tool_calls"]``)."""
+    names = [tool] if tool else []
+    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict) and call.get("name") and str(call["name"]) not in names:
+                names.append(str(call["name"]))
+    return names
 
 
 def row_from(values: dict[str, Any]) -> dict[str, Any]:
@@ -102,11 +110,14 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "thread_id": values["thread_id"],
         "agent": values["interrupt__agent"],
         "reason": values["interrupt__reason"],
-        "tools": tool_names(values["interrupt__value"]),
+        "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
         "node": values["interrupt__node"],
         "message": values["interrupt__message"],
         "payload": values["interrupt__value"],
         "value": values["value"],
+        # Keyed by tool call id: what the model asked for, and what ran (after an edit).
+        "requested_args": values["original_args"],
+        "executed_args": values["executed_args"],
         "note": values["note"],
         "outcome": values["outcome"],
         "decided_by": values["reviewer__username"] or SYSTEM,
@@ -270,7 +281,7 @@ def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
 
 
 def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
-    by_node = Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
+    by_node = Q(interrupt__tool=name) | Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
     if connection.vendor == "postgresql":
         # jsonb containment: an element of tool_calls whose name is `name`. (No index
         # serves it: with the OR, the other conditions select the rows; migration 0010.)

@@ -117,8 +117,13 @@ def _counts_by_bucket(qs: Any, column: str, kind: str) -> dict[datetime, int]:
 
 
 def queue_depth(start: datetime, end: datetime) -> dict[str, Any]:
-    """Pending requests at the end of each bucket, reconstructed from when requests
-    arrived and when they left the queue: walking back from the number pending now."""
+    """Pending requests per bucket, reconstructed from when requests arrived and when
+    they left the queue: walking back from the number pending now.
+
+    ``points`` holds the number pending at the end of each bucket; ``waiting`` the number
+    that waited at some time during it (pending at its start, plus those that arrived in
+    it). A request that arrived and was decided within one day is 0 at the day's end but
+    waited that day, so the chart draws ``waiting``."""
     kind = bucket_kind(start, end)
     buckets = _bucket_starts(start, end, kind)
     now = timezone.now()
@@ -138,14 +143,17 @@ def queue_depth(start: datetime, end: datetime) -> dict[str, Any]:
         depth -= Interrupt.objects.filter(created_at__gte=window_end).count()
         depth += Interrupt.objects.filter(resolved_at__gte=window_end).count()
     points: list[tuple[datetime, int]] = []
+    waiting: list[tuple[datetime, int]] = []
     for moment in reversed(buckets):
         if moment >= window_end:
             continue
         points.append((moment, max(depth, 0)))  # depth at the end of this bucket
         depth -= arrived.get(moment, 0)
         depth += left.get(moment, 0)
+        waiting.append((moment, max(depth, 0) + arrived.get(moment, 0)))
     points.reverse()
-    return {"kind": kind, "points": points}
+    waiting.reverse()
+    return {"kind": kind, "points": points, "waiting": waiting}
 
 
 def _wait_counts() -> dict[str, Any]:
@@ -275,14 +283,22 @@ def outcome_rates(start: datetime, end: datetime, by: str) -> list[RateRow]:
 # --- geometry -------------------------------------------------------------------------
 
 
-def _nice_max(value: int) -> int:
-    if value <= 5:
-        return 5
-    magnitude: int = 10 ** (len(str(value)) - 1)
-    for step in (1, 2, 5, 10):
-        if value <= step * magnitude:
-            return step * magnitude
-    return value
+MAX_TICK_STEPS = 4
+
+
+def nice_ticks(peak: int) -> list[int]:
+    """Whole-number gridlines from 0 to at least ``peak``: a step of 1, 2 or 5 times a
+    power of ten, the smallest that needs at most ``MAX_TICK_STEPS`` steps (so each
+    label names a count that can occur, and no label is rounded away from its line)."""
+    peak = max(peak, 1)
+    magnitude = 1
+    while True:
+        for base in (1, 2, 5):
+            step = base * magnitude
+            steps = -(-peak // step)  # ceiling division
+            if steps <= MAX_TICK_STEPS:
+                return [step * i for i in range(steps + 1)]
+        magnitude *= 10
 
 
 def _fmt_bucket(moment: datetime, kind: str) -> str:
@@ -291,8 +307,14 @@ def _fmt_bucket(moment: datetime, kind: str) -> str:
     return local.strftime(formats.get(kind, "%Y"))
 
 
+def _y_ticks(ticks: list[int], inner_h: int) -> list[dict[str, Any]]:
+    top = ticks[-1]
+    return [{"value": t, "y": round(PAD_TOP + inner_h * (1 - t / top), 1)} for t in ticks]
+
+
 def line_chart(points: list[tuple[datetime, int]], kind: str) -> dict[str, Any]:
-    top = _nice_max(max((v for _, v in points), default=0))
+    ticks = nice_ticks(max((v for _, v in points), default=0))
+    top = ticks[-1]
     inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
     n = max(len(points) - 1, 1)
     coords = []
@@ -314,10 +336,7 @@ def line_chart(points: list[tuple[datetime, int]], kind: str) -> dict[str, Any]:
         "height": HEIGHT,
         "polyline": " ".join(f"{x},{y}" for x, y in coords),
         "area": area,
-        "y_ticks": [
-            {"value": round(top * f), "y": round(PAD_TOP + inner_h * (1 - f), 1)}
-            for f in (0, 0.5, 1)
-        ],
+        "y_ticks": _y_ticks(ticks, inner_h),
         "x_labels": [
             {"x": coords[i][0], "text": _fmt_bucket(points[i][0], kind)} for i in label_at
         ],
@@ -331,7 +350,8 @@ def line_chart(points: list[tuple[datetime, int]], kind: str) -> dict[str, Any]:
 
 
 def bar_chart(bars: list[tuple[str, int]]) -> dict[str, Any]:
-    top = _nice_max(max((v for _, v in bars), default=0))
+    ticks = nice_ticks(max((v for _, v in bars), default=0))
+    top = ticks[-1]
     inner_w, inner_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
     slot = inner_w / max(len(bars), 1)
     out = []
@@ -352,10 +372,7 @@ def bar_chart(bars: list[tuple[str, int]]) -> dict[str, Any]:
         "width": WIDTH,
         "height": HEIGHT,
         "bars": out,
-        "y_ticks": [
-            {"value": round(top * f), "y": round(PAD_TOP + inner_h * (1 - f), 1)}
-            for f in (0, 0.5, 1)
-        ],
+        "y_ticks": _y_ticks(ticks, inner_h),
         "left": PAD_LEFT,
         "right": WIDTH - PAD_RIGHT,
         "baseline": PAD_TOP + inner_h,
@@ -368,7 +385,7 @@ def charts(start: datetime, end: datetime) -> dict[str, Any]:
     depth = queue_depth(start, end)
     rates = summary(start, end)
     return {
-        "depth": line_chart(depth["points"], depth["kind"]),
+        "depth": line_chart(depth["waiting"], depth["kind"]),
         "depth_kind": depth["kind"],
         "waits": bar_chart(rates["waits"]),
         "by_agent": rates["by_agent"],

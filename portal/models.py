@@ -150,6 +150,10 @@ class Interrupt(models.Model):
     response_schema = models.JSONField(null=True, blank=True)
     # None for interrupts raised outside a tool call.
     tool_call_id = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    # The name of the tool whose call raised it (an ``interrupt()`` inside a tool, or a
+    # question about a call's outcome); empty otherwise. A tool approval names its calls
+    # in ``value["tool_calls"]`` instead.
+    tool = models.CharField(max_length=128, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)

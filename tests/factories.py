@@ -107,6 +107,7 @@ def _pause(
     node: str,
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
+    tool: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -118,6 +119,7 @@ def _pause(
         "reason": reason,
         "response_schema": schema,
         "tool_call_id": tool_call_id,
+        "tool": tool,
     }
     _put(
         thread,
@@ -158,6 +160,7 @@ def make_interrupt(
     message: str = "Approve a $42.50 refund for order A-1001?",
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
+    tool: str = "issue_refund",
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -171,6 +174,7 @@ def make_interrupt(
         reason=reason,
         node="TOOL",
         tool_call_id=assistant["tools_calls"][0]["id"],
+        tool=tool,
         new_messages=[assistant],
     )
 

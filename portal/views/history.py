@@ -141,7 +141,7 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
     context = {
         "decision": decision,
         "interrupt": interrupt,
-        "tools": history.tool_names(interrupt.value),
+        "tools": history.tool_names(interrupt.value, interrupt.tool),
         "time_to_decision": waited,
         "thread_url": _thread_url(decision.thread_id),
         "payload_json": json.dumps(interrupt.value, indent=2, sort_keys=True, default=str),

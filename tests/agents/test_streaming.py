@@ -82,8 +82,10 @@ async def test_a_pause_is_one_interrupted_update_and_then_the_stream_ends(
         "reason",
         "response_schema",
         "tool_call_id",
+        "tool",
     }
     assert request["message"] == "Approve 5000 to Alice?"
+    assert request["tool"] == "transfer_funds"  # it asks from inside the tool
     assert {c.run_id for c in chunks} == {"run-42"}
 
     rest = await collect(graph.astream({"resume": {"approved": True}}, config))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
 import pytest
 from django.contrib import admin as django_admin
 from django.contrib.admin.utils import quote
 from django.test import RequestFactory
 from django.urls import reverse
+from django.utils import timezone
 
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
 from tests.factories import make_decision, make_interrupt, make_tool_approval
@@ -270,3 +274,42 @@ def test_staff_with_the_decide_permission_decide_through_the_admin(client, staff
     )
     assert response.status_code == 302
     assert Decision.objects.get(interrupt=interrupt).reviewer == staff_auditor
+
+
+def _listed(admin_client, name: str) -> list:
+    response = admin_client.get(reverse(f"admin:portal_{name}_changelist"))
+    assert response.status_code == 200
+    return list(response.context["cl"].result_list)
+
+
+def test_every_admin_list_shows_the_newest_rows_first(admin_client, reviewer):
+    made = [make_interrupt(message=f"request {i}") for i in range(4)]
+    # Ids are random: spread the times so that an order by id would show itself.
+    base = timezone.now() - timedelta(hours=1)
+    for i, interrupt in enumerate(made):
+        at = base + timedelta(minutes=i)
+        Interrupt.objects.filter(pk=interrupt.pk).update(created_at=at)
+        Thread.objects.filter(pk=interrupt.thread_id).update(created_at=at)
+        make_decision(interrupt=interrupt, reviewer=reviewer)
+    newest_first = [i.pk for i in reversed(made)]
+    assert [i.pk for i in _listed(admin_client, "interrupt")] == newest_first
+    assert [t.pk for t in _listed(admin_client, "thread")] == [i.thread_id for i in reversed(made)]
+    decisions = _listed(admin_client, "decision")
+    assert [d.interrupt_id for d in decisions] == newest_first
+    runs = list(Run.objects.order_by("created_at").values_list("pk", flat=True))
+    for i, pk in enumerate(runs):
+        Run.objects.filter(pk=pk).update(created_at=base + timedelta(minutes=i))
+    assert len(runs) >= 4
+    assert [r.pk for r in _listed(admin_client, "run")] == runs[::-1]
+    steps = _listed(admin_client, "checkpoint")
+    assert [c.pk for c in steps] == sorted((c.pk for c in steps), reverse=True)
+
+
+def test_admin_times_name_their_time_zone(admin_client, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    interrupt = make_interrupt()
+    html = admin_client.get(reverse("admin:portal_interrupt_changelist")).content.decode()
+    created = timezone.localtime(interrupt.created_at, ZoneInfo("Europe/Paris"))
+    assert created.strftime("%Y-%m-%d %H:%M:%S ") + created.tzname() in html
+    page = admin_client.get(change_url(interrupt)).content.decode()
+    assert created.strftime("%Y-%m-%d %H:%M:%S ") + created.tzname() in page

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from bench.history import export_peak, generate_decisions
 from portal import history
+from portal.decisions import decision_submit
 from portal.history import COLUMNS
 from tests.factories import make_interrupt, make_tool_approval, make_user
 from tests.portal import test_history
@@ -106,6 +107,48 @@ def test_a_tool_name_that_looks_like_a_formula_is_defused_in_the_csv_too(client,
     assert row["tools"] == "'=cmd|' /C calc'!A0"
     record_ = json.loads(_body(client.get(reverse("history_export_jsonl"))))
     assert record_["tools"] == ["=cmd|' /C calc'!A0"]
+
+
+def test_both_exports_name_the_tool_and_carry_the_requested_and_executed_arguments(
+    client, auditor, reviewer
+):
+    asked = make_interrupt()  # issue_refund asks from inside itself
+    approval = make_tool_approval(args={"amount": 5000.0, "recipient": "Alice"})
+    call_id = approval.value["tool_calls"][0]["id"]
+    decision_submit(
+        interrupt=asked,
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=asked.pk,
+    )
+    edited = {"amount": 50.0, "recipient": "Alice"}
+    decision_submit(
+        interrupt=approval,
+        reviewer=reviewer,
+        value={"approved": True, "args": {call_id: edited}},
+        resume_interrupt_id=approval.pk,
+    )
+    client.force_login(auditor)
+    rows = list(csv.reader(io.StringIO(_body(client.get(reverse("history_export_csv"))))))
+    by_tool = {row["tools"]: row for row in (dict(zip(KEYS, r, strict=True)) for r in rows[1:])}
+    assert set(by_tool) == {"issue_refund", "transfer_funds"}
+    refund_call = asked.tool_call_id
+    assert json.loads(by_tool["issue_refund"]["requested_args"]) == {
+        refund_call: {"order_id": "A-1001", "amount": 42.5}
+    }
+    transfer = by_tool["transfer_funds"]
+    assert json.loads(transfer["requested_args"]) == {
+        call_id: {"amount": 5000.0, "recipient": "Alice"}
+    }
+    assert json.loads(transfer["executed_args"]) == {call_id: edited}
+    records = [
+        json.loads(line) for line in _body(client.get(reverse("history_export_jsonl"))).splitlines()
+    ]
+    by_tool_json = {tuple(r["tools"]): r for r in records}
+    assert by_tool_json[("transfer_funds",)]["executed_args"] == {call_id: edited}
+    assert by_tool_json[("issue_refund",)]["executed_args"] == {
+        refund_call: {"order_id": "A-1001", "amount": 42.5}
+    }
 
 
 def test_an_export_of_nothing_is_just_the_header(client, auditor, decisions):

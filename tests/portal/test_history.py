@@ -8,8 +8,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import history
+from portal import history, services
+from portal.decisions import decision_submit
 from portal.models import Decision, Interrupt
+from portal.worker import Worker
 from tests.factories import make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
@@ -52,9 +54,10 @@ def decisions(reviewer, second_reviewer):
         reason="input_required",
         message="Which address should we use?",
         value={"question": "address"},
+        tool="draft_contact_message",
     )
     breakpoint_ = make_interrupt(
-        agent="refunds", reason="breakpoint", message="Continue after MAIN?", value=None
+        agent="refunds", reason="breakpoint", message="Continue after MAIN?", value=None, tool=""
     )
     return {
         "refund": record(refund, reviewer=reviewer, at=T0),
@@ -112,6 +115,8 @@ def test_the_page_shows_each_decision_with_everything_an_auditor_needs(client, a
         ({"reason": "tool_approval"}, {"refund", "transfer", "account"}),
         ({"tool": "transfer_funds"}, {"transfer"}),
         ({"tool": "delete_account"}, {"account"}),
+        ({"tool": "issue_refund"}, {"refund"}),  # raised inside the tool
+        ({"tool": "draft_contact_message"}, {"question"}),
         ({"tool": "TOOL"}, {"refund", "transfer", "account", "question", "breakpoint"}),
         ({"tool": "no_such_tool"}, set()),
         ({"q": "kettle"}, {"refund"}),  # in the message
@@ -122,6 +127,29 @@ def test_the_page_shows_each_decision_with_everything_an_auditor_needs(client, a
 )
 def test_each_filter_keeps_exactly_the_matching_decisions(decisions, criteria, expected):
     assert ids(criteria) == {decisions[k].pk for k in expected}
+
+
+@pytest.mark.usefixtures("test_agents")
+def test_the_tool_filter_finds_a_request_the_runtime_raised_inside_a_tool(
+    support_agent, reviewer, effects
+):
+    thread, _ = services.thread_start(
+        agent="approve",
+        input={"messages": [{"role": "user", "content": "pay 42"}]},
+        user=support_agent,
+    )
+    assert Worker(name="test-worker").run_forever(once=True) == 1
+    request = Interrupt.objects.get(thread=thread)
+    assert (request.node, request.tool) == ("TOOL", "pay")
+    decision = decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=request.pk,
+    )
+    assert ids({"tool": "pay"}) == {decision.pk}
+    assert history.page({"tool": "pay"}).rows[0]["tools"] == ["pay"]
+    assert ids({"tool": "refund"}) == set()
 
 
 def test_the_date_range_includes_both_end_days(decisions):

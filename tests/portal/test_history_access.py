@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -115,9 +117,8 @@ def test_the_decision_page_shows_the_request_the_answer_and_links_to_the_thread(
     assert "has not moved on" in html  # the resume has not run yet
 
 
-def test_the_decision_page_diffs_the_paused_step_against_the_first_step_after_the_resume(
-    client, auditor, decided
-):
+def _resume_steps(decided) -> None:
+    """The two steps a resume of ``decided``'s thread writes: the tool's result, the answer."""
     thread = decided.thread
     thread.refresh_from_db()
     reply = Message(
@@ -142,6 +143,12 @@ def test_the_decision_page_diffs_the_paused_step_against_the_first_step_after_th
         ),
         parent_seq=seq,
     )
+
+
+def test_the_decision_page_diffs_the_paused_step_against_the_first_step_after_the_resume(
+    client, auditor, decided
+):
+    _resume_steps(decided)
     client.force_login(auditor)
     response = client.get(reverse("decision_detail", args=[decided.pk]))
     diff = response.context["diff"]
@@ -154,3 +161,16 @@ def test_the_decision_page_diffs_the_paused_step_against_the_first_step_after_th
     html = response.content.decode()
     assert "What the agent did next" in html
     assert "Refund of $42.50 issued for A-1001." in html  # the step after that
+
+
+def test_the_diff_shows_one_line_per_line_with_no_blank_line_between(client, auditor, decided):
+    _resume_steps(decided)
+    client.force_login(auditor)
+    html = client.get(reverse("decision_detail", args=[decided.pk])).content.decode()
+    body = re.search(r'<pre class="diff"[^>]*>(.*?)</pre>', html, re.S)
+    assert body is not None
+    # Each line is a block of its own; any text between two of them (a newline in a <pre>)
+    # is drawn as an empty line.
+    between = re.findall(r"</span>(.*?)<span", body.group(1), re.S)
+    assert len(between) >= 3 and set(between) == {""}
+    assert body.group(1).strip().endswith("</span>")

@@ -111,6 +111,51 @@ def test_queue_depth_walks_back_from_what_is_pending_now():
     assert [v for _, v in depth["points"]] == [0, 2, 1, 2]
 
 
+def test_a_day_whose_requests_were_all_decided_that_day_still_shows_them_waiting(client, auditor):
+    day = timezone.localdate() - timedelta(days=1)
+    noon = timezone.make_aware(datetime(day.year, day.month, day.day, 12))
+    for minutes in (0, 5):
+        _decide(_asked(noon + timedelta(minutes=minutes)), noon + timedelta(hours=1))
+    start = noon.replace(hour=0) - timedelta(days=4)
+    depth = metrics.queue_depth(start, start + timedelta(days=5))
+    assert depth["kind"] == "day"
+    assert [v for _, v in depth["points"]] == [0, 0, 0, 0, 0]
+    assert [v for _, v in depth["waiting"]] == [0, 0, 0, 0, 2]
+    client.force_login(auditor)
+    html = client.get(reverse("metrics")).content.decode()
+    assert "peak 2." in html
+
+
+@pytest.mark.parametrize(
+    ("peak", "ticks"),
+    [
+        (0, [0, 1]),
+        (1, [0, 1]),
+        (2, [0, 1, 2]),
+        (3, [0, 1, 2, 3]),
+        (5, [0, 2, 4, 6]),
+        (7, [0, 2, 4, 6, 8]),
+        (9, [0, 5, 10]),
+        (37, [0, 10, 20, 30, 40]),
+        (1234, [0, 500, 1000, 1500]),
+    ],
+)
+def test_the_y_axis_has_whole_number_gridlines_that_reach_the_peak(peak, ticks):
+    assert metrics.nice_ticks(peak) == ticks
+
+
+def test_every_y_axis_label_names_the_count_at_its_gridline():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    points = [(start + timedelta(days=i), v) for i, v in enumerate([0, 3, 1])]
+    for chart in (metrics.line_chart(points, "day"), metrics.bar_chart([("a", 3), ("b", 1)])):
+        baseline, top_y = chart["baseline"], metrics.PAD_TOP
+        top = chart["y_ticks"][-1]["value"]
+        for tick in chart["y_ticks"]:
+            expected = baseline - (baseline - top_y) * tick["value"] / top
+            assert tick["y"] == pytest.approx(expected, abs=0.1)
+        assert [t["value"] for t in chart["y_ticks"]] == [0, 1, 2, 3]
+
+
 def test_the_buckets_stay_few_whatever_the_range():
     start = datetime(2020, 1, 1, tzinfo=UTC)
     kinds = []
