@@ -2,36 +2,27 @@
 
 Writing a step costs the same whatever the thread's length: a compare-and-swap on the
 thread (``UPDATE thread SET last_seq = n + 1 WHERE id = X AND last_seq = n``) and one
-INSERT of the step's delta. The UPDATE is the commit point and the lock: on PostgreSQL it
-row-locks the thread, and a concurrent writer that built on the same ``n`` re-checks the
-WHERE after the first commits, matches nothing and gets ``CheckpointConflict``; SQLite
-serialises writers outright. Earlier rows are never touched.
+INSERT of the step's delta; earlier rows are never touched. The UPDATE is the commit point
+and the lock: a concurrent writer that built on the same ``n`` matches nothing and gets
+``CheckpointConflict``. A pause's ``Interrupt`` row (the reviewers' queue) is inserted in
+the same transaction, and pending rows the new checkpoint no longer names leave the queue
+in it, so the queue never shows a request the checkpoint does not. Once committed, the
+queue's changes are announced through ``portal.broadcast`` by id and status (broadcast
+renders them).
 
-When a step pauses, the ``Interrupt`` row (the reviewers' queue) is inserted in the same
-transaction, so the queue can never show a request the checkpoint does not; pending rows
-of the same thread that the new checkpoint no longer names leave the queue in that
-transaction too. Once it has committed, the queue's changes are announced through
-``portal.broadcast`` by id and status; rendering is broadcast's business, not this one's.
+On PostgreSQL a write is one statement (``portal.checkpoint_sql``) and a load one SELECT: round
+trips are what a step costs. Every write commits as the server is set (durably): the
+runtime acts, and people are told, on what it wrote. Given ``connection=`` (an autocommit
+psycopg ``AsyncConnection``, see ``aconnect``: the worker's), the async methods run the
+statements on it, with no thread hop; otherwise they run them through ``sync_to_async`` on
+the caller's Django connection, inside the caller's transaction if it holds one. On SQLite
+(the embedded demo) a step is ORM calls in one transaction.
 
-On PostgreSQL a write is one statement (the compare-and-swap, the insert and the queue's
-changes as data-modifying CTEs, atomic as any statement) and a load is one SELECT: round
-trips, not rows, are what a step costs. Every write commits as the server is set
-(``synchronous_commit`` on), since the runtime acts, and people are told, on what it
-wrote. Given ``connection=`` (a psycopg ``AsyncConnection`` in autocommit mode, see
-``aconnect``), the async methods run these statements on it directly, with no thread hop
-(psycopg prepares a statement it sees repeatedly); the worker does this. Without one they
-run the same statements through ``sync_to_async(thread_sensitive=True)`` on the caller's
-Django connection, so a caller that holds a transaction (a test, a script) keeps its writes
-inside it. On SQLite (the embedded demo) the same steps are ORM calls in one transaction.
-
-Thread ids are strings in the runtime and UUIDs here. A UUID string maps to itself; any
-other string (the contract suite's ``"t1"``) maps to a stable ``uuid5``, so every method
-agrees on it. A write to a thread with no ``Thread`` row creates one on the first write
-(``parent_seq=None``) with ``agent=""`` and no owner: the portal's own threads are created
-by ``services.thread_start``, so only tests and scripts reach that path.
-
-``adelete`` removes the thread with its checkpoints, interrupts and runs; a thread with
-recorded decisions is kept (``ProtectedError``), because decisions are an audit record.
+Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
+``uuid5``. A first write to a thread with no ``Thread`` row creates one with no agent and
+no owner (tests and scripts; the portal's threads come from ``services.thread_start``).
+``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
+recorded decisions (``ProtectedError``: they are an audit record).
 """
 
 from __future__ import annotations
@@ -62,6 +53,7 @@ from agents.checkpoint import (
     encode_step,
 )
 from portal import broadcast
+from portal import checkpoint_sql as sql
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.policies import expires_at_for, expiry_names_agents
 
@@ -86,97 +78,6 @@ class _Known:
     agent: str | None = None  # None: not read
 
 
-# --- PostgreSQL: one statement per load and per step --------------------------------------
-# (The tables are the models' default names; tests/portal/test_checkpointer.py checks.)
-# Parameters that land in a SELECT list are cast: the server cannot infer their types
-# there, and a NULL would otherwise be text.
-
-# The whole history up to the thread's last_seq, in one consistent snapshot, with the
-# newest row's fields. A thread with no checkpoint gives one row of NULLs; no thread, none.
-_LOAD = """
-SELECT t.agent, c.seq, c.status, c.next_node, c.messages::text,
-       CASE WHEN c.seq = t.last_seq THEN c.meta::text END,
-       CASE WHEN c.seq = t.last_seq THEN c.interrupt::text END
-FROM portal_thread t LEFT JOIN portal_checkpoint c ON c.thread_id = t.id AND c.seq <= t.last_seq
-WHERE t.id = %(thread)s
-ORDER BY c.seq
-"""
-
-# The compare-and-swap, as `moved`: the thread's row if it was still at the seq the step
-# built on, else nothing (another writer moved it on). A thread's first step
-# (parent_seq=None) creates the row or takes one still at 0, in the same statement.
-_MOVE = """
-WITH moved AS (
-    UPDATE portal_thread SET last_seq = %(seq)s, status = %(status)s, updated_at = %(now)s
-    WHERE id = %(thread)s AND last_seq = %(expected)s
-    RETURNING id, agent
-)"""
-_MOVE_FIRST = """
-WITH moved AS (
-    INSERT INTO portal_thread (id, agent, status, owner_id, title, created_at, updated_at,
-                               last_seq)
-    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, %(seq)s)
-    ON CONFLICT (id) DO UPDATE SET last_seq = EXCLUDED.last_seq, status = EXCLUDED.status,
-                                   updated_at = EXCLUDED.updated_at
-    WHERE portal_thread.last_seq = 0
-    RETURNING id, agent
-)"""
-
-# The steps' rows (one JSON array of them, numbered on from the seq the write built on),
-# inserted only if `moved` has the thread: a conflict writes nothing and reports 0 steps.
-_STEP = """, step AS (
-    INSERT INTO portal_checkpoint (thread_id, seq, node, status, next_node, messages, meta,
-                                   interrupt, interrupt_id, run_id, created_at)
-    SELECT moved.id, %(expected)s + s.n, s.node, s.status, s.next_node, s.messages, s.meta,
-           s.interrupt, s.interrupt_id, %(run)s::uuid, to_timestamp(s.at)
-    FROM moved, ROWS FROM (
-             jsonb_to_recordset(%(steps)s::jsonb) AS (node text, status text, next_node text,
-                                                    messages jsonb, meta jsonb,
-                                                    interrupt jsonb, interrupt_id text,
-                                                    at double precision)
-         ) WITH ORDINALITY AS s(node, status, next_node, messages, meta, interrupt,
-                                interrupt_id, at, n)
-    RETURNING seq
-)"""
-
-# Keeping the queue equal to the checkpoint, only in the statements of steps that can
-# change it (each part costs the server its table's indexes to set up, even when it
-# writes no row): pending requests of the thread that the step no longer names leave the
-# queue (`stale`), and a pause's request enters it (`entered`).
-_QUEUE = """, stale AS (
-    UPDATE portal_interrupt SET status = %(resolved)s, resolved_at = %(now)s
-    WHERE thread_id = %(thread)s AND status = %(pending)s AND id <> %(pending_key)s
-      AND EXISTS (SELECT 1 FROM moved)
-    RETURNING id, reason
-), entered AS (
-    INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
-                                  response_schema, tool_call_id, status, created_at, expires_at,
-                                  claimed_by_id, claimed_at, resolved_at, decided,
-                                  checkpoint_seq)
-    SELECT %(pending_key)s::varchar, id, agent, %(key)s::varchar, %(request_node)s::varchar,
-           %(value)s::jsonb, %(message)s::text, %(reason)s::varchar, %(schema)s::jsonb,
-           %(tool_call_id)s::varchar, %(pending)s::varchar, %(now)s::timestamptz,
-           %(expires_at)s::timestamptz, NULL, NULL, NULL, false, %(seq)s::integer
-    FROM moved WHERE %(pending_key)s::varchar <> ''
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-)
-SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved),
-       (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),
-       (SELECT count(*) FROM entered)
-"""
-_NO_QUEUE = " SELECT (SELECT count(*) FROM step), NULL, '[]', 0"
-
-# Every statement a step can be: (first step?, queue part?) -> SQL.
-_WRITES = {
-    (first, queue): (_MOVE_FIRST if first else _MOVE) + _STEP + (_QUEUE if queue else _NO_QUEUE)
-    for first in (False, True)
-    for queue in (False, True)
-}
-_LAST_SEQ = "SELECT last_seq FROM portal_thread WHERE id = %(thread)s"
-_AGENT = "SELECT agent FROM portal_thread WHERE id = %(thread)s"
-
-
 def _dump(value: Any) -> str | None:
     return None if value is None else compact_json(value)
 
@@ -199,7 +100,7 @@ def _step_head(write: CheckpointWrite) -> dict[str, Any]:
 
 
 def _steps_json(writes: Sequence[CheckpointWrite]) -> str:
-    """The steps' rows as one JSON array, for ``_STEP``."""
+    """The steps' rows as one JSON array, for ``checkpoint_sql.STEP``."""
     rows = []
     for write in writes:
         messages, meta = encode_step(write)
@@ -234,9 +135,8 @@ class DjangoCheckpointer:
             )
         self.run_id = run.pk if run is not None else None
         self._aconn = connection
-        # What this instance last read or wrote of each thread. A write that follows a
-        # step that was not a pause, and pauses nothing itself, cannot change the queue,
-        # so it skips the queue's part (most steps are such).
+        # What this instance last read or wrote of each thread: a write after a step that
+        # was not a pause, and pausing nothing itself, skips the queue's part.
         self._known: dict[uuid.UUID, _Known] = {}
         if thread is not None:
             self._known[thread.pk] = _Known(None, thread.agent)
@@ -250,7 +150,7 @@ class DjangoCheckpointer:
             return await sync_to_async(self.get_sync, thread_sensitive=True)(thread_id)
         pk = thread_pk(thread_id)
         async with self._aconn.cursor() as cursor:
-            await cursor.execute(_LOAD, {"thread": pk})
+            await cursor.execute(sql.LOAD, {"thread": pk})
             return self._snapshot(thread_id, pk, await cursor.fetchall())
 
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
@@ -267,14 +167,14 @@ class DjangoCheckpointer:
         pk = thread_pk(thread_id)
         async with self._aconn.cursor() as cursor:
             if self._needs_agent(pk, writes[-1]):
-                await cursor.execute(_AGENT, {"thread": pk})
-                self._remember_agent(pk, await cursor.fetchone())
+                await cursor.execute(sql.AGENT, {"thread": pk})
+                self._known[pk] = _Known(None, ((await cursor.fetchone()) or ("",))[0])
             step = self._step(pk, writes, parent_seq)
             await cursor.execute(step.sql, step.params)
             row = await cursor.fetchone()
             if not row or not row[0]:
-                await cursor.execute(_LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, _first(await cursor.fetchone()))
+                await cursor.execute(sql.LAST_SEQ, {"thread": pk})
+                raise CheckpointConflict(thread_id, parent_seq, (await cursor.fetchone())[0])
         changes = self._done(pk, step, row)
         if changes:  # committed already: the connection is in autocommit mode
             announce = sync_to_async(_announce, thread_sensitive=True)(changes)
@@ -291,8 +191,7 @@ class DjangoCheckpointer:
         await sync_to_async(self.delete_sync, thread_sensitive=True)(thread_id)
 
     async def aclose(self) -> None:
-        # The connection belongs to whoever passed it (the worker keeps one for its life);
-        # Django's own are closed by close_old_connections. Finish the announcements.
+        # The connection is the caller's (the worker keeps one for its life).
         if self._announcing:
             await asyncio.gather(*self._announcing, return_exceptions=True)
 
@@ -302,28 +201,19 @@ class DjangoCheckpointer:
         pk = thread_pk(thread_id)
         if django_connection.vendor == "postgresql":
             with django_connection.cursor() as cursor:
-                cursor.execute(_LOAD, {"thread": pk})
+                cursor.execute(sql.LOAD, {"thread": pk})
                 return self._snapshot(thread_id, pk, cursor.fetchall())
-        last = Checkpoint.objects.filter(thread_id=pk).order_by("-seq").first()
-        if last is None:
+        # One query, so a step appended meanwhile is not half-read.
+        fields = ("seq", "status", "next_node", "messages", "meta", "interrupt")
+        query = Checkpoint.objects.filter(thread_id=pk).order_by("seq")
+        rows: list[Any] = list(query.values_list(*fields))
+        if not rows:
             return None
-        messages: list[dict[str, Any]] = []
-        # Bounded by last.seq: a step appended meanwhile is not half-read.
-        for chunk in (
-            Checkpoint.objects.filter(thread_id=pk, seq__lte=last.seq)
-            .order_by("seq")
-            .values_list("messages", flat=True)
-        ):
-            messages.extend(chunk or [])
-        self._known[pk] = _Known(ThreadStatus(last.status))
+        seq, status, next_node, _, meta, interrupt = rows[-1]
+        self._known[pk] = _Known(ThreadStatus(status))
+        messages = [message for row in rows for message in row[3] or []]
         return Snapshot(
-            thread_id=thread_id,
-            seq=last.seq,
-            status=ThreadStatus(last.status),
-            next_node=last.next_node,
-            messages=messages,
-            meta=last.meta or {},
-            interrupt=last.interrupt,
+            thread_id, seq, ThreadStatus(status), next_node, messages, meta or {}, interrupt
         )
 
     def put_sync(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
@@ -348,14 +238,14 @@ class DjangoCheckpointer:
         scope = transaction.atomic() if inside else nullcontext()
         with scope, django_connection.cursor() as cursor:
             if self._needs_agent(pk, writes[-1]):
-                cursor.execute(_AGENT, {"thread": pk})
-                self._remember_agent(pk, cursor.fetchone())
+                cursor.execute(sql.AGENT, {"thread": pk})
+                self._known[pk] = _Known(None, (cursor.fetchone() or ("",))[0])
             step = self._step(pk, writes, parent_seq)
             cursor.execute(step.sql, step.params)
             row = cursor.fetchone()
             if not row or not row[0]:
-                cursor.execute(_LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, _first(cursor.fetchone()))
+                cursor.execute(sql.LAST_SEQ, {"thread": pk})
+                raise CheckpointConflict(thread_id, parent_seq, cursor.fetchone()[0])
         for change in self._done(pk, step, row):
             transaction.on_commit(partial(broadcast.publish_queue_change, **change), robust=True)
         return int(step.params["seq"])
@@ -363,7 +253,7 @@ class DjangoCheckpointer:
     # --- PostgreSQL: building a step's statement and reading its answer -----------------
 
     def _snapshot(self, thread_id: str, pk: uuid.UUID, rows: Sequence[Any]) -> Snapshot | None:
-        """The thread from ``_LOAD``'s rows; what is known of it is noted."""
+        """The thread from ``sql.LOAD``'s rows; what is known of it is noted."""
         if not rows:
             # No thread row: the first write creates one, with no agent (see the module's
             # docstring), so there is none to look up before it.
@@ -373,20 +263,11 @@ class DjangoCheckpointer:
         if rows[0][1] is None:
             self._known[pk] = _Known(None, agent)
             return None
-        messages: list[dict[str, Any]] = []
-        for row in rows:
-            messages.extend(json.loads(row[4]) or [])
+        messages = [message for row in rows for message in json.loads(row[4]) or []]
         _agent, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status), agent)
-        return Snapshot(
-            thread_id=thread_id,
-            seq=seq,
-            status=ThreadStatus(status),
-            next_node=next_node,
-            messages=messages,
-            meta=json.loads(meta) if meta else {},
-            interrupt=json.loads(interrupt) if interrupt else None,
-        )
+        meta, interrupt = json.loads(meta or "{}"), json.loads(interrupt or "null")
+        return Snapshot(thread_id, seq, ThreadStatus(status), next_node, messages, meta, interrupt)
 
     def _needs_agent(self, pk: uuid.UUID, write: CheckpointWrite) -> bool:
         """A pause needs the thread's agent before its statement, for the request's expiry
@@ -397,10 +278,6 @@ class DjangoCheckpointer:
         if known is not None and known.agent is not None:
             return False
         return expiry_names_agents((write.interrupt or {}).get("reason") or "input_required")
-
-    def _remember_agent(self, pk: uuid.UUID, row: Any) -> None:
-        known = self._known.get(pk)
-        self._known[pk] = _Known(known.status if known else None, row[0] if row else "")
 
     def _may_have_pending(self, pk: uuid.UUID) -> bool:
         """Whether the thread may have a pending request: unless this instance knows its
@@ -430,7 +307,7 @@ class DjangoCheckpointer:
         first = parent_seq is None
         # A thread's first step has no request to resolve yet.
         if pending is None and (first or not self._may_have_pending(pk)):
-            return _Step(_WRITES[first, False], params, None)
+            return _Step(sql.WRITES[first, False], params, None)
         request = pending or {}
         reason = request.get("reason") or "input_required"
         known = self._known.get(pk)
@@ -448,7 +325,7 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
         )
-        return _Step(_WRITES[first, True], params, pending)
+        return _Step(sql.WRITES[first, True], params, pending)
 
     def _done(self, pk: uuid.UUID, step: _Step, row: Sequence[Any]) -> list[dict[str, Any]]:
         """Note the step; the queue changes to announce once it is committed."""
@@ -457,21 +334,16 @@ class DjangoCheckpointer:
         if agent is None:  # the queue's part did not run: the thread is as it was
             agent = known.agent if known is not None else None
         self._known[pk] = _Known(ThreadStatus(step.params["status"]), agent)
-        base = {"thread_id": pk, "agent": agent or ""}
-        changes = [
-            {**base, "interrupt_id": i, "reason": reason, "status": Interrupt.Status.RESOLVED.value}
-            for i, reason in json.loads(stale_json)
-        ]
+        changes = [(i, reason, Interrupt.Status.RESOLVED) for i, reason in json.loads(stale_json)]
         if entered and step.pending is not None:
             changes.append(
-                {
-                    **base,
-                    "interrupt_id": step.params["pending_key"],
-                    "reason": step.params["reason"],
-                    "status": Interrupt.Status.PENDING.value,
-                }
+                (step.params["pending_key"], step.params["reason"], Interrupt.Status.PENDING)
             )
-        return changes
+        base = {"thread_id": pk, "agent": agent or ""}
+        return [
+            {**base, "interrupt_id": i, "reason": reason, "status": status.value}
+            for i, reason, status in changes
+        ]
 
     # --- SQLite: the ORM ----------------------------------------------------------------
 
@@ -530,7 +402,7 @@ class DjangoCheckpointer:
             Interrupt.objects.filter(id__in=[i for i, _ in stale]).update(
                 status=Interrupt.Status.RESOLVED, resolved_at=timezone.now()
             )
-        changes = [(i, reason, Interrupt.Status.RESOLVED.value) for i, reason in stale]
+        changes = [(i, reason, Interrupt.Status.RESOLVED) for i, reason in stale]
         if pending is not None and pending_id:
             reason = pending.get("reason") or "input_required"
             _, created = Interrupt.objects.get_or_create(
@@ -550,19 +422,13 @@ class DjangoCheckpointer:
                 },
             )
             if created:
-                changes.append((pending_id, reason, Interrupt.Status.PENDING.value))
-        for interrupt_id, reason, status in changes:
-            transaction.on_commit(
-                partial(
-                    broadcast.publish_queue_change,
-                    interrupt_id=interrupt_id,
-                    thread_id=pk,
-                    agent=agent,
-                    reason=reason,
-                    status=status,
-                ),
-                robust=True,
+                changes.append((pending_id, reason, Interrupt.Status.PENDING))
+        for i, reason, status in changes:
+            change: dict[str, Any] = {"interrupt_id": i, "thread_id": pk, "reason": reason}
+            announce = partial(
+                broadcast.publish_queue_change, **change, agent=agent, status=status.value
             )
+            transaction.on_commit(announce, robust=True)
 
     def list_sync(self, thread_id: str) -> list[CheckpointRecord]:
         rows = Checkpoint.objects.filter(thread_id=thread_pk(thread_id)).order_by("seq")
@@ -581,10 +447,6 @@ class DjangoCheckpointer:
 
     def delete_sync(self, thread_id: str) -> None:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
-
-
-def _first(row: Any) -> int | None:
-    return (row[0] or None) if row else None
 
 
 def _announce(changes: list[dict[str, Any]]) -> None:

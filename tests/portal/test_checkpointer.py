@@ -343,7 +343,7 @@ def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_
 def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
     """The statements name their tables' columns by hand: a new model field must be
     added there too, or PostgreSQL writes would fail (SQLite's ORM path would not)."""
-    from portal import checkpointer
+    from portal import checkpoint_sql
 
     def inserted(sql: str, table: str) -> set[str]:
         match = re.search(rf"INSERT INTO {table} \(([^)]*)\)", sql)
@@ -351,9 +351,9 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
         return {c.strip() for c in match.group(1).split(",")}
 
     for model, sql in (
-        (Thread, checkpointer._MOVE_FIRST),
-        (Checkpoint, checkpointer._STEP),
-        (Interrupt, checkpointer._QUEUE),
+        (Thread, checkpoint_sql.MOVE_FIRST),
+        (Checkpoint, checkpoint_sql.STEP),
+        (Interrupt, checkpoint_sql.QUEUE),
     ):
         columns = {f.column for f in model._meta.concrete_fields}
         auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id
