@@ -348,7 +348,7 @@ class ToolNode:
             else:
                 message = await self._run_call(call, call.args)
             if n == len(calls):
-                return message  # saved with the node's end: one write, as durable
+                return message  # saved with the node's end: one write
             await run.append_messages([message])
         return None
 
