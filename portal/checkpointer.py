@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -141,7 +143,7 @@ class DjangoCheckpointer:
         if thread is not None:
             self._known[thread.pk] = _Known(None, thread.agent)
         # Queue announcements scheduled by the async path (awaited by aclose).
-        self._announcing: set[asyncio.Task[None]] = set()
+        self._announcing: set[asyncio.Future[None]] = set()
 
     # --- the async protocol -------------------------------------------------------------
 
@@ -177,10 +179,10 @@ class DjangoCheckpointer:
                 raise CheckpointConflict(thread_id, parent_seq, (await cursor.fetchone())[0])
         changes = self._done(pk, step, row)
         if changes:  # committed already: the connection is in autocommit mode
-            announce = sync_to_async(_announce, thread_sensitive=True)(changes)
-            task = asyncio.get_running_loop().create_task(announce)
-            self._announcing.add(task)
-            task.add_done_callback(self._announcing.discard)
+            loop = asyncio.get_running_loop()
+            sent = loop.run_in_executor(_announcer(), _announce, changes)
+            self._announcing.add(sent)
+            sent.add_done_callback(self._announcing.discard)
         return int(step.params["seq"])
 
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:
@@ -449,19 +451,26 @@ class DjangoCheckpointer:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
 
 
+_announcing_thread: list[ThreadPoolExecutor] = []  # one per process (see _announcer)
+os.register_at_fork(after_in_child=_announcing_thread.clear)  # its thread stays behind
+
+
+def _announcer() -> ThreadPoolExecutor:
+    if not _announcing_thread:
+        _announcing_thread.append(ThreadPoolExecutor(1, thread_name_prefix="announce"))
+    return _announcing_thread[0]
+
+
 def _announce(changes: list[dict[str, Any]]) -> None:
-    """The queue changes of a step written on the async path, which has committed.
-    Under the worker's loop this runs in a thread of asgiref's, whose database connection
-    is looked after as a request's is (closed when too old or broken)."""
-    tidy = not django_connection.in_atomic_block
-    if tidy:
-        close_old_connections()
+    """The queue changes of a step written on the async path, which has committed: in a
+    thread of its own (broadcast renders with the ORM), whose database connection is
+    looked after as a request's is (closed when too old or broken)."""
+    close_old_connections()
     try:
         for change in changes:
             broadcast.publish_queue_change(**change)
     finally:
-        if tidy:
-            close_old_connections()
+        close_old_connections()
 
 
 # OPTIONS that Django's backend interprets itself rather than passing to psycopg.
