@@ -57,22 +57,9 @@ class CheckpointWrite:
     # status is INTERRUPTED, else None.
     interrupt: dict[str, Any] | None = None
     node: str | None = None  # the node whose boundary this is, for timelines
-    # False when losing this step to a crash of the store costs nothing but a replay: the
-    # run's input or a resume answer (the caller holds them), or the end of a node marked
-    # replayable. A store may then commit it without waiting for the disk. It takes effect
-    # as any other write (compare-and-swap, visible to readers) before ``aput`` returns, and
-    # the next durable write makes it durable too.
-    durable: bool = True
     # When the step happened (epoch seconds): a step written later, with the next one,
     # keeps its own time.
     at: float = field(default_factory=time.time)
-    # ``new_messages`` and ``meta`` as compact JSON, as they were at the step, when the
-    # runtime encoded them then: a step it keeps for later is recorded this way, and its
-    # objects, still shared with the live state, may change before it is written. When
-    # set, this text is the step's record: a store takes the messages and meta through
-    # ``encode_step`` (this text) or ``step_values`` (decoded from it), never from the
-    # objects. ``len(new_messages)`` and its truth stay exact.
-    encoded: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
 
 # ``json.dumps(value, separators=(",", ":"))`` without building an encoder per call
@@ -84,18 +71,7 @@ compact_json = json.JSONEncoder(separators=(",", ":")).encode
 def encode_step(write: CheckpointWrite) -> tuple[str, str]:
     """``write``'s messages and meta as compact JSON (raises TypeError for what JSON
     cannot hold)."""
-    if write.encoded is not None:
-        return write.encoded
     return compact_json(write.new_messages), compact_json(write.meta)
-
-
-def step_values(write: CheckpointWrite) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``write``'s messages and meta as objects a store may keep: decoded from the step's
-    record (``encoded``) when there is one, else copies of the lists and dicts given."""
-    if write.encoded is not None:
-        messages, meta = write.encoded
-        return json.loads(messages), json.loads(meta)
-    return list(write.new_messages), dict(write.meta)
 
 
 @dataclass(frozen=True)
@@ -136,24 +112,21 @@ class Checkpointer(Protocol):
     async def aput(self, thread_id: str, write: CheckpointWrite, *, parent_seq: int | None) -> int:
         """Append a checkpoint and return its seq (1, 2, ...). ``parent_seq`` is the seq
         the writer loaded (None for a new thread); raise CheckpointConflict otherwise.
-        ``write.durable`` False allows committing without waiting for the disk."""
+        Committed durably before it returns: the runtime acts, and tells people, on what
+        it wrote."""
         ...
 
     async def aput_steps(
         self, thread_id: str, writes: Sequence[CheckpointWrite], *, parent_seq: int | None
     ) -> int:
         """Append several checkpoints in one go, all or none, numbered on from
-        ``parent_seq``; return the last one's seq. Durable if any of them is."""
+        ``parent_seq``; return the last one's seq. (The runtime sends the steps that
+        nothing could act on in between, such as a run's input, with the next one.)"""
         ...
 
     async def alist(self, thread_id: str) -> list[CheckpointRecord]:
         """The thread's checkpoints, oldest first."""
         ...
-
-    # Optional: ``recall(thread_id, seq) -> Snapshot | None``, the thread as of checkpoint
-    # ``seq`` (None for 0: no checkpoint) from what the store holds in memory, with no
-    # round trip; ``LookupError`` when it holds nothing for that seq. The runtime asks it
-    # only for a caller's ``expected_seq`` and loads otherwise.
 
     async def adelete(self, thread_id: str) -> None:
         """Forget a thread entirely."""

@@ -23,7 +23,6 @@ from agents.checkpoint import (
     CheckpointWrite,
     Snapshot,
     ThreadStatus,
-    encode_step,
 )
 from agents.errors import (
     CheckpointerRequiredError,
@@ -90,18 +89,11 @@ class StateGraph:
             )
         self.state_type = state_type
         self.nodes: dict[str, Callable[..., Any]] = {}
-        self.replayable: set[str] = set()
         self.edges: dict[str, str | _Branch] = {}
         self.entry: str | None = None
 
-    def add_node(
-        self, name: str, fn: Callable[..., Any], *, replayable: bool = False
-    ) -> StateGraph:
-        """Add a node. ``replayable=True`` says running it again has no effect outside the
-        thread (a model call, a pure function): its boundary may then be committed without
-        waiting for the disk, and a crash of the store loses at most a replay of it. Leave
-        it False for a node that changes anything elsewhere (tools always run in a
-        ``ToolNode``, whose results are always durable)."""
+    def add_node(self, name: str, fn: Callable[..., Any]) -> StateGraph:
+        """Add a node: a function of the state, or a ``ToolNode`` for a model's tool calls."""
         if name == END:
             raise GraphSetupError(
                 f"{END!r} is reserved for the end of the graph; name the node otherwise"
@@ -113,8 +105,6 @@ class StateGraph:
         if not callable(fn):
             raise GraphSetupError(f"node `{name}` must be a function or callable, got {fn!r}")
         self.nodes[name] = fn
-        if replayable:
-            self.replayable.add(name)
         return self
 
     def add_edge(self, source: str, target: str) -> StateGraph:
@@ -164,7 +154,6 @@ class StateGraph:
             interrupt_before=before,
             interrupt_after=after,
             wants_config=frozenset(n for n, fn in self.nodes.items() if _wants_config(fn)),
-            replayable=frozenset(self.replayable),
             extra_fields=tuple(
                 f.name for f in dataclasses.fields(self.state_type) if f.name not in _CORE_FIELDS
             ),
@@ -234,14 +223,6 @@ async def _load_at(
     return snapshot
 
 
-def _detached(write: CheckpointWrite) -> CheckpointWrite:
-    """``write`` with its messages and meta recorded now, as the JSON a store keeps
-    (``CheckpointWrite.encoded``, which stores read instead of the objects), so nothing
-    that changes the live state later reaches it. (Decoding copies of the objects as well
-    cost about 4% of a pause-and-resume cycle on PostgreSQL, and no store needs them.)"""
-    return dataclasses.replace(write, encoded=encode_step(write))
-
-
 def _as_message(item: Any) -> Message:
     if isinstance(item, Message):
         return item
@@ -307,8 +288,6 @@ class _Run:
         self.state.execution_meta.step = 0
         meta = snapshot.meta if snapshot else {}
         self.seq = snapshot.seq if snapshot else None
-        # Set when the store recalled the thread rather than loaded it (see ``confirm``).
-        self.recalled = False
         self.status = snapshot.status if snapshot else None
         self.next_node = snapshot.next_node if snapshot else None
         self.answers: dict[str, Any] = dict(meta.get("answers") or {})
@@ -317,8 +296,8 @@ class _Run:
         # loaded, those an earlier run left, whose outcome is unknown.
         self.in_flight: list[str] = list(meta.get("in_flight") or [])
         self.unsaved: list[Message] = []
-        # Steps that need not be durable wait here and go to the store with the next
-        # write: one round trip for several boundaries (see ``save``).
+        # Steps kept for the next write, which comes before anything can act: one round
+        # trip for several boundaries (see ``save``).
         self.deferred: list[CheckpointWrite] = []
 
     def emit(self, event: StreamEvent, message: Message | None = None, **data: Any) -> None:
@@ -347,11 +326,12 @@ class _Run:
         *,
         node: str | None,
         interrupt: dict[str, Any] | None = None,
-        durable: bool = True,
         defer: bool = False,
     ) -> None:
-        """Record a step: written now, with any deferred before it, or with ``defer`` (for
-        a step that need not be durable) kept for the next write (see ``flush``)."""
+        """Record a step: written now, with any kept before it, or with ``defer`` kept for
+        the next write (see ``flush``). Only a step that nothing can act on before that
+        write is kept: the input, and what comes right before a ``ToolNode``, which writes
+        before it calls a tool."""
         self.state.interrupt = interrupt
         self.status, self.next_node = status, next_node
         store = self.graph.checkpointer
@@ -372,43 +352,25 @@ class _Run:
                 meta=meta,
                 interrupt=interrupt,
                 node=node,
-                durable=durable,
             )
-            if defer and not durable:
-                # Detached from the live state: a later node changing a message or a state
-                # value in place must not rewrite what this step recorded.
-                self.deferred.append(_detached(write))
+            if defer:
+                self.deferred.append(write)
             else:
                 await self._put([*self.deferred, write])
         self.unsaved.clear()
 
     async def flush_after(self, error: Exception) -> None:
-        """On a failure, write what was kept for later (the input, a replayable node's end)
-        so a retry goes on from it; a failure to write it is noted on ``error``, which is
+        """On a failure, write what was kept for later (the input, a node's end) so a retry
+        goes on from it; a failure to write it is noted on ``error``, which is
         what the caller sees."""
         try:
             await self.flush()
         except Exception as failed:
             error.add_note(f"the run's last steps could not be saved either: {failed}")
 
-    async def confirm(self, cause: BaseException | None = None) -> None:
-        """For a run on a recalled thread that has written nothing yet: check with the
-        store that the thread is still at the recalled checkpoint, else raise
-        ``CheckpointConflict`` (from ``cause``). A run that writes has its first write's
-        compare-and-swap do this; one that ends or is refused without writing does not."""
-        if not self.recalled:
-            return
-        self.recalled = False
-        store = self.graph.checkpointer
-        assert store is not None
-        await _load_at(store, self.thread_id, self.seq, cause)
-
-    async def flush(self, *, durable: bool = False) -> None:
-        """Write the deferred steps now; ``durable`` before anything that may act runs
-        (a crash of the store must not take back what the world was told)."""
+    async def flush(self) -> None:
+        """Write the kept steps now: their compare-and-swap comes before anything acts."""
         if self.deferred:
-            if durable and not self.deferred[-1].durable:
-                self.deferred[-1] = dataclasses.replace(self.deferred[-1], durable=True)
             await self._put(self.deferred)
 
     async def _put(self, writes: list[CheckpointWrite]) -> None:
@@ -419,7 +381,6 @@ class _Run:
         else:
             self.seq = await store.aput_steps(self.thread_id, writes, parent_seq=self.seq)
         self.deferred = []
-        self.recalled = False  # the compare-and-swap confirmed it
 
     async def pause(self, pending: Interrupt, next_node: str, when: str | None = None) -> _Run:
         meta = self.state.execution_meta
@@ -445,7 +406,7 @@ class _Run:
             await self.save(ThreadStatus.RUNNING, node, node=node)
 
         async def mark_in_flight() -> None:
-            # A step of its own, durable, with whatever the run kept for later.
+            # A step of its own, with whatever the run kept for later.
             await self.save(ThreadStatus.RUNNING, node, node=node)
 
         return RunContext(
@@ -474,17 +435,12 @@ class CompiledGraph:
     interrupt_after: frozenset[str]
     wants_config: frozenset[str]
     extra_fields: tuple[str, ...]
-    replayable: frozenset[str] = frozenset()
 
     # -- the loop ----------------------------------------------------------------------
 
     async def _execute(self, input: Any, config: dict[str, Any] | None, emit: Emit | None) -> _Run:
         run = await self._open(config, emit)
-        try:
-            node = await self._accept(run, input)
-        except Exception as refused:
-            await run.confirm(refused)  # refused on a recalled thread that moved on?
-            raise
+        node = await self._accept(run, input)
         limit = int(run.config.get("recursion_limit", 25))
         try:
             while node is not None and node != END:
@@ -501,11 +457,11 @@ class CompiledGraph:
                         "config['recursion_limit'] or check the routing for a loop",
                         limit=limit,
                     )
-                if self._acts_unguarded(node):
-                    # The deferred steps' compare-and-swap comes first, durably: a node
-                    # that may act on the world runs only once its run is known to own the
-                    # thread, and a crash of the store cannot take that back.
-                    await run.flush(durable=True)
+                if not isinstance(self.nodes[node], ToolNode):
+                    # The kept steps' compare-and-swap comes first: a node that may act on
+                    # the world runs only once its run is known to own the thread. (A
+                    # ToolNode writes before each call it makes.)
+                    await run.flush()
                 run.emit(StreamEvent.UPDATES, status="node_start", node=node)
                 try:
                     await self._call_node(run, node)
@@ -521,42 +477,24 @@ class CompiledGraph:
                 after = self._route(node, run.state)
                 if node in self.interrupt_after:
                     return await run.pause(_breakpoint(node, "after", run.state), after, "after")
-                replayable = node in self.replayable
-                await self._save_boundary(
-                    run, node, after, durable=not replayable, defer=replayable
-                )
+                await self._save_boundary(run, node, after)
                 node = after
         except Exception as exc:
             await run.flush_after(exc)
-            await run.confirm(exc)
             run.emit(StreamEvent.ERROR, error=str(exc), type=type(exc).__name__, node=node)
             raise
-        await run.flush()  # (a run that ends writes its end durably: normally none is left)
-        await run.confirm()  # a run with nothing to do wrote nothing
+        await run.flush()  # (the end is written at once: normally none is left)
         return await run.finish()
 
-    def _acts_unguarded(self, node: str) -> bool:
-        """Whether ``node`` may act on the world with no write of its own first: a node not
-        marked replayable, but a ToolNode (it records each call in flight, durably, before
-        the call runs). The write before such a node must be durable."""
-        return node not in self.replayable and not isinstance(self.nodes[node], ToolNode)
-
-    async def _save_boundary(
-        self,
-        run: _Run,
-        node: str | None,
-        next_node: str | None,
-        *,
-        durable: bool = True,
-        defer: bool = False,
-    ) -> None:
-        """The boundary after ``node``. Where the run ends it is always durable and written
-        at once; where it goes on, ``durable=False`` when a crash of the store would cost
-        only a replay, and ``defer`` to keep it for the next write (see ``_Run.save``)."""
+    async def _save_boundary(self, run: _Run, node: str | None, next_node: str | None) -> None:
+        """The boundary after ``node``: written at once where the run ends, or kept for
+        the next write when a ``ToolNode`` runs next (its first write comes before any
+        call it makes, and a crash in between costs a replay of ``node`` at most)."""
         if next_node is None or next_node == END:
             await run.save(ThreadStatus.DONE, None, node=node)
         else:
-            await run.save(ThreadStatus.RUNNING, next_node, node=node, durable=durable, defer=defer)
+            defer = isinstance(self.nodes[next_node], ToolNode)
+            await run.save(ThreadStatus.RUNNING, next_node, node=node, defer=defer)
 
     async def _call_node(self, run: _Run, node: str) -> None:
         fn = self.nodes[node]
@@ -619,34 +557,19 @@ class CompiledGraph:
                 "conversation under a thread id"
             )
         thread_id = str(thread_id or new_id("thread"))
-        snapshot, recalled = await self._load(thread_id, config)
+        snapshot = await self._load(thread_id, config)
         run_id = str(config.get("run_id") or new_id("run"))
-        run = _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
-        run.recalled = recalled
-        return run
+        return _Run(self, snapshot, thread_id=thread_id, run_id=run_id, config=config, emit=emit)
 
-    async def _load(self, thread_id: str, config: dict[str, Any]) -> tuple[Snapshot | None, bool]:
-        """The thread, and whether the store recalled it rather than loaded it."""
+    async def _load(self, thread_id: str, config: dict[str, Any]) -> Snapshot | None:
         store = self.checkpointer
         if store is None:
-            return None, False
+            return None
         if "expected_seq" not in config:
-            return await store.aget(thread_id), False
+            return await store.aget(thread_id)
         # The caller chose its input from the thread as of that checkpoint (a worker: the
-        # thread's row when it took the run). A store that still holds the thread as of
-        # it answers without a round trip. Whether the thread is still there is then
-        # checked by the compare-and-swap of the run's first write, which comes before
-        # any node that may act (a replayable one may have run: its work is dropped), or,
-        # for a run refused or ending without a write, by a load (``_Run.confirm``).
-        expected = config["expected_seq"] or None
-        recall = getattr(store, "recall", None)
-        if recall is not None:
-            try:
-                recalled: Snapshot | None = recall(thread_id, expected)
-                return recalled, True
-            except LookupError:
-                pass
-        return await _load_at(store, thread_id, expected), False
+        # thread's row when it took the run): if it moved on, nothing is applied.
+        return await _load_at(store, thread_id, config["expected_seq"] or None)
 
     async def _accept(self, run: _Run, input: Any) -> str | None:
         """Check the input against the thread's status; return the node to run next."""
@@ -692,19 +615,15 @@ class CompiledGraph:
             # A step of its own, with no messages, kept for the next write like an input:
             # a run that continues the thread (a retry, a worker taking over) must own it,
             # by the compare-and-swap, before anything acts.
-            await run.save(
-                ThreadStatus.RUNNING, run.next_node, node=None, durable=False, defer=True
-            )
+            await run.save(ThreadStatus.RUNNING, run.next_node, node=None, defer=True)
             return run.next_node
         if not messages:
             return None  # a new or finished thread, and nothing to add
         run.append(messages)
-        # A step of its own, kept for the next write. It reaches the store before any node
-        # that is not replayable runs (so of two runs racing on the thread, the
-        # compare-and-swap stops one before it acts) and when the run fails (so it can be
-        # retried). Not durable: were the store to crash first, the caller still holds
-        # the input (the portal keeps it in the run's row).
-        await run.save(ThreadStatus.RUNNING, self.entry, node=None, durable=False, defer=True)
+        # A step of its own, kept for the next write, which comes before anything acts (so
+        # of two runs racing on the thread, the compare-and-swap stops one before it acts)
+        # or when the run fails (so it can be retried).
+        await run.save(ThreadStatus.RUNNING, self.entry, node=None, defer=True)
         return self.entry
 
     async def _accept_resume(self, run: _Run, input: dict[str, Any]) -> str | None:
@@ -745,17 +664,11 @@ class CompiledGraph:
         # The compare-and-swap of the write that records the answer lets only one resume
         # act on it, so that write comes before the node may act: before it runs again,
         # or, for a ToolNode, with its first write, which comes before its first effect
-        # (recording the call in flight). Written at once otherwise: a run that dies in a
-        # model call leaves it recorded, and a continue goes on from it (the request it
-        # answers has left the queue: nobody could answer it again). Durable only before
-        # a node that may act with no write of its own: elsewhere the answer is the
-        # caller's too (the portal keeps the decision and the run's input, and sends it
-        # again if no step of the run was written), and the next durable write makes it
-        # durable as well.
+        # (recording the call in flight).
         node = pending.node
-        defer = isinstance(self.nodes[node], ToolNode)
-        durable = self._acts_unguarded(node)
-        await run.save(ThreadStatus.RUNNING, node, node=node, durable=durable, defer=defer)
+        await run.save(
+            ThreadStatus.RUNNING, node, node=node, defer=isinstance(self.nodes[node], ToolNode)
+        )
         return node
 
     async def _end_breakpoint(
@@ -766,9 +679,7 @@ class CompiledGraph:
         if approved:
             if when == "before":
                 run.passed = pending.node
-            # Written at once, as an answer is (see _accept_resume).
-            durable = next_node not in (None, END) and self._acts_unguarded(next_node)
-            await self._save_boundary(run, pending.node, next_node, durable=durable)
+            await self._save_boundary(run, pending.node, next_node)
             return next_node
         fn = self.nodes[pending.node]
         if when == "before" and isinstance(fn, ToolNode):
@@ -818,8 +729,7 @@ class CompiledGraph:
         ``config``: ``thread_id`` (needed with a checkpointer), ``run_id``,
         ``recursion_limit`` (25), and ``expected_seq``: the thread's newest checkpoint the
         input was chosen for (0 for none; PARTIAL's ``"seq"`` is one); if the thread moved
-        on, ``CheckpointConflict`` is raised before any node that may act runs (and before
-        anything is applied, unless the store could recall the thread without a load)."""
+        on, ``CheckpointConflict`` is raised and nothing is applied."""
         run = await self._execute(input, config, None)
         return self._output(run, response_granularity)
 

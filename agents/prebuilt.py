@@ -96,8 +96,7 @@ class ReactAgent:
 
     def graph(self) -> StateGraph:
         graph = StateGraph(AgentState)
-        # The model call changes nothing outside the thread: replaying it is harmless.
-        graph.add_node("MAIN", self.agent, replayable=True)
+        graph.add_node("MAIN", self.agent)
         graph.add_node("TOOL", self.tool_node)
         graph.add_conditional_edges("MAIN", route_tools, {"TOOL": "TOOL", END: END})
         graph.add_edge("TOOL", "MAIN")

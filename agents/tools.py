@@ -408,7 +408,7 @@ class ToolNode:
                     message.meta["executed_args"] = call.args
                     message.meta["approved_by_interrupt"] = call.edited_by
             if n == len(calls):
-                return message  # saved with the node's end: one write, as durable
+                return message  # saved with the node's end: one write
             await run.append_messages([message])
         return None
 

@@ -172,12 +172,10 @@ class Impl:
 
 class _Counting:
     """An async connection that counts the statements run through it: by its ``execute``
-    and by libpq's sends, which ``portal.pg.fetch_first`` uses (preparing one is not
-    running it)."""
+    and by its cursors'."""
 
     def __init__(self, conn: Any) -> None:
         self.conn, self.statements = conn, 0
-        self.pgconn = _CountingLibpq(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
@@ -186,21 +184,27 @@ class _Counting:
         self.statements += 1
         return await self.conn.execute(*args, **kwargs)
 
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        return _CountingCursor(self, self.conn.cursor(*args, **kwargs))
 
-class _CountingLibpq:
-    def __init__(self, owner: _Counting) -> None:
-        self._owner = owner
+
+class _CountingCursor:
+    def __init__(self, owner: _Counting, cursor: Any) -> None:
+        self._owner, self._cursor = owner, cursor
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._owner.conn.pgconn, name)
+        return getattr(self._cursor, name)
 
-    def send_query_prepared(self, *args: Any, **kwargs: Any) -> Any:
-        self._owner.statements += 1
-        return self._owner.conn.pgconn.send_query_prepared(*args, **kwargs)
+    async def __aenter__(self) -> _CountingCursor:
+        await self._cursor.__aenter__()
+        return self
 
-    def send_query_params(self, *args: Any, **kwargs: Any) -> Any:
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._cursor.__aexit__(*exc)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
         self._owner.statements += 1
-        return self._owner.conn.pgconn.send_query_params(*args, **kwargs)
+        return await self._cursor.execute(*args, **kwargs)
 
 
 class Ours(Impl):
@@ -935,9 +939,8 @@ def _main() -> None:
             "checkpointer on its own autocommit async connection, one statement per write, "
             "and each run told the thread's seq, which the worker reads from the thread's row "
             "when it takes the run (that read is part of the queue's cost, in the real-worker "
-            "table below). So a new thread is not loaded, and a resume recalls the thread its "
-            "process paused instead of loading it (a resume taken by another worker loads "
-            "it: one statement more). The floor is one "
+            "table below); the run loads the thread and checks that seq. Every write commits "
+            "durably. The floor is one "
             "autocommit INSERT at the pause and one UPDATE at the resume. Commits and rows "
             "written per cycle are `pg_stat_database` deltas (`xact_commit`; tuples inserted + "
             "updated + deleted) over a separate run of 100 cycles of each implementation alone. "

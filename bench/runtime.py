@@ -122,8 +122,7 @@ def build_agent(model: Any = None) -> StateGraph:
     """The scenario's graph, uncompiled (also registered as the portal agent ``bench`` by
     ``bench.orm`` so real workers run it)."""
     graph = StateGraph(AgentState)
-    # `agent` stands for the model's turn, which ReactAgent marks replayable too.
-    graph.add_node("agent", _agent_node, replayable=True)
+    graph.add_node("agent", _agent_node)
     graph.add_node("approve", _Approve())
     graph.set_entry_point("agent")
     graph.add_edge("agent", "approve")

@@ -385,8 +385,7 @@ class Worker:
             "thread_id": str(thread.pk),
             "user_id": str(thread.owner_id or ""),
             "run_id": str(run.pk),
-            # The thread as this run found it: the runtime may then recall it rather than
-            # load it (see portal.checkpointer), and a thread that moved on is refused.
+            # The thread as this run found it: a thread that moved on is refused.
             "expected_seq": thread.last_seq if expected_seq is None else expected_seq,
         }
         try:
@@ -479,12 +478,8 @@ class Worker:
         return True
 
     def _connection_lost(self) -> None:
-        """The async connection broke (a database restart, a failover, which may have lost
-        the newest commits): close it, and forget the threads this process remembers
-        (``portal.checkpointer.RECENT``), so every run loads its thread again."""
-        from portal.checkpointer import RECENT
-
-        RECENT.clear()
+        """The async connection broke (a database restart, a failover): close it; the next
+        run opens another."""
         self._close_native()
 
     def _close_native(self) -> None:
@@ -613,7 +608,7 @@ class Worker:
         if self._listener is None:
             import psycopg
 
-            from portal.pg import connect_kwargs
+            from portal.checkpointer import connect_kwargs
 
             try:
                 self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)

@@ -121,22 +121,6 @@ class CheckpointerContract:
         assert [m["id"] for m in snap.messages] == ["msg_1", "msg_2"]
         assert len(await checkpointer.alist("t")) == 2
 
-    async def test_a_write_that_need_not_be_durable_takes_effect_all_the_same(
-        self, checkpointer: Checkpointer
-    ) -> None:
-        # durable=False only lets the store skip waiting for the disk: the step is visible
-        # at once and guarded by the same compare-and-swap.
-        light = CheckpointWrite(
-            status=ThreadStatus.RUNNING, next_node="MAIN", new_messages=[_msg(1)], durable=False
-        )
-        assert await checkpointer.aput("t", light, parent_seq=None) == 1
-        snap = await checkpointer.aget("t")
-        assert snap is not None and snap.seq == 1
-        assert [m["id"] for m in snap.messages] == ["msg_1"]
-        with pytest.raises(CheckpointConflict):
-            await checkpointer.aput("t", light, parent_seq=None)
-        assert await checkpointer.aput("t", light, parent_seq=1) == 2
-
     async def test_several_steps_go_in_one_write_numbered_in_order(
         self, checkpointer: Checkpointer
     ) -> None:

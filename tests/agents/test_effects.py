@@ -76,16 +76,15 @@ async def crash_in_refund(bank: Bank, store: InMemoryCheckpointer, config, *, wh
 
 
 class WatchingStore(InMemoryCheckpointer):
-    """Notes each step's (durable, in_flight) as it is written."""
+    """Notes each step's in_flight list as it is written."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.steps: list[tuple[bool, list[str]]] = []
+        self.steps: list[list[str]] = []
 
     async def aput_steps(self, thread_id: str, writes: Any, *, parent_seq: int | None) -> int:
         seq = await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
-        durable = any(w.durable for w in writes)
-        self.steps.extend((durable, list(w.meta.get("in_flight", []))) for w in writes)
+        self.steps.extend(list(w.meta.get("in_flight", [])) for w in writes)
         return seq
 
 
@@ -104,12 +103,12 @@ async def test_a_call_is_recorded_in_flight_durably_before_the_tool_runs(config)
     model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Done."))
     graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
     await graph.ainvoke(user("refund A-1"), config)
-    # Inside the tool: the newest write names the call, and it was durable.
-    assert seen == [((True, ["call_1"]), ["call_1"])]
+    # Inside the tool: the newest write names the call.
+    assert seen == [(["call_1"], ["call_1"])]
     # Its result's write (with the tool node's end) no longer names it; nor does the end.
     snapshot = await store.aget("t-1")
     assert snapshot is not None and "in_flight" not in snapshot.meta
-    assert store.steps[-2:] == [(True, []), (True, [])]
+    assert store.steps[-2:] == [[], []]
 
 
 async def test_each_call_gets_a_stable_key_from_its_thread_and_its_call(store, config):

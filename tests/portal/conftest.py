@@ -39,17 +39,6 @@ def fast_password_hashing(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-@pytest.fixture(autouse=True)
-def nothing_recalled() -> Iterator[None]:
-    """Each test starts with no thread held in this process (portal.checkpointer.RECENT):
-    tables are emptied between tests, and some ids (the contract suite's) repeat."""
-    from portal.checkpointer import RECENT
-
-    RECENT.clear()
-    yield
-    RECENT.clear()
-
-
 @pytest.fixture
 def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Where test agents record their side effects (also for in-process runs)."""

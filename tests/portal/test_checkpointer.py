@@ -203,22 +203,6 @@ def test_a_step_between_pauses_skips_the_queue_but_a_step_after_a_pause_syncs_it
     assert Interrupt.objects.get(pk=REQUEST["id"]).status == Interrupt.Status.RESOLVED
 
 
-def test_a_step_recorded_as_json_is_stored_as_recorded_not_as_its_objects_now(thread):
-    """A step the runtime kept for later carries its record (``encoded``); its objects
-    may have changed since, and the store keeps the record."""
-    import dataclasses
-
-    from agents.checkpoint import encode_step
-
-    write = step(1)
-    recorded = dataclasses.replace(write, encoded=encode_step(write))
-    recorded.new_messages[0]["content"] = "changed later"
-    recorded.meta["later"] = True
-    DjangoCheckpointer().put_sync(str(thread.pk), recorded, parent_seq=None)
-    row = Checkpoint.objects.get(thread=thread, seq=1)
-    assert (row.messages[0]["content"], row.meta) == ("hi 1", {})
-
-
 def test_an_own_connection_must_commit_each_statement(db):
     class Manual:
         autocommit = False
@@ -231,19 +215,19 @@ def test_an_own_connection_must_commit_each_statement(db):
 def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_commit(
     transactional_db, monkeypatch
 ):
-    from asgiref.sync import async_to_sync, sync_to_async
+    from asgiref.sync import async_to_sync
 
     from portal.checkpointer import aconnect
 
     thread = Thread.objects.create(agent="refunds", title="Broken mug")
     announced = []
 
-    async def send(group, message):
+    def send(group, message):
         # Sent after the statement committed: another connection already sees the row.
-        seen = await sync_to_async(Interrupt.objects.filter(pk=message["interrupt_id"]).exists)()
+        seen = Interrupt.objects.filter(pk=message["interrupt_id"]).exists()
         announced.append((group, message, seen))
 
-    monkeypatch.setattr(broadcast, "agroup_send", send)
+    monkeypatch.setattr(broadcast, "group_send", send)
 
     async def scenario():
         conn = await aconnect()
@@ -251,6 +235,7 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         try:
             await store.aput(str(thread.pk), step(0), parent_seq=None)
             await store.aput(str(thread.pk), pause(), parent_seq=1)
+            await store.aclose()  # (the pause ends a run: it is announced before the next)
             snapshot = await store.aget(str(thread.pk))
             await store.aput(str(thread.pk), step(2), parent_seq=2)  # leaves the queue
         finally:
@@ -272,7 +257,7 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         (broadcast.QUEUE_GROUP, "int_abc", "resolved", "refunds", True),
     ]
     entered, left = announced[0][1], announced[1][1]
-    # The new row comes rendered (from what the step wrote), the leaving one bare.
+    # The new row comes rendered (by broadcast, after the commit), the leaving one bare.
     assert 'id="q-int_abc"' in entered["html"] and "Broken mug" in entered["html"]
     assert "Approve?" in entered["html"] and left["html"] == ""
     thread.refresh_from_db()
@@ -284,30 +269,31 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
 
 
 @pytest.mark.postgres
-def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_may_need(
+def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_may_need_it(
     transactional_db, monkeypatch
 ):
-    """A thread's first step cannot have a request to resolve, and a step that does not
-    pause enters none: their statements leave those parts out (each costs the server the
+    """A step after one that was not a pause, which pauses nothing itself, cannot change
+    the queue: its statement leaves the queue's part out (it costs the server the
     interrupt table's indexes even when it writes nothing). What the queue then holds is
-    the same as with every part in: checked after each kind of step, including a pause that
-    replaces a pause and an instance that knows nothing of the thread."""
+    right after each kind of step, including a pause that replaces a pause and an
+    instance that knows nothing of the thread."""
+    import psycopg
     from asgiref.sync import async_to_sync, sync_to_async
 
-    from portal import pg
     from portal.checkpointer import aconnect
 
     thread = Thread.objects.create(agent="refunds")
     tid = str(thread.pk)
     second = {**REQUEST, "id": "int_def", "key": "TOOL:call_2:0", "tool_call_id": "call_2"}
     sent = []
-    fetch_first = pg.fetch_first
+    execute = psycopg.AsyncCursor.execute
 
-    async def watched(conn, statement, params, **kwargs):
-        sent.append(statement.sql.decode())
-        return await fetch_first(conn, statement, params, **kwargs)
+    async def watched(cursor, query, params=None, **kwargs):
+        sent.append(query)
+        return await execute(cursor, query, params, **kwargs)
 
-    monkeypatch.setattr(pg, "fetch_first", watched)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", watched)
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     statuses = sync_to_async(
         lambda: dict(Interrupt.objects.filter(thread=thread).values_list("id", "status"))
     )
@@ -351,63 +337,13 @@ def test_on_its_own_connection_each_statement_carries_only_the_queue_parts_it_ma
     parts = [
         ("UPDATE portal_interrupt" in sql, "INSERT INTO portal_interrupt" in sql) for sql in writes
     ]
-    assert parts == [(False, True), (True, True), (True, False), (False, False), (True, False)]
-
-
-@pytest.mark.postgres
-def test_on_its_own_connection_a_row_rendered_early_is_rendered_again_if_the_thread_changed(
-    transactional_db, monkeypatch
-):
-    """The pause's queue row is rendered while its statement runs, from what this instance
-    knows of the thread; if the statement finds the thread renamed meanwhile, the row that
-    goes out is rendered again from the thread's row."""
-    from asgiref.sync import async_to_sync, sync_to_async
-
-    from portal.checkpointer import aconnect
-
-    thread = Thread.objects.create(agent="refunds", title="Broken mug")
-    tid = str(thread.pk)
-    announced = []
-
-    async def send(group, message):
-        announced.append(message)
-
-    monkeypatch.setattr(broadcast, "agroup_send", send)
-    rendered = []
-    render = broadcast.render_queue_item
-    monkeypatch.setattr(
-        broadcast,
-        "render_queue_item",
-        lambda item: rendered.append(item.thread.title) or render(item),
-    )
-    rename = sync_to_async(lambda: Thread.objects.filter(pk=thread.pk).update(title="Cracked mug"))
-
-    async def scenario():
-        conn = await aconnect()
-        store = DjangoCheckpointer(connection=conn, thread=thread)  # as the worker does
-        try:
-            await store.aput(tid, step(0), parent_seq=None)
-            await store.aput(tid, pause(), parent_seq=1)
-            await store.aput(tid, step(2), parent_seq=2)
-            await rename()
-            second = {**REQUEST, "id": "int_def", "key": "TOOL:call_2:0"}
-            await store.aput(tid, pause(interrupt=second), parent_seq=3)
-        finally:
-            await store.aclose()
-            await conn.close()
-
-    async_to_sync(scenario)()
-    entered = [m for m in announced if m["status"] == "pending"]
-    assert [m["interrupt_id"] for m in entered] == ["int_abc", "int_def"]
-    assert "Broken mug" in entered[0]["html"] and "Cracked mug" in entered[1]["html"]
-    # Once each while the statement ran; the second again after it, with the new title.
-    assert rendered == ["Broken mug", "Broken mug", "Cracked mug"]
+    assert parts == [(True, True), (True, True), (True, True), (False, False), (True, True)]
 
 
 def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
     """The statements name their tables' columns by hand: a new model field must be
     added there too, or PostgreSQL writes would fail (SQLite's ORM path would not)."""
-    from portal import checkpointer
+    from portal import checkpoint_sql
 
     def inserted(sql: str, table: str) -> set[str]:
         match = re.search(rf"INSERT INTO {table} \(([^)]*)\)", sql)
@@ -415,9 +351,9 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
         return {c.strip() for c in match.group(1).split(",")}
 
     for model, sql in (
-        (Thread, checkpointer._PG_MOVE_FIRST),
-        (Checkpoint, checkpointer._PG_STEP),
-        (Interrupt, checkpointer._PG_ENTERED),
+        (Thread, checkpoint_sql.MOVE_FIRST),
+        (Checkpoint, checkpoint_sql.STEP),
+        (Interrupt, checkpoint_sql.QUEUE),
     ):
         columns = {f.column for f in model._meta.concrete_fields}
         auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id
@@ -426,128 +362,18 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
 
 
 @pytest.mark.postgres
-def test_on_its_own_connection_a_step_that_need_not_be_durable_does_not_wait_for_the_disk(
-    transactional_db,
-):
-    """Counted by the server: each durable commit flushes the WAL to disk (an fsync); a
-    step marked ``durable=False`` commits without one, and is there all the same."""
-    import time
-
-    from asgiref.sync import async_to_sync
-
-    from portal.checkpointer import aconnect
-
-    thread = Thread.objects.create(agent="refunds")
-    steps = 30
-
-    def wal_syncs() -> int:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT wal_sync FROM pg_stat_wal")
-            return int(cursor.fetchone()[0])
-
-    def write_steps(durable: bool, seq: int) -> tuple[int, int]:
-        """(new seq, WAL syncs the writes cost): the writer's connection is closed first,
-        since a server process reports its counts when it exits."""
-        before = wal_syncs()
-
-        async def scenario() -> tuple[int, int]:
-            conn = await aconnect()
-            store = DjangoCheckpointer(connection=conn)
-            last = seq
-            try:
-                for n in range(steps):
-                    last = await store.aput(
-                        str(thread.pk), step(n, durable=durable), parent_seq=last
-                    )
-            finally:
-                pid = conn.info.backend_pid
-                await conn.close()
-            return last, pid
-
-        last, pid = async_to_sync(scenario)()
-        deadline = time.monotonic() + 10
-        with connection.cursor() as cursor:
-            while time.monotonic() < deadline:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
-                if not cursor.fetchone()[0]:
-                    break
-                time.sleep(0.02)
-        return last, wal_syncs() - before
-
-    seq, durable_syncs = write_steps(True, 0)
-    seq, light_syncs = write_steps(False, seq)
-    assert seq == 2 * steps
-    assert Checkpoint.objects.filter(thread=thread).count() == 2 * steps
-    assert durable_syncs >= steps
-    # The WAL writer still flushes in the background (every 200 ms by default).
-    assert light_syncs <= steps // 3, (durable_syncs, light_syncs)
-
-
-@pytest.mark.postgres
-def test_on_its_own_connection_a_thread_durably_written_is_recalled_as_loaded(
-    transactional_db, monkeypatch
-):
-    """What the worker's path wrote durably is recalled, at that seq only, equal to a load;
-    a step that skipped the disk, a refused write and a deleted thread are not."""
-    from asgiref.sync import async_to_sync
-
-    from portal.checkpointer import RECENT, aconnect
-
-    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
-    thread = Thread.objects.create(agent="refunds", title="Broken mug")
-    tid = str(thread.pk)
-
-    async def scenario() -> None:
-        conn = await aconnect()
-        store = DjangoCheckpointer(connection=conn, thread=thread)
-        try:
-            assert store.recall(tid, 0) is None  # no checkpoint yet: nothing to load
-            seq = await store.aput_steps(tid, [step(0, durable=False), pause()], parent_seq=None)
-            recalled = DjangoCheckpointer(connection=conn).recall(tid, seq)  # another run's
-            assert recalled == await store.aget(tid)
-            assert recalled.interrupt["id"] == "int_abc" and len(recalled.messages) == 2
-            recalled.messages[0]["content"] = "changed"  # the caller's copy only
-            assert store.recall(tid, seq).messages[0]["content"] == "hi 0"
-            with pytest.raises(LookupError):
-                store.recall(tid, seq - 1)  # only the newest is held
-            seq = await store.aput(tid, step(2, durable=False), parent_seq=seq)
-            with pytest.raises(LookupError):
-                store.recall(tid, seq)  # a commit that skipped the disk could be lost
-            seq = await store.aput(tid, step(3, status=ThreadStatus.DONE), parent_seq=seq)
-            assert store.recall(tid, seq) == await store.aget(tid)
-            with pytest.raises(CheckpointConflict):
-                await store.aput(tid, step(4), parent_seq=seq - 1)
-            with pytest.raises(LookupError):
-                store.recall(tid, seq)  # a refused write makes it load again
-            await store.aget(tid)
-            with pytest.raises(LookupError):
-                store.recall(tid, seq)  # what a load found may not be on disk yet
-            seq = await store.aput(tid, step(5, status=ThreadStatus.DONE), parent_seq=seq)
-            assert store.recall(tid, seq) == await store.aget(tid)  # built on the load
-            await store.adelete(tid)
-            with pytest.raises(LookupError):
-                store.recall(tid, seq)
-        finally:
-            await store.aclose()
-            await conn.close()
-            RECENT.clear()
-
-    async_to_sync(scenario)()
-
-
-@pytest.mark.postgres
 def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
     transactional_db, settings, monkeypatch
 ):
-    """A run told the thread is new loads nothing, so the agent is unknown at the pause;
-    a policy that names agents makes the checkpointer look it up first."""
+    """A checkpointer that has not loaded the thread does not know its agent at the
+    pause; a policy that names agents makes it look the agent up first."""
     from datetime import timedelta
 
     from asgiref.sync import async_to_sync
 
     from portal.checkpointer import aconnect
 
-    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 600}}
     thread = Thread.objects.create(agent="refunds")
 
@@ -555,10 +381,7 @@ def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
         conn = await aconnect()
         store = DjangoCheckpointer(connection=conn)
         try:
-            assert store.recall(str(thread.pk), 0) is None
-            await store.aput_steps(
-                str(thread.pk), [step(0, durable=False), pause()], parent_seq=None
-            )
+            await store.aput_steps(str(thread.pk), [step(0), pause()], parent_seq=None)
         finally:
             await store.aclose()
             await conn.close()
@@ -570,14 +393,59 @@ def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
     assert timedelta(seconds=599) < left <= timedelta(seconds=600)
 
 
-@pytest.mark.django_db
-def test_without_its_own_connection_nothing_is_recalled(thread):
-    """Writes on Django's connection may belong to a transaction that rolls back yet."""
-    store = DjangoCheckpointer()
-    store.put_sync(str(thread.pk), step(0, status=ThreadStatus.DONE), parent_seq=None)
-    with pytest.raises(LookupError):
-        store.recall(str(thread.pk), 1)
+@pytest.mark.postgres
+def test_on_its_own_connection_every_step_commits_durably(transactional_db, monkeypatch):
+    """The runtime acts, and people are told, on what it wrote: a failed run's input (the
+    run's failure is shown) as much as the write before a tool call. A trigger in this
+    test's database notes ``synchronous_commit`` as each checkpoint's transaction sees it."""
+    from asgiref.sync import async_to_sync
 
+    from agents import ModelError, ReactAgent
+    from portal.checkpointer import aconnect
+    from tests.agents.conftest import FakeModel, call, say, user
 
-async def _quiet_send(group, message):
-    return None
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE durability_seen (seq integer, setting text);"
+            "CREATE FUNCTION note_durability() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " INSERT INTO durability_seen VALUES (NEW.seq, current_setting('synchronous_commit'));"
+            " RETURN NEW; END $$;"
+            "CREATE TRIGGER note_durability AFTER INSERT ON portal_checkpoint"
+            " FOR EACH ROW EXECUTE FUNCTION note_durability();"
+        )
+    failing, paused = Thread.objects.create(agent="refunds"), Thread.objects.create(agent="refunds")
+
+    async def scenario() -> None:
+        conn = await aconnect()
+        try:
+            down = ReactAgent(FakeModel(ModelError("the model is down")))
+            with pytest.raises(ModelError):
+                await down.compile(checkpointer=DjangoCheckpointer(connection=conn)).ainvoke(
+                    user("hi"), {"thread_id": str(failing.pk)}
+                )
+
+            def issue_refund(order_id: str) -> str:
+                """Refund an order."""
+                return f"refunded {order_id}"
+
+            model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Done."))
+            graph = ReactAgent(model, tools=[issue_refund]).compile(
+                checkpointer=DjangoCheckpointer(connection=conn)
+            )
+            await graph.ainvoke(user("refund A-1"), {"thread_id": str(paused.pk)})
+        finally:
+            await conn.close()
+
+    try:
+        async_to_sync(scenario)()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT setting, count(*) FROM durability_seen GROUP BY setting")
+            seen = dict(cursor.fetchall())
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER note_durability ON portal_checkpoint;"
+                "DROP FUNCTION note_durability(); DROP TABLE durability_seen;"
+            )
+    assert seen == {"on": 1 + 5}

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from portal import pg
+from portal.checkpointer import connect_kwargs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +33,7 @@ def defaults_to_asynchronous_commit(request) -> Iterator[None]:
 
 def test_the_default_in_force_is_off_for_an_unpinned_connection(defaults_to_asynchronous_commit):
     # The premise: without the portal's startup option, a new session would not wait.
-    kwargs = {k: v for k, v in pg.connect_kwargs().items() if k != "options"}
+    kwargs = {k: v for k, v in connect_kwargs().items() if k != "options"}
     with psycopg.connect(**kwargs) as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
 
@@ -53,6 +53,6 @@ def test_a_new_django_connection_commits_synchronously_despite_an_off_default(
 def test_the_workers_own_connections_commit_synchronously_despite_an_off_default(
     defaults_to_asynchronous_commit,
 ):
-    # pg.connect_kwargs() opens the worker's LISTEN and checkpoint connections.
-    with psycopg.connect(**pg.connect_kwargs()) as conn:
+    # connect_kwargs() opens the worker's LISTEN and checkpoint connections.
+    with psycopg.connect(**connect_kwargs()) as conn:
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)

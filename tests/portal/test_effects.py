@@ -2,29 +2,25 @@
 about a call a crash cut short is recorded.
 
 On PostgreSQL, the worker's path: a step is one statement on the worker's own connection,
-and a step that need not be durable carries ``set_config('synchronous_commit', 'off',
-true)``. The statements the checkpointer sends are read as they go out.
+committed durably. The statements the checkpointer sends are read as they go out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 
 from agents import ReactAgent
 from agents.tools import OUTCOME_REASON, OUTCOME_SCHEMA
-from portal import broadcast, pg
+from portal import broadcast
 from portal.checkpointer import DjangoCheckpointer, aconnect
 from portal.decisions import decision_submit
 from portal.models import Decision, Thread
 from tests.agents.conftest import FakeModel, call, say, user
 from tests.factories import make_interrupt
-
-
-async def _quiet_send(group: str, message: Any) -> None:
-    return None
 
 
 @pytest.mark.parametrize(
@@ -59,15 +55,15 @@ def test_a_call_marked_failed_is_recorded_as_rejected_with_nothing_executed(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatch):
-    monkeypatch.setattr(broadcast, "agroup_send", _quiet_send)
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     sent: list[str] = []
-    real_fetch_first = pg.fetch_first
+    execute = psycopg.AsyncCursor.execute
 
-    async def watching(conn: Any, statement: Any, params: Any, **kwargs: Any) -> Any:
-        sent.append(statement.sql.decode())
-        return await real_fetch_first(conn, statement, params, **kwargs)
+    async def watching(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return await execute(cursor, query, params, **kwargs)
 
-    monkeypatch.setattr(pg, "fetch_first", watching)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", watching)
     thread = Thread.objects.create(agent="refunds", title="Broken mug")
     tid = str(thread.pk)
     seen: list[tuple[str, Any]] = []
@@ -78,15 +74,16 @@ def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatc
 
         async def issue_refund(order_id: str) -> str:
             """Refund an order."""
+            before_the_call = sent[-1]
             snapshot = await DjangoCheckpointer(connection=conn).aget(tid)
             assert snapshot is not None
-            seen.append((sent[-1], snapshot.meta.get("in_flight")))
+            seen.append((before_the_call, snapshot.meta.get("in_flight")))
             return f"refunded {order_id}"
 
         model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Done."))
         graph = ReactAgent(model, tools=[issue_refund]).compile(checkpointer=store)
         try:
-            # The worker's way: it tells the run the thread's seq, so nothing is loaded.
+            # The worker's way: it tells the run the thread's seq as it read it.
             await graph.ainvoke(user("refund A-1"), {"thread_id": tid, "expected_seq": 0})
         finally:
             await conn.close()
@@ -96,6 +93,6 @@ def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatc
     assert "INSERT INTO portal_checkpoint" in before_the_call
     assert "synchronous_commit" not in before_the_call
     assert in_flight == ["call_1"]
-    # The model's turn and the input went in that write too: one statement, durable. Then
-    # the result with the tool node's end, and the model's answer: three in all.
-    assert sum("INSERT INTO portal_checkpoint" in sql for sql in sent) == 3
+    # The input went before the model's turn; the model's turn went in that write. Then
+    # the result with the tool node's end, and the model's answer: four in all.
+    assert sum("INSERT INTO portal_checkpoint" in sql for sql in sent) == 4

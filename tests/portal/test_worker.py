@@ -324,66 +324,19 @@ def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_recalls_the_threads_it_paused_instead_of_loading_them(
-    support_agent, effects, monkeypatch
-):
-    """A start run finds its new thread at seq 0 (nothing to load); the resume, taken by
-    the worker that paused the thread, recalls it. A worker that did not, loads it."""
-    from portal.checkpointer import RECENT
-
-    loads: list[str] = []
-    load = DjangoCheckpointer.aget
-
-    async def counted(self, thread_id):
-        loads.append(thread_id)
-        return await load(self, thread_id)
-
-    monkeypatch.setattr(DjangoCheckpointer, "aget", counted)
-    worker = Worker(name="recalls")
-    try:
-        thread, _ = services.thread_start(agent="approve", input=say("pay 9"), user=support_agent)
-        second, _ = services.thread_start(agent="approve", input=say("pay 8"), user=support_agent)
-        assert worker.run_forever(once=True) == 2
-        for paused in (thread, second):
-            request = Interrupt.objects.get(thread=paused, status=Interrupt.Status.PENDING)
-            Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
-            services.thread_resume(thread=paused, value={"approved": True}, interrupt_id=request.pk)
-        RECENT.forget(second.pk)  # as if another worker had paused it
-        assert worker.run_forever(once=True) == 2
-    finally:
-        worker._close_loop()
-        RECENT.clear()
-    assert loads == [str(second.pk)]
-    assert read_effects(effects, "pay") == [f"{thread.pk} 9.0", f"{second.pk} 8.0"]
-    for done in (thread, second):
-        done.refresh_from_db()
-        assert done.status == Thread.Status.DONE
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next_run(
     support_agent,
 ):
-    import dataclasses
-    import uuid
-
     from django.db import connection
-
-    from portal.checkpointer import _NOTHING, RECENT
 
     worker = Worker(name="cut")
     try:
         first = worker._native_connection()
-        held = uuid.uuid4()
-        RECENT.put(held, dataclasses.replace(_NOTHING, seq=1))
         with connection.cursor() as cursor:  # as a database restart would
             cursor.execute("SELECT pg_terminate_backend(%s)", [first.info.backend_pid])
         thread, _ = services.thread_start(agent="approve", input=say("pay 3"), user=support_agent)
         second = worker._native_connection()
         assert second is not None and second is not first and first.closed
-        # A restart or a failover may have lost the newest commits: nothing is recalled.
-        assert RECENT.get(held, 1) is None
         assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
     finally:
         worker._close_loop()
