@@ -290,9 +290,7 @@ def render_interrupt_change(interrupt_id: str, *, by: Any = None) -> tuple[list[
 
     try:
         item = (
-            Interrupt.objects.select_related("thread", "claimed_by")
-            .filter(pk=interrupt_id)
-            .first()
+            Interrupt.objects.select_related("thread", "claimed_by").filter(pk=interrupt_id).first()
         )
         if item is None:
             return [], ""
@@ -355,11 +353,13 @@ def render_queue_row(interrupt_id: str) -> list[str]:
     return render_interrupt_change(interrupt_id)[0]
 
 
-def render_queue_item(item: Any) -> Any:
-    """The queue's swaps for ``item`` (a list of frames, for ``queue_changed``), a pending
-    ``Interrupt`` (or as much of one as its row shows) with its thread and claimant at
-    hand: it queries nothing."""
-    return _queue_frames({"item": item, "news": _news(item, None)})
+def render_queue_item(item: Any) -> str:
+    """The queue's swaps for ``item``, a pending ``Interrupt`` that just entered the queue
+    (or as much of one as its row shows) with its thread and claimant at hand: no page
+    shows it yet, so they only add its row. It queries nothing."""
+    return render_to_string(
+        "portal/partials/queue_change.html", {"item": item, "news": _news(item, None)}
+    )
 
 
 def publish_user_revoke(user_ids: Any, *, session_key: str | None = None) -> None:

@@ -18,7 +18,9 @@ WITHIN_A_SECOND = 1000  # ms
 
 
 def _open_twice(login, interrupt, first_user, second_user):
-    pages = [login(user, start=f"/interrupts/{interrupt.pk}/") for user in (first_user, second_user)]
+    pages = [
+        login(user, start=f"/interrupts/{interrupt.pk}/") for user in (first_user, second_user)
+    ]
     for page in pages:
         wait_live(page)
         mark_page(page)
@@ -54,7 +56,9 @@ def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
     claiming.get_by_role("button", name="Claim").click()
     news = watching.locator("#decision-news")
     expect(news).to_contain_text("rita-reviewer claimed", timeout=WITHIN_A_SECOND)
-    expect(watching.locator("#decision-claim")).to_contain_text("rita-reviewer claimed this request")
+    expect(watching.locator("#decision-claim")).to_contain_text(
+        "rita-reviewer claimed this request"
+    )
     # A reviewer who may not take the claim over cannot decide while it is held.
     expect(watching.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     expect(watching.get_by_role("button", name="Claim")).to_have_count(0)
@@ -81,7 +85,7 @@ def test_the_tab_title_counts_the_pending_requests(live, login, support_agent, r
     wait_live(queue)
     mark_page(queue)
     expect(queue).to_have_title("Review queue · Reviewer portal")
-    _chat, _thread, interrupt = _paused_refund(live, login, support_agent)
+    _paused_refund(live, login, support_agent)
     expect(queue).to_have_title("(1) Review queue · Reviewer portal")
     assert_not_reloaded(queue)
     queue.reload()

@@ -114,6 +114,6 @@ def test_the_broadcast_row_renders_without_a_query(second_reviewer, django_asser
     interrupt_claim(interrupt=claimed, user=second_reviewer)
     item = Interrupt.objects.select_related("thread", "claimed_by").get(pk=claimed.pk)
     with django_assert_num_queries(0):
-        html = "".join(broadcast.render_queue_item(item))
+        html = broadcast.render_queue_item(item)
     assert 'data-claimant="rob-reviewer"' in html
     assert "rob-reviewer claimed" in html  # said to screen readers
