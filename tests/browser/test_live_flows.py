@@ -265,6 +265,8 @@ def test_an_open_queue_recovers_an_update_it_never_received(live, login, reviewe
     queue = login(reviewer, start="/queue/")
     wait_live(queue)
     mark_page(queue)
+    # The catch-up fetch of the socket's first connect must be back first.
+    _wait_for(lambda: queue.evaluate("window.portalLive.refreshes") == 0, what="the catch-up")
     monkeypatch.setattr(broadcast, "publish_queue_change", lambda **change: None)
     interrupt = make_interrupt()  # never announced
     time.sleep(1.5)
