@@ -34,6 +34,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -283,6 +284,22 @@ server time = Django's test client, request to rendered response, in process (no
 # --- websocket clients ----------------------------------------------------------------------
 
 
+_QUEUE_ROW_SWAP = re.compile(r'<tr id="q-([^"]+)"[^>]*hx-swap-oob="(true|delete)"')
+
+
+def _parse(raw: str) -> dict[str, Any]:
+    """A frame as the benchmarks read it: streamed tokens are JSON; the rest is HTML, of
+    which a queue frame that swaps a row says which request entered ("true": pending) or
+    left ("delete")."""
+    if raw.startswith("{"):
+        return json.loads(raw)
+    swap = _QUEUE_ROW_SWAP.search(raw)
+    if swap is None:
+        return {"type": "html"}
+    status = "pending" if swap.group(2) == "true" else "gone"
+    return {"type": "queue", "interrupt_id": swap.group(1), "status": status}
+
+
 async def _collect(urls: list[str], headers: dict[str, str], ready: Any, stop: Any) -> list:
     """Connect one client per url; record (client, parsed message, wall time) until
     ``stop`` is set."""
@@ -308,7 +325,7 @@ async def _collect(urls: list[str], headers: dict[str, str], ready: Any, stop: A
         # timer per message, a third of this process's time with 200 clients.
         try:
             async for raw in ws:
-                received.append((n, json.loads(raw), time.time()))
+                received.append((n, _parse(raw), time.time()))
         except Exception as exc:  # counted as lost messages, reported
             print(f"client {n}: {exc!r}", file=sys.stderr, flush=True)
 

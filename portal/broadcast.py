@@ -1,21 +1,26 @@
 """Every channel-layer group and event type the portal uses, in one place.
 
 Writers (services, the checkpointer, the worker) publish here after their transaction
-commits; consumers subscribe to the same names and forward. Publishing is best effort:
-a channel layer that is down costs live updates, never a run or a decision, so failures
-are logged and swallowed.
+commits, with ids and statuses; the rendering happens here, once per event, from the same
+template partials the pages use. Consumers subscribe to the same names and forward.
+Publishing is best effort: a channel layer that is down costs live updates, never a run
+or a decision, so failures are logged and swallowed.
 
 Groups and events:
 
-- ``thread_group(thread_id)``: everything about one thread.
-  ``thread.chunk`` ``{"chunk": StreamChunk.to_dict()}`` for each streamed chunk;
+- ``thread_group(thread_id)``: everything about one thread and its requests.
+  ``thread.chunk`` ``{"chunk": StreamChunk.to_dict()}`` for each streamed token or step;
+  ``thread.html`` ``{"html"}``: out-of-band swaps, rendered once by the publisher from
+  the partials the pages use: a finished transcript message, or what became of one of
+  the thread's requests (claimed, released, decided, expired, withdrawn);
   ``thread.status`` ``{"thread_id", "status", "run_id", "run_status", "error"}`` when a
-  run changes the thread's status.
+  run changes the thread's status (each page then fetches its own view).
 - ``QUEUE_GROUP``: the reviewers' queue.
-  ``queue.changed`` ``{"interrupt_id", "thread_id", "agent", "reason", "status"}`` when an
-  interrupt is added (status "pending") or leaves the queue (resolved/cancelled/expired).
-  It also carries ``html``: the queue row, rendered once by the publisher while the
-  interrupt is pending (empty otherwise); see ``publish_queue_row`` for claims.
+  ``queue.changed`` ``{"interrupt_id", "thread_id", "agent", "reason", "status", "html"}``
+  when an interrupt is added (status "pending"), claimed or released ("pending" again),
+  or leaves the queue (resolved/cancelled/expired). ``html`` is the out-of-band swaps
+  that show it: its row (replaced where shown, added where it belongs), the number
+  pending, and a sentence for screen readers.
 - ``user_group(user_id)``: every socket one user has open, whatever it watches.
   ``user.revoke`` ``{"session_key"}`` when the user's right to their sockets may have
   changed (logout, deactivation, password, groups or permissions): each socket checks
@@ -34,6 +39,7 @@ from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
+from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,7 @@ QUEUE_GROUP = "queue"
 
 THREAD_CHUNK = "thread.chunk"
 THREAD_STATUS = "thread.status"
+THREAD_HTML = "thread.html"
 QUEUE_CHANGED = "queue.changed"
 USER_REVOKE = "user.revoke"
 
@@ -142,11 +149,6 @@ def group_send(group: str, message: dict[str, Any]) -> None:
         log.warning("broadcast to %s timed out after %s s", group, PUBLISH_TIMEOUT)
 
 
-async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
-    """One streamed chunk (``StreamChunk.to_dict()``) to the thread's watchers."""
-    await agroup_send(thread_group(thread_id), {"type": THREAD_CHUNK, "chunk": chunk})
-
-
 def publish_thread_status(
     thread_id: object,
     status: str,
@@ -155,6 +157,8 @@ def publish_thread_status(
     run_status: str | None = None,
     error: str = "",
 ) -> None:
+    """A run changed the thread's status. Watchers fetch their own view of the
+    transcript (what it offers depends on who looks: a link to review, a withdraw form)."""
     group_send(
         thread_group(thread_id),
         {
@@ -168,12 +172,50 @@ def publish_thread_status(
     )
 
 
+async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
+    """One streamed chunk (``StreamChunk.to_dict()``) to the thread's watchers. A message
+    that is complete goes as its transcript partial (replacing the bubble its tokens
+    streamed into); everything else goes as JSON, which live.js draws token by token."""
+    message, data = chunk.get("message"), chunk.get("data") or {}
+    if chunk.get("event") == "message" and isinstance(message, dict) and data.get("complete"):
+        html = render_message(message)
+        if html:
+            await agroup_send(thread_group(thread_id), {"type": THREAD_HTML, "html": html})
+            return
+    await agroup_send(thread_group(thread_id), {"type": THREAD_CHUNK, "chunk": chunk})
+
+
+def render_message(message: dict[str, Any]) -> str:
+    """A finished message as the transcript shows it, as out-of-band swaps ('' when there
+    is nothing to show, or it cannot be rendered)."""
+    from portal.views.threads import display_message
+
+    if message.get("role") == "system" or not message.get("id"):
+        return ""
+    try:
+        return render_to_string(
+            "portal/partials/transcript_message_live.html", {"m": display_message(message)}
+        )
+    except Exception:
+        log.warning("rendering message %s failed", message.get("id"), exc_info=True)
+        return ""
+
+
 def queue_changed(
-    *, interrupt_id: str, thread_id: object, agent: str, reason: str, status: str, html: str
+    *,
+    interrupt_id: str,
+    thread_id: object,
+    agent: str,
+    reason: str,
+    status: str,
+    html: str | list[str],
 ) -> dict[str, Any]:
-    """The ``queue.changed`` event: an interrupt entered (status "pending") or left the
-    reviewers' queue. ``html`` is its row, rendered once by the publisher ('' unless
-    pending), not once per watcher."""
+    """The ``queue.changed`` event: an interrupt entered (status "pending"), changed in,
+    or left the reviewers' queue. ``html`` is the out-of-band swaps that show it (one
+    websocket frame each), rendered once by the publisher, not once per watcher; when a
+    caller has none for a request that left, it is the swap that removes its row."""
+    if not html and status != "pending":
+        html = render_to_string("portal/partials/queue_change.html", {"gone": interrupt_id})
     return {
         "type": QUEUE_CHANGED,
         "interrupt_id": interrupt_id,
@@ -186,10 +228,18 @@ def queue_changed(
 
 
 def publish_queue_change(
-    *, interrupt_id: str, thread_id: object, agent: str, reason: str, status: str
+    *,
+    interrupt_id: str,
+    thread_id: object,
+    agent: str,
+    reason: str,
+    status: str,
+    by: Any = None,
 ) -> None:
-    """An interrupt entered (status "pending") or left the reviewers' queue."""
-    html = render_queue_row(interrupt_id) if status == "pending" else ""
+    """An interrupt entered, changed in (a claim) or left the queue: every open queue
+    and every page about it shows so. Call it after the change committed. ``by`` is who
+    acted, when the interrupt's row does not say (a release)."""
+    queue_html, page_html = render_interrupt_change(interrupt_id, by=by)
     group_send(
         QUEUE_GROUP,
         queue_changed(
@@ -198,15 +248,23 @@ def publish_queue_change(
             agent=agent,
             reason=reason,
             status=status,
-            html=html,
+            html=queue_html,
         ),
     )
+    if page_html:
+        group_send(thread_group(thread_id), {"type": THREAD_HTML, "html": page_html})
 
 
-def queue_change_on_commit(interrupt: Any) -> None:
-    """Announce ``interrupt``'s current status to every open queue once the transaction
-    commits (a rollback announces nothing). Leaving the queue carries the new status; a
-    claim change re-announces "pending"."""
+async def apublish_queue_change(**change: Any) -> None:
+    """``publish_queue_change`` for async callers: the rendering queries, so it runs in a
+    thread."""
+    await asyncio.to_thread(publish_queue_change, **change)
+
+
+def queue_change_on_commit(interrupt: Any, *, by: Any = None) -> None:
+    """Announce ``interrupt``'s current status once the transaction commits (a rollback
+    announces nothing). Leaving the queue carries the new status; a claim change
+    re-announces "pending". ``by``: who acted, when the row does not say (a release)."""
     transaction.on_commit(
         partial(
             publish_queue_change,
@@ -215,66 +273,95 @@ def queue_change_on_commit(interrupt: Any) -> None:
             agent=interrupt.agent,
             reason=interrupt.reason,
             status=interrupt.status,
+            by=by,
         ),
         robust=True,
     )
 
 
-# --- live portal (issue 6): rendered queue rows ----------------------------------------
-# Queue watchers get the row as HTML, rendered once by the publisher and forwarded as is
-# by every QueueConsumer (a decision reaching 200 open queues renders one row, not 200).
+# --- rendering: the partials the pages use, as out-of-band swaps ------------------------
 
 
-def render_queue_row(interrupt_id: str) -> str:
-    """The queue row of a pending interrupt ('' once it has left the queue)."""
-    from portal.models import Interrupt
+def render_interrupt_change(interrupt_id: str, *, by: Any = None) -> tuple[list[str], str]:
+    """What an interrupt's change looks like, read after commit: the swaps for the open
+    queues, and those for the open pages about it ('' when they cannot be rendered: the
+    queues then catch up when they next re-fetch)."""
+    from portal.models import Decision, Interrupt
 
     try:
         item = (
             Interrupt.objects.select_related("thread__owner", "claimed_by")
-            .filter(pk=interrupt_id, status=Interrupt.Status.PENDING)
+            .filter(pk=interrupt_id)
             .first()
         )
-        return render_queue_item(item) if item is not None else ""
+        if item is None:
+            return [], ""
+        pending = item.status == Interrupt.Status.PENDING
+        decision = (
+            None
+            if pending
+            else Decision.objects.select_related("reviewer").filter(interrupt=item).first()
+        )
+        context = {
+            "item": item if pending else None,
+            "gone": "" if pending else item.pk,
+            "pending_count": pending_count(),
+            "news": _news(item, by),
+        }
+        queue_html = _queue_frames(context)
+        page_html = render_to_string(
+            "portal/partials/interrupt_change.html",
+            {"interrupt": item, "decision": decision, "news": context["news"], "oob": True},
+        )
+        return queue_html, page_html
     except Exception:
-        # Watchers then re-fetch the queue instead (live.js does when a pending event
-        # arrives without a row); the change itself is still announced.
-        log.warning("rendering the queue row of %s failed", interrupt_id, exc_info=True)
-        return ""
+        log.warning("rendering the change of %s failed", interrupt_id, exc_info=True)
+        return [], ""
+
+
+def _news(item: Any, by: Any) -> str:
+    """Who did what to ``item``, in a sentence."""
+    message = item.message or "a request"
+    if getattr(item, "status", "pending") != "pending":
+        return f"{item.get_status_display()}: “{message}”"
+    if item.claimed_by is not None:
+        return f"{item.claimed_by.get_username()} claimed “{message}”"
+    if by is not None:
+        return f"{by.get_username()} released “{message}”"
+    return f"New request from {item.agent or 'an agent'}: “{message}”"
+
+
+def pending_count() -> int:
+    """How many requests wait for a decision (capped as the queue page caps it)."""
+    from portal.models import Interrupt
+    from portal.views.queue import COUNT_CAP
+
+    pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING).order_by()
+    return min(pending[: COUNT_CAP + 1].count(), COUNT_CAP)
+
+
+def _queue_frames(context: dict[str, Any]) -> list[str]:
+    # The row first, on its own: it replaces the row a page shows. The rest adds it
+    # where a page does not show it, and says so.
+    rest = render_to_string("portal/partials/queue_change.html", context)
+    if context.get("item") is None:
+        return [rest]
+    row = render_to_string("portal/queue.html#queue-row", {**context, "oob": True})
+    return [row, rest]
+
+
+def render_queue_row(interrupt_id: str) -> list[str]:
+    """The queue's swaps for an interrupt's current state ([] if it cannot be rendered)."""
+    return render_interrupt_change(interrupt_id)[0]
 
 
 def render_queue_item(item: Any) -> str:
-    """The queue row of ``item``, a pending ``Interrupt`` with its thread (and claimant)
-    at hand: rendering it queries nothing, so an event loop may call it."""
-    from portal.templatetags.portal_live import queue_row
-
-    return queue_row(item)
-
-
-def publish_queue_row(*, interrupt_id: str) -> None:
-    """A pending interrupt changed in place (claimed or released): every open queue
-    replaces its row. Call it from ``transaction.on_commit``. An interrupt that is no
-    longer pending is announced as gone."""
-    from portal.models import Interrupt
-
-    row = Interrupt.objects.filter(pk=interrupt_id).values("thread_id", "agent", "reason").first()
-    if row is None:
-        return
-    html = render_queue_row(interrupt_id)
-    group_send(
-        QUEUE_GROUP,
-        queue_changed(
-            interrupt_id=interrupt_id,
-            thread_id=row["thread_id"],
-            agent=row["agent"],
-            reason=row["reason"],
-            status="pending" if html else "gone",
-            html=html,
-        ),
+    """The queue's swaps for ``item``, a pending ``Interrupt`` that just entered the queue
+    (or as much of one as its row shows) with its thread and claimant at hand: no page
+    shows it yet, so they only add its row. It queries nothing."""
+    return render_to_string(
+        "portal/partials/queue_change.html", {"item": item, "news": _news(item, None)}
     )
-
-
-# --- end live portal ------------------------------------------------------------------
 
 
 def publish_user_revoke(user_ids: Any, *, session_key: str | None = None) -> None:

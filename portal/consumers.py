@@ -1,8 +1,8 @@
 """Websocket consumers: authorize on connect, join one group, forward what is published.
 
-They never write and never render: services, the checkpointer and the worker publish
-ready-to-use JSON (queue rows already rendered to HTML, once, at the sender) through
-``portal.broadcast``, and each consumer passes it on to its browser.
+They never write and never render: ``portal.broadcast`` renders each event once, as the
+out-of-band swaps the htmx websocket extension applies (or, for streamed tokens, JSON),
+and each consumer passes it on to its browser as it is.
 
 A refused connection is accepted and then closed with a reason code, because a browser
 only sees the code of a socket that was opened (a refused handshake is just "1006"):
@@ -178,6 +178,9 @@ class ThreadConsumer(_ForwardingConsumer):
     async def thread_status(self, event: dict[str, Any]) -> None:
         await self.send_json({**event, "type": "status"})
 
+    async def thread_html(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=event["html"])
+
 
 class QueueConsumer(_ForwardingConsumer):
     """``/ws/queue/``: interrupts entering, changing (claims) and leaving the queue."""
@@ -189,7 +192,9 @@ class QueueConsumer(_ForwardingConsumer):
         return broadcast.QUEUE_GROUP
 
     async def queue_changed(self, event: dict[str, Any]) -> None:
-        await self.send_json({**event, "type": "queue"})
+        html = event.get("html") or []
+        for frame in [html] if isinstance(html, str) else html:
+            await self.send(text_data=frame)
 
 
 class NotFoundConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]

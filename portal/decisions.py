@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -454,10 +453,6 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
             locked.claimed_by, locked.claimed_at = user, timezone.now()
             locked.save(update_fields=["claimed_by", "claimed_at"])
             broadcast.queue_change_on_commit(locked)
-            # live portal (issue 6): every open queue shows the new claimant.
-            transaction.on_commit(
-                partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
-            )
     interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
     return interrupt
 
@@ -482,11 +477,7 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
                 )
             locked.claimed_by, locked.claimed_at = None, None
             locked.save(update_fields=["claimed_by", "claimed_at"])
-            broadcast.queue_change_on_commit(locked)
-            # live portal (issue 6): every open queue shows the claim released.
-            transaction.on_commit(
-                partial(broadcast.publish_queue_row, interrupt_id=locked.pk), robust=True
-            )
+            broadcast.queue_change_on_commit(locked, by=user)
     interrupt.claimed_by, interrupt.claimed_at = None, None
     return interrupt
 

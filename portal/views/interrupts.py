@@ -113,6 +113,8 @@ def _render(
         # A refusal the form does not carry (a conflict): shown above the panel.
         "refusal_notice": refusal.message if refusal and not (form and form.is_bound) else "",
         "claimed_by_me": interrupt.claimed_by_id == request.user.pk,
+        # Whether this user may decide now; live.js disables the form when it turns false.
+        "decide_open": interrupt.is_pending and can_decide and not blocked,
     }
     return render(request, "portal/interrupt.html", context, status=status)
 

@@ -146,6 +146,7 @@ def queue(request: HtmxRequest) -> HttpResponse:
     )
     # Capped, so the page stays as cheap at a million pending rows as at ten.
     count = qs.order_by()[: COUNT_CAP + 1].count()
+    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if agent or reason else count
     reasons = KNOWN_REASONS + ([reason] if reason and reason not in KNOWN_REASONS else [])
     context: dict[str, Any] = {
         "page": page,
@@ -157,6 +158,9 @@ def queue(request: HtmxRequest) -> HttpResponse:
         "sort": sort,
         "count": min(count, COUNT_CAP),
         "count_capped": count > COUNT_CAP,
+        # Every pending request, whatever the filters: the tab title and the live count.
+        "total": min(total, COUNT_CAP),
+        "total_capped": total > COUNT_CAP,
         "filtered": bool(agent or reason),
         # live.js re-fetches the table this often as a backstop for missed broadcasts.
         "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,

@@ -1,295 +1,99 @@
-// Live pages: the review queue and thread streams over websockets.
-//
-// The server stays the source of truth. Sockets only bring news: a queue row rendered by
-// the server (inserted, replaced or removed here), or a thread's streamed chunks (token
-// deltas appended as they come). Whenever the picture may be incomplete (the first
-// connect, a reconnect after a drop, a run that paused or finished), the region is
-// fetched again over HTTP, and the server rebuilds it from the database and checkpoints.
+// Live pages over the htmx websocket extension: the server renders each change once, from the
+// partials the pages use, as out-of-band swaps that htmx applies. Here is only what htmx cannot
+// do: streamed tokens, catching up, per-viewer form state, and whether the page is live.
 (function () {
   "use strict";
-
-  const CLOSE_SIGNED_OUT = 4401;
-  const CLOSE_FORBIDDEN = 4403;
-  const LABELS = {
-    connecting: "Connecting…",
-    open: "Live",
-    reconnecting: "Reconnecting…",
-    "signed-out": "Signed out: reload the page to sign in again",
-    forbidden: "Live updates are not available to you here",
-  };
-
-  function wsUrl(path) {
-    return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
-  }
-
-  function showState(state) {
-    document.querySelectorAll("[data-live-status]").forEach(function (el) {
-      el.dataset.state = state;
-      const dot = el.querySelector(".live-dot");
-      if (dot) dot.classList.toggle("on", state === "open");
-      const label = el.querySelector("[data-live-label]");
-      if (label) label.textContent = LABELS[state] || state;
-    });
-  }
-
-  // One socket that reconnects with exponential backoff (0.5 s doubling to 15 s, with
-  // jitter so a restarted server is not hit by every client at once). onOpen(true) means
-  // "this is a reconnect": something may have been missed.
-  function liveSocket(path, onMessage, onOpen) {
-    let attempt = 0;
-    let opens = 0;
-    let stopped = false;
-    let ws = null;
-    let holdUntil = 0;
-    function connect() {
-      const wait = holdUntil - Date.now();
-      if (wait > 0) { setTimeout(connect, wait); return; }
-      showState(opens ? "reconnecting" : "connecting");
-      ws = new WebSocket(wsUrl(path));
-      ws.onopen = function () {
-        attempt = 0;
-        showState("open");
-        onOpen(opens++ > 0);
-      };
-      ws.onmessage = function (event) {
-        let data;
-        try { data = JSON.parse(event.data); } catch (e) { return; }
-        onMessage(data);
-      };
-      ws.onclose = function (event) {
-        if (stopped) return;
-        if (event.code === CLOSE_SIGNED_OUT) { stopped = true; showState("signed-out"); return; }
-        if (event.code === CLOSE_FORBIDDEN) { stopped = true; showState("forbidden"); return; }
-        showState("reconnecting");
-        const delay = Math.min(15000, 500 * Math.pow(2, attempt++)) * (0.8 + Math.random() * 0.4);
-        setTimeout(connect, delay);
-      };
-    }
-    window.addEventListener("pagehide", function () { stopped = true; if (ws) ws.close(); });
-    connect();
-    return {
-      isOpen: function () { return ws !== null && ws.readyState === WebSocket.OPEN; },
-      // For tests and the demo: drop the connection as a network failure would, and
-      // stay away for holdMs before the usual reconnect.
-      drop: function (holdMs) { holdUntil = Date.now() + (holdMs || 0); if (ws) ws.close(4000); },
-    };
-  }
-  // sockets: for tests and the console; deltas: how many streamed tokens arrived.
-  // Counters for tests and for debugging in the console: stream deltas drawn, and
-  // transcript refreshes scheduled or in flight.
-  window.portalLive = { sockets: [], deltas: 0, refreshes: 0 };
-
-  function parseRow(html) {
+  const LABELS = { connecting: "Connecting…", open: "Live", reconnecting: "Reconnecting…",
+    "signed-out": "Signed out: reload the page to sign in again", forbidden: "Live updates are not available to you here" };
+  const ENDED = { 4401: "signed-out", 4403: "forbidden", 4404: "forbidden" };
+  const live = (window.portalLive = { deltas: 0, refreshes: 0 }); // for tests and the console
+  const each = function (selector, fn) { document.querySelectorAll(selector).forEach(fn); };
+  let holdUntil = 0, opens = 0, resync = null;
+  // A row of another page of the queue, or a message for a transcript this page does not
+  // show, is not news here: drop the swaps whose target is missing before htmx sees them.
+  htmx.defineExtension("portal-live", { transformResponse: function (text, xhr, elt) {
+    if (xhr || !elt.hasAttribute("ws-connect")) return text;
     const tpl = document.createElement("template");
-    tpl.innerHTML = html.trim();
-    return tpl.content.querySelector("tr");
-  }
-
-  function activate(el) {
-    if (window.htmx) window.htmx.process(el);
-    if (window.portalRefreshTimes) window.portalRefreshTimes(el);
-  }
-
-  // --- the review queue ------------------------------------------------------------
-  function queueTable() { return document.getElementById("queue-table"); }
-
-  function hideForeignButtons(root) {
-    const table = queueTable();
-    const me = table ? table.dataset.me : "";
-    (root || document).querySelectorAll("[data-only-for]").forEach(function (button) {
-      button.hidden = button.dataset.onlyFor !== me;
+    tpl.innerHTML = text;
+    Array.from(tpl.content.children).forEach(function (el) {
+      const spec = el.getAttribute("hx-swap-oob") || "true", at = spec.indexOf(":");
+      if (!document.querySelector(at > 0 ? spec.slice(at + 1) : "#" + CSS.escape(el.id))) el.remove();
     });
+    return tpl.innerHTML;
+  } });
+  function show(state) {
+    each("[data-live-status]", function (el) { el.dataset.state = state; el.lastChild.textContent = LABELS[state]; });
   }
-
-  function queueCounts(delta) {
-    const table = queueTable();
-    if (!table) return;
-    const count = table.querySelector("[data-queue-count]");
-    if (count && delta) count.textContent = Math.max(0, parseInt(count.textContent, 10) + delta);
-    const empty = document.getElementById("queue-empty");
-    if (empty) empty.hidden = table.querySelectorAll("tr.queue-row").length > 0;
+  // The page's own view of its live region, from the server (it depends on who looks).
+  function refresh(root) {
+    if (!root.dataset.refreshUrl || root.refreshing) return; // a burst makes one fetch
+    const done = function () { live.refreshes--; };
+    live.refreshes++;
+    root.refreshing = setTimeout(function () {
+      const target = document.getElementById(root.dataset.refreshTarget);
+      root.refreshing = null;
+      (target ? htmx.ajax("GET", root.dataset.refreshUrl, { target: target, swap: "outerHTML" }) : Promise.resolve()).then(done, done);
+    }, 60);
   }
-
-  function initQueue(root) {
-    const loadedAt = Date.now();
-    function refresh() {
-      const table = queueTable();
-      if (table && window.htmx) {
-        window.htmx.ajax("GET", table.dataset.refreshUrl, { target: "#queue-table", swap: "outerHTML" });
-      }
+  function draw(root, message, delta) { // the finished message's partial replaces the bubble
+    const list = document.querySelector("#" + root.dataset.refreshTarget + " [data-stream-into]");
+    let bubble = document.getElementById("msg-" + message.id);
+    if (!list) return;
+    if (!bubble) {
+      bubble = list.appendChild(document.createElement("div"));
+      bubble.id = "msg-" + message.id;
+      bubble.className = "msg " + (message.role || "assistant") + " streaming";
+      bubble.innerHTML = '<span class="who"></span><span class="body"></span>';
+      bubble.firstChild.textContent = message.role || "assistant";
     }
-    function onMessage(msg) {
-      if (msg.type !== "queue") return;
-      const table = queueTable();
-      if (!table) return;
-      const existing = document.getElementById("q-" + msg.interrupt_id);
-      if (msg.status !== "pending") {
-        if (existing) { existing.remove(); queueCounts(-1); }
-        return;
-      }
-      if (!msg.html) { refresh(); return; }
-      const row = parseRow(msg.html);
-      if (!row) return;
-      if (existing) {
-        existing.replaceWith(row);
-      } else {
-        if (table.dataset.agent && table.dataset.agent !== msg.agent) return;
-        if (table.dataset.reason && table.dataset.reason !== msg.reason) return;
-        const rows = document.getElementById("queue-rows");
-        // Newest rows belong at the end of the last page (oldest first) or the top of
-        // the first page (newest first); other pages learn of them when they page on.
-        if (table.dataset.sort === "newest") {
-          if (table.dataset.firstPage !== "1") return;
-          rows.prepend(row);
-        } else {
-          if (table.dataset.lastPage !== "1") return;
-          rows.append(row);
-        }
-        row.classList.add("new");
-        queueCounts(+1);
-      }
-      activate(row);
-      hideForeignButtons(row);
-    }
-    const socket = liveSocket(root.dataset.liveQueue, onMessage, function (reconnect) {
-      // Catch up on anything published while we were away (or before the first connect).
-      if (reconnect || Date.now() - loadedAt > 1000) refresh();
-    });
-    window.portalLive.sockets.push(socket);
-    // Publishing is best effort: a server process reconnecting to Redis misses what is
-    // sent meanwhile, with no sign on this socket. So re-fetch now and then, and when the
-    // tab comes back into view; never while the keyboard focus is in the table (the swap
-    // would lose it), and not while hidden.
-    function resync() {
-      const table = queueTable();
-      if (document.hidden || (table && table.contains(document.activeElement))) return;
-      refresh();
-    }
-    let resyncTimer = null;
-    window.portalLive.resyncEvery = function (ms) {
-      if (resyncTimer) clearInterval(resyncTimer);
-      resyncTimer = ms > 0 ? setInterval(resync, ms) : null;
-    };
-    window.portalLive.resyncEvery(parseInt(root.dataset.resyncMs || "60000", 10));
-    document.addEventListener("visibilitychange", resync);
-    hideForeignButtons(document);
-    document.addEventListener("htmx:afterSettle", function () { hideForeignButtons(document); });
-    // A claim without a live socket still shows: fetch the queue once the click is done.
-    document.addEventListener("htmx:afterRequest", function (event) {
-      const source = event.detail && event.detail.elt;
-      if (source && source.hasAttribute && source.hasAttribute("data-queue-action") && !socket.isOpen()) refresh();
-    });
+    live.deltas++;
+    bubble.querySelector(".body").textContent += delta;
+    bubble.scrollIntoView({ block: "nearest" });
   }
-
-  // --- thread streams (chat, thread page, the interrupt page's live output) -------------
-  function initThread(root) {
-    const targetId = root.dataset.refreshTarget || "transcript";
-    let pending = null;
-    function refresh() {
-      // Coalesce bursts (a status change and the final chunk arrive together).
-      if (pending) return;
-      window.portalLive.refreshes++;
-      const done = function () { window.portalLive.refreshes--; };
-      pending = setTimeout(function () {
-        pending = null;
-        if (window.htmx && document.getElementById(targetId)) {
-          window.htmx
-            .ajax("GET", root.dataset.refreshUrl, { target: "#" + targetId, swap: "outerHTML" })
-            .then(done, done);
-        } else {
-          done();
-        }
-      }, 60);
-    }
-    function messageList() {
-      const region = document.getElementById(targetId);
-      return region ? region.querySelector("[data-stream-into]") : null;
-    }
-    function bubble(message) {
-      const id = "msg-" + message.id;
-      let el = document.getElementById(id);
-      if (el) return el;
-      const list = messageList();
-      if (!list) return null;
-      el = document.createElement("div");
-      el.id = id;
-      el.className = "msg " + (message.role || "assistant") + " streaming";
-      const who = document.createElement("span");
-      who.className = "who";
-      who.textContent = message.role === "tool" ? "tool result" : (message.role || "assistant");
-      const body = document.createElement("span");
-      body.className = "body";
-      el.append(who, body);
-      const typing = list.querySelector("[data-typing]");
-      if (typing) list.insertBefore(el, typing); else list.append(el);
-      return el;
-    }
-    function setWorking(on) {
-      const region = document.getElementById(targetId);
-      if (region) region.dataset.working = on ? "1" : "0";
-    }
-    function onMessage(msg) {
-      if (msg.type === "status") { refresh(); return; }
-      if (msg.type !== "chunk" || !msg.chunk) return;
-      const chunk = msg.chunk;
-      const data = chunk.data || {};
-      if (chunk.event === "message" && chunk.message) {
-        setWorking(true);
-        // A tool's result is data (often JSON): the server words it, and the transcript
-        // re-fetched when the run pauses or ends shows it so.
-        if (chunk.message.role === "tool") return;
-        const el = bubble(chunk.message);
-        if (!el) return;
-        const body = el.querySelector(".body") || el;
-        if (data.delta) {
-          window.portalLive.deltas++;
-          body.textContent += data.delta;
-        } else if (data.complete) {
-          if (chunk.message.content) body.textContent = chunk.message.content;
-          el.classList.remove("streaming");
-          if (!chunk.message.content && !el.dataset.server) el.remove();
-        }
-        el.scrollIntoView({ block: "nearest" });
-      } else if (chunk.event === "updates" && (data.status === "interrupted" || data.status === "done")) {
-        refresh();
-      } else if (chunk.event === "updates") {
-        setWorking(true);
-      } else if (chunk.event === "error") {
-        refresh();
-      }
-    }
-    const socket = liveSocket(root.dataset.liveThread, onMessage, function () {
-      // Always rebuild from the checkpoint on connect: a run may have streamed before
-      // this page's socket was open, or while it was dropped.
-      refresh();
-    });
-    window.portalLive.sockets.push(socket);
-  }
-
-  // --- the chat composer: usable only while the thread can take a new turn --------------
-  const STATUS_LABELS = { interrupted: "waiting for approval" };
-  const STATUS_CLASSES = { interrupted: "warn", done: "ok", failed: "bad" };
-  function syncComposer() {
-    const form = document.getElementById("chat-composer");
-    const region = document.getElementById("transcript");
-    if (!form || !region) return;
-    // Keep this conversation's entry in the side list in step with the transcript.
-    const tag = document.querySelector(".chat-recent li[aria-current] .tag");
-    const status = region.dataset.status;
-    if (tag && status) {
-      tag.textContent = STATUS_LABELS[status] || status;
-      tag.className = "tag status-" + status + (STATUS_CLASSES[status] ? " " + STATUS_CLASSES[status] : "");
-    }
-    const open = region.dataset.canReply === "1";
-    form.querySelectorAll("textarea, button").forEach(function (el) { el.disabled = !open; });
-    const why = form.querySelector("[data-composer-why]");
-    if (why) why.hidden = open;
-  }
-
-  document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("[data-live-queue]").forEach(initQueue);
-    document.querySelectorAll("[data-live-thread]").forEach(initThread);
-    syncComposer();
+  // Streamed tokens and run events come as JSON; everything else is HTML for htmx.
+  document.addEventListener("htmx:wsBeforeMessage", function (e) {
+    if (e.detail.message[0] !== "{") return;
+    e.preventDefault();
+    const msg = JSON.parse(e.detail.message), chunk = msg.chunk || {}, data = chunk.data || {};
+    if (chunk.event === "message" && chunk.message && data.delta) draw(e.target, chunk.message, data.delta);
+    else if (msg.type === "status" || chunk.event === "error" || ["interrupted", "done"].includes(data.status)) refresh(e.target);
   });
-  document.addEventListener("htmx:afterSettle", syncComposer);
+  document.addEventListener("htmx:wsConnecting", function () { show(opens ? "reconnecting" : "connecting"); });
+  document.addEventListener("htmx:wsOpen", function (e) { opens++; show("open"); refresh(e.target); }); // catch up
+  document.addEventListener("htmx:wsClose", function (e) {
+    const code = e.detail.event.code, wait = Math.max(holdUntil - Date.now(), 500 + Math.random() * 1000);
+    if (ENDED[code]) return show(ENDED[code]);
+    show("reconnecting"); // htmx retries an abnormal close itself; an orderly one is retried here
+    if (![1006, 1011, 1012, 1013].includes(code)) setTimeout(e.detail.socketWrapper.reconnect, wait);
+  });
+  live.drop = function (ms) { // as a network failure would, staying away for ms
+    holdUntil = Date.now() + (ms || 0);
+    each("[ws-connect]", function (el) { el["htmx-internal-data"].webSocket.socket.close(4000); });
+  };
+  // Publishing is best effort (a server reconnecting to its channel layer misses what is sent
+  // meanwhile): the queue re-fetches now and then, unless hidden or in use.
+  live.resyncEvery = function (ms) {
+    clearInterval(resync);
+    resync = ms > 0 && setInterval(function () {
+      each("[data-resync-ms]", function (root) { if (!document.hidden && !root.contains(document.activeElement)) refresh(root); });
+    }, ms);
+  };
+  // What one shared fragment cannot say per viewer: Release for the claim's holder only, a
+  // form usable only while its region says it can be sent, the pending count in the title.
+  function sync() {
+    const me = document.querySelector("[data-me]"), count = document.getElementById("pending-count");
+    each("[data-only-for]", function (b) { b.hidden = !me || b.dataset.onlyFor !== me.dataset.me; });
+    each("form[data-open-while]", function (form) {
+      const flag = document.getElementById(form.dataset.openWhile), open = !flag || flag.dataset.open === "1";
+      form.querySelectorAll("input, textarea, select, button").forEach(function (el) { el.disabled = !open; });
+      if (form.querySelector("[data-closed-why]")) form.querySelector("[data-closed-why]").hidden = open;
+    });
+    const title = document.title.replace(/^\(\d+\+?\) /, "");
+    if (count) document.title = (count.textContent === "0" ? "" : "(" + count.textContent + ") ") + title;
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    each("[data-resync-ms]", function (queue) { live.resyncEvery(parseInt(queue.dataset.resyncMs, 10)); });
+    sync();
+  });
+  ["htmx:afterSettle", "htmx:wsAfterMessage"].forEach(function (name) { document.addEventListener(name, sync); });
 })();

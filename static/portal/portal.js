@@ -14,13 +14,16 @@
     (root || document).querySelectorAll("time[data-relative]").forEach(function (el) {
       const iso = el.getAttribute("datetime");
       if (!iso) return;
-      el.textContent = relative(iso);
+      const text = relative(iso);
+      if (el.textContent !== text) el.textContent = text;
       if (!el.title) el.title = new Date(iso).toLocaleString();
     });
   }
   window.portalRefreshTimes = refresh;
-  document.addEventListener("DOMContentLoaded", function () { refresh(); setInterval(refresh, 15000); });
+  // Every second, so "46 seconds ago" keeps counting.
+  document.addEventListener("DOMContentLoaded", function () { refresh(); setInterval(refresh, 1000); });
   document.addEventListener("htmx:afterSettle", function (e) { refresh(e.target); });
+  document.addEventListener("htmx:wsAfterMessage", function () { refresh(); });
 })();
 
 // Forms: after a refusal the page is rendered at the address the form posted to; put the

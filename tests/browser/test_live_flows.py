@@ -201,7 +201,7 @@ def test_after_a_dropped_connection_the_chat_catches_up(live, login, support_age
     mark_page(chat)
     # The socket goes away for three seconds; meanwhile the request is approved and the
     # run finishes, so every chunk of it is missed.
-    chat.evaluate("window.portalLive.sockets[0].drop(3000)")
+    chat.evaluate("window.portalLive.drop(3000)")
     expect(chat.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
     # A transcript refresh the pause's announcements started must be back first, or it
     # could return after the resume below finished and show its answer already.
@@ -252,7 +252,7 @@ def test_after_a_dropped_connection_the_queue_catches_up(live, login, reviewer):
     queue = login(reviewer, start="/queue/")
     wait_live(queue)
     mark_page(queue)
-    queue.evaluate("window.portalLive.sockets[0].drop(1500)")
+    queue.evaluate("window.portalLive.drop(1500)")
     expect(queue.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
     # Written while the queue is away (and by this process, whose broadcasts never reach
     # the server): only the catch-up on reconnect can show it.
@@ -271,6 +271,8 @@ def test_an_open_queue_recovers_an_update_it_never_received(live, login, reviewe
     queue = login(reviewer, start="/queue/")
     wait_live(queue)
     mark_page(queue)
+    # The catch-up fetch of the socket's first connect must be back first.
+    _wait_for(lambda: queue.evaluate("window.portalLive.refreshes") == 0, what="the catch-up")
     monkeypatch.setattr(broadcast, "publish_queue_change", lambda **change: None)
     interrupt = make_interrupt()  # never announced
     time.sleep(1.5)

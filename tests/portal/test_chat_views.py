@@ -95,8 +95,8 @@ def test_a_paused_conversation_is_rebuilt_from_the_checkpoint_with_the_waiting_n
     assert "Issue refund (order id: A-1001, amount: 42.5)" in html  # the call that asked
     assert "Waiting for approval" in html
     assert interrupt.message in html
-    assert f'data-live-thread="/ws/threads/{interrupt.thread_id}/"' in html
-    assert 'data-can-reply="0"' in html
+    assert f'ws-connect="/ws/threads/{interrupt.thread_id}/"' in html
+    assert 'data-open="0"' in html
 
 
 def test_another_support_users_conversation_is_404(client, support_agent, other_support_agent):

@@ -53,13 +53,13 @@ async def _connect(application, path: str, user=None, origin=ORIGIN):
     return communicator, connected
 
 
-async def _next_about(communicator, interrupt_id: str) -> dict:
+async def _next_about(communicator, interrupt_id: str) -> str:
     # The queue group is shared: skip news about other requests (say, another test run
     # on the same Redis).
     while True:
-        message = await communicator.receive_json_from(timeout=2)
-        if message.get("interrupt_id") == interrupt_id:
-            return message
+        html = await communicator.receive_from(timeout=2)
+        if f'id="q-{interrupt_id}"' in html:
+            return html
 
 
 async def _closed_with(communicator) -> int | None:
@@ -144,6 +144,22 @@ async def test_a_published_chunk_reaches_the_threads_watchers(application, suppo
         await communicator.disconnect()
 
 
+async def test_a_finished_message_arrives_as_the_transcripts_own_partial(
+    application, support_agent
+):
+    thread = await sync_to_async(make_thread)(owner=support_agent)
+    communicator, _ = await _connect(application, f"/ws/threads/{thread.pk}/", support_agent)
+    message = {"id": "msg_1", "role": "assistant", "content": "Done <now>."}
+    chunk = {"event": "message", "message": message, "data": {"complete": True}}
+    await broadcast.apublish_chunk(thread.pk, chunk)
+    html = await communicator.receive_from(timeout=2)
+    # It replaces the bubble its tokens streamed into, or joins a transcript without one.
+    assert '<div id="msg-msg_1" class="msg assistant" data-server="1" hx-swap-oob="true">' in html
+    assert "beforeend:#transcript:not(:has([id=&quot;msg-msg_1&quot;])) [data-stream-into]" in html
+    assert html.count("Done &lt;now&gt;.") == 2
+    await communicator.disconnect()
+
+
 async def test_a_chunk_published_from_the_embedded_workers_loop_arrives_promptly(
     application, support_agent
 ):
@@ -208,12 +224,14 @@ async def test_a_new_interrupt_reaches_every_open_queue_as_one_rendered_row(
     ]
     interrupt = await sync_to_async(make_interrupt)(message="Approve <b>this</b>?")
     for communicator in queues:
-        message = await _next_about(communicator, interrupt.pk)
-        assert message["type"] == "queue"
-        assert message["status"] == "pending"
-        assert message["interrupt_id"] == interrupt.pk
-        assert f'id="q-{interrupt.pk}"' in message["html"]
-        assert "Approve &lt;b&gt;this&lt;/b&gt;?" in message["html"]  # escaped once, at the sender
+        # Out-of-band swaps: the row replaces its copy where shown, or joins the list.
+        replace = await _next_about(communicator, interrupt.pk)
+        assert replace.strip().startswith(f'<tr id="q-{interrupt.pk}" class="queue-row"')
+        assert 'hx-swap-oob="true"' in replace
+        html = await communicator.receive_from(timeout=2)
+        assert 'hx-swap-oob="beforeend:#queue-table[data-sort=oldest]' in html
+        assert "Approve &lt;b&gt;this&lt;/b&gt;?" in html  # escaped once, at the sender
+        assert '<span id="pending-count" hx-swap-oob="true">1</span>' in html
         await communicator.disconnect()
 
 
@@ -225,13 +243,66 @@ async def test_a_claim_and_a_decision_reach_the_open_queue(application, reviewer
     communicator, _ = await _connect(application, "/ws/queue/", second_reviewer)
     await sync_to_async(interrupt_claim)(interrupt=interrupt, user=reviewer)
     claimed = await _next_about(communicator, interrupt.pk)
-    assert claimed["status"] == "pending"
-    assert "rita-reviewer" in claimed["html"]
+    assert 'data-claimant="rita-reviewer"' in claimed
     await sync_to_async(make_decision)(interrupt=interrupt, reviewer=reviewer)
     gone = await _next_about(communicator, interrupt.pk)
-    while gone["status"] == "pending":  # a row update (e.g. the claim) may come first
+    while "delete" not in gone:  # the rest of the claim's frames
         gone = await _next_about(communicator, interrupt.pk)
-    assert (gone["interrupt_id"], gone["status"], gone["html"]) == (interrupt.pk, "resolved", "")
+    assert f'<tr id="q-{interrupt.pk}" hx-swap-oob="delete"></tr>' in gone
+    assert '<span id="pending-count" hx-swap-oob="true">0</span>' in gone
+    await communicator.disconnect()
+
+
+async def test_a_decision_reaches_every_open_page_about_it_saying_who_decided(
+    application, reviewer, second_reviewer
+):
+    from tests.factories import make_decision
+
+    interrupt = await sync_to_async(make_interrupt)()
+    path = f"/ws/threads/{interrupt.thread_id}/"
+    communicator, _ = await _connect(application, path, second_reviewer)
+    await sync_to_async(make_decision)(interrupt=interrupt, reviewer=reviewer)
+    html = await communicator.receive_from(timeout=2)
+    assert f'hx-swap-oob="outerHTML:#decision-news[data-interrupt=&quot;{interrupt.pk}&quot;]"' in (
+        html
+    )
+    assert 'id="decision-result"' in html
+    assert "rita-reviewer" in html
+    assert ">resolved</span>" in html  # the status tag
+    await communicator.disconnect()
+
+
+async def test_an_expiry_reaches_every_open_page_about_it(application, reviewer):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.decisions import interrupts_expire
+    from portal.models import Interrupt
+
+    interrupt = await sync_to_async(make_interrupt)()
+    past = timezone.now() - timedelta(seconds=1)
+    await sync_to_async(Interrupt.objects.filter(pk=interrupt.pk).update)(expires_at=past)
+    path = f"/ws/threads/{interrupt.thread_id}/"
+    communicator, _ = await _connect(application, path, reviewer)
+    await sync_to_async(interrupts_expire)()
+    html = await communicator.receive_from(timeout=2)
+    assert "#decision-news" in html
+    assert "Expired" in html
+    assert ">expired</span>" in html
+    await communicator.disconnect()
+
+
+async def test_a_release_says_who_released_it(application, reviewer, second_reviewer):
+    from portal.decisions import interrupt_claim, interrupt_unclaim
+
+    interrupt = await sync_to_async(make_interrupt)()
+    await sync_to_async(interrupt_claim)(interrupt=interrupt, user=reviewer)
+    communicator, _ = await _connect(application, "/ws/queue/", second_reviewer)
+    await sync_to_async(interrupt_unclaim)(interrupt=interrupt, user=reviewer)
+    await _next_about(communicator, interrupt.pk)  # the row
+    html = await communicator.receive_from(timeout=2)
+    assert "rita-reviewer released" in html
     await communicator.disconnect()
 
 
@@ -251,10 +322,12 @@ async def test_forwarding_does_not_hop_to_the_sync_thread_per_message(
     for n in range(3):
         await broadcast.agroup_send(
             broadcast.QUEUE_GROUP,
-            {"type": broadcast.QUEUE_CHANGED, "interrupt_id": f"hop-{n}", "status": "gone"},
+            broadcast.queue_changed(
+                interrupt_id=f"hop-{n}", thread_id="t", agent="", reason="", status="gone", html=""
+            ),
         )
     for n in range(3):
-        assert (await _next_about(communicator, f"hop-{n}"))["type"] == "queue"
+        assert "delete" in await _next_about(communicator, f"hop-{n}")
     assert len(cleanups) == after_connect
     await communicator.disconnect()
 

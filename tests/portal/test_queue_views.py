@@ -171,5 +171,5 @@ def test_an_htmx_request_gets_only_the_table_partial(client, reviewer):
 def test_the_page_subscribes_to_the_live_queue(client, reviewer):
     client.force_login(reviewer)
     html = client.get(URL).content.decode()
-    assert 'data-live-queue="/ws/queue/"' in html
+    assert 'ws-connect="/ws/queue/"' in html
     assert "portal/live.js" in html

@@ -64,7 +64,7 @@ def test_the_thread_page_shows_transcript_and_timeline(client, support_agent, re
     assert "Issue refund (order id: A-1001, amount: 42.5)" in html
     for entry in ("Checkpoint #1", "Checkpoint #2", "Approval requested", "Decision", "Looks fine"):
         assert entry in html
-    assert f'data-live-thread="/ws/threads/{interrupt.thread_id}/"' in html
+    assert f'ws-connect="/ws/threads/{interrupt.thread_id}/"' in html
 
 
 def test_an_auditor_reads_the_thread_page_without_decision_controls(client, support_agent, auditor):
