@@ -113,6 +113,16 @@
     if (done) event.preventDefault();
   });
 
+  // A live refresh replaces the queue's rows: keep the selection (and the focus it had).
+  document.addEventListener("htmx:afterSettle", function () {
+    const row = currentId && document.getElementById(currentId);
+    if (!row || row.classList.contains("kbd-current")) return;
+    const lost = !document.activeElement || document.activeElement === document.body;
+    row.classList.add("kbd-current");
+    const link = rowLink(row);
+    if (lost && link) link.focus();
+  });
+
   // Opening a request from the queue by mouse or Enter also remembers the queue's order.
   document.addEventListener("click", function (event) {
     if (event.target instanceof Element && event.target.closest("#queue-rows a[href]")) remember();

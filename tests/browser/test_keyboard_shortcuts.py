@@ -53,7 +53,7 @@ def test_the_queue_is_listed_and_stepped_through_with_j_and_k_and_opened_with_o(
     queue.keyboard.press("j")
     queue.keyboard.press("j")
     assert _current(queue) == order[2]
-    expect(queue.locator(f"#{order[2]} .queue-message a")).to_be_focused()
+    expect(queue.locator(f"#{order[2]} .queue-message > a")).to_be_focused()
     queue.keyboard.press("k")
     assert _current(queue) == order[1]
 

@@ -144,7 +144,7 @@ def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_secon
     key = read_effects(effects, "refund_calls")[0]
     assert request.reason == OUTCOME_REASON
     assert request.value["key"] == key
-    assert request.message.startswith("refund(order_id='A-1') may already have taken effect")
+    assert request.message.startswith("refund (order id: A-1) may already have taken effect")
     assert Thread.objects.get(pk=thread.pk).status == Thread.Status.INTERRUPTED
 
     decide(client, reviewer, request, outcome)
