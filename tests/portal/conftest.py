@@ -100,3 +100,21 @@ def spawn(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., 
 
 def output(proc: subprocess.Popen) -> str:
     return Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def application():
+    """The portal's ASGI application, for websocket tests. The embedded worker must not
+    start inside the test process (importing portal.asgi would start it); the variable is
+    put back so later tests' subprocesses don't see it."""
+    saved = os.environ.get("PORTAL_NO_WORKER")
+    os.environ["PORTAL_NO_WORKER"] = "1"
+    try:
+        from portal.asgi import application
+
+        yield application
+    finally:
+        if saved is None:
+            os.environ.pop("PORTAL_NO_WORKER", None)
+        else:
+            os.environ["PORTAL_NO_WORKER"] = saved

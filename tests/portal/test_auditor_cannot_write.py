@@ -5,7 +5,6 @@ database changes. Decisions also cannot be changed through the admin or the API.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -216,14 +215,6 @@ SOCKET_ACTIONS = [
     },
     {"type": "thread.status", "thread_id": "{thread_id}", "status": "done"},
 ]
-
-
-@pytest.fixture(scope="module")
-def application():
-    os.environ["PORTAL_NO_WORKER"] = "1"  # no embedded worker inside the test process
-    from portal.asgi import application
-
-    return application
 
 
 def _cookie(user) -> tuple[bytes, bytes]:

@@ -12,7 +12,6 @@ socket that stays open and ``44xx`` the code a socket is closed with.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -300,22 +299,6 @@ def test_every_route_answers_each_persona_as_the_table_says():
     rows = [" ".join(key) for key in HTTP_TABLE]
     expected = list(HTTP_TABLE.values())
     assert seen == expected, "\n" + _show("HTTP (!expected->observed)", rows, expected, seen)
-
-
-@pytest.fixture(scope="module")
-def application():
-    # Importing portal.asgi must not start the embedded worker (see test_consumers).
-    saved = os.environ.get("PORTAL_NO_WORKER")
-    os.environ["PORTAL_NO_WORKER"] = "1"
-    try:
-        from portal.asgi import application
-
-        yield application
-    finally:
-        if saved is None:
-            os.environ.pop("PORTAL_NO_WORKER", None)
-        else:
-            os.environ["PORTAL_NO_WORKER"] = saved
 
 
 def _cookie(user: Any) -> tuple[bytes, bytes]:

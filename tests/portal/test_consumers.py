@@ -3,8 +3,6 @@ routing) with WebsocketCommunicator."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -18,23 +16,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://testserver")
 HOST = (b"host", b"testserver")  # browsers send both; the Origin check compares them
-
-
-@pytest.fixture(scope="module")
-def application():
-    # The embedded worker must not start inside the test process (importing portal.asgi
-    # would start it); the variable is put back so later tests' subprocesses don't see it.
-    saved = os.environ.get("PORTAL_NO_WORKER")
-    os.environ["PORTAL_NO_WORKER"] = "1"
-    try:
-        from portal.asgi import application
-
-        yield application
-    finally:
-        if saved is None:
-            os.environ.pop("PORTAL_NO_WORKER", None)
-        else:
-            os.environ["PORTAL_NO_WORKER"] = saved
 
 
 def _cookie(user) -> tuple[bytes, bytes]:

@@ -6,7 +6,6 @@ whichever channel layer the run is configured with (in-memory, or Redis with RED
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -24,22 +23,6 @@ needs_db = pytest.mark.django_db(transaction=True)
 
 HOST = (b"host", b"testserver")
 ORIGIN = (b"origin", b"http://testserver")
-
-
-@pytest.fixture(scope="module")
-def application():
-    # Importing portal.asgi must not start the embedded worker (see test_consumers).
-    saved = os.environ.get("PORTAL_NO_WORKER")
-    os.environ["PORTAL_NO_WORKER"] = "1"
-    try:
-        from portal.asgi import application
-
-        yield application
-    finally:
-        if saved is None:
-            os.environ.pop("PORTAL_NO_WORKER", None)
-        else:
-            os.environ["PORTAL_NO_WORKER"] = saved
 
 
 async def _release_connection() -> None:
