@@ -1,0 +1,57 @@
+import pytest
+
+from agents.signing import SignatureError, sign, verify
+
+BODY = b'{"outcome": "approved"}'
+
+
+def test_a_signature_made_with_the_secret_verifies_and_returns_its_timestamp():
+    header = sign("s3cret", BODY, timestamp=1_000)
+    assert verify("s3cret", header, BODY, now=1_010) == 1_000
+
+
+def test_a_changed_body_is_refused():
+    header = sign("s3cret", BODY, timestamp=1_000)
+    with pytest.raises(SignatureError, match="does not match"):
+        verify("s3cret", header, BODY + b" ", now=1_000)
+
+
+def test_another_secret_is_refused():
+    header = sign("s3cret", BODY, timestamp=1_000)
+    with pytest.raises(SignatureError, match="does not match"):
+        verify("other", header, BODY, now=1_000)
+
+
+def test_a_replay_outside_the_tolerance_is_refused():
+    header = sign("s3cret", BODY, timestamp=1_000)
+    with pytest.raises(SignatureError, match="possible replay"):
+        verify("s3cret", header, BODY, now=1_000 + 301)
+
+
+def test_a_rotated_secret_matches_any_listed_signature():
+    old = sign("old", BODY, timestamp=1_000).split(",")[1]
+    header = sign("new", BODY, timestamp=1_000) + "," + old
+    assert verify("old", header, BODY, now=1_000) == 1_000
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (None, "missing"),
+        ("", "missing"),
+        ("v1=abc", "no t= timestamp"),
+        ("t=1000", "no v1= signature"),
+        ("t=soon,v1=abc", "not a whole number"),
+        ("t=1000,v1", "malformed"),
+    ],
+)
+def test_a_malformed_header_is_refused_with_a_reason(header, message):
+    with pytest.raises(SignatureError, match=message):
+        verify("s3cret", header, BODY, now=1_000)
+
+
+def test_an_empty_secret_is_refused_on_both_sides():
+    with pytest.raises(SignatureError):
+        sign("", BODY)
+    with pytest.raises(SignatureError):
+        verify("", "t=1,v1=x", BODY)
