@@ -27,7 +27,7 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, policies, roles
+from portal import broadcast, outbox, policies, roles
 from portal.errors import InputError, Refused
 from portal.models import Checkpoint, Decision, Interrupt, Thread
 from portal.services import thread_resume
@@ -364,6 +364,7 @@ def decision_submit(
         except IntegrityError:
             raise _already_decided(locked) from None
         locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
+        outbox.notify_decision(decision, locked)
         try:
             run = thread_resume(
                 thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
@@ -534,6 +535,7 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 original_args=_outcome_and_args(locked, None)[1],
             )
             locked.decided_as(Interrupt.Status.EXPIRED, now)
+            outbox.notify_decision(decision, locked)
             thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
             broadcast.queue_change_on_commit(locked)
             recorded.append(decision)

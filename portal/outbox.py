@@ -150,7 +150,8 @@ def addresses(target: str) -> list[str]:
 wake_event = threading.Event()
 
 
-def _wake_on_commit() -> None:
+def wake_on_commit() -> None:
+    """Wake an in-process notifier once the current transaction commits."""
     transaction.on_commit(wake_event.set)
 
 
@@ -192,7 +193,7 @@ def outbox_enqueue(
             )
             note.dispatched_at = note.created_at
             note.save(update_fields=["dispatched_at"])
-        _wake_on_commit()
+        wake_on_commit()
     return note
 
 

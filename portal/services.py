@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, worker
+from portal import broadcast, outbox, worker
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.registry import UnknownAgentError, get_agent_builder
@@ -136,13 +136,14 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
         locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        Decision.objects.create(
+        decision = Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,
             reviewer=_user_or_none(user),
             value=None,
             outcome=Decision.Outcome.CANCELLED,
         )
+        outbox.notify_decision(decision, locked)
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
         broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
