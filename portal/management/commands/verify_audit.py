@@ -16,6 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.audit import verify_chain
+from portal.models import Decision
 
 
 class Command(BaseCommand):
@@ -42,7 +43,9 @@ class Command(BaseCommand):
                     f"(64 hex digits), got {options['expect_head']!r}"
                 )
         report = verify_chain(
-            batch_size=options["batch_size"], using=options["database"], expect_head=expect_head
+            Decision.objects.using(options["database"]),
+            batch_size=options["batch_size"],
+            expect_head=expect_head,
         )
         if report.broken is not None:
             raise CommandError(
