@@ -27,6 +27,8 @@ from django.dispatch import receiver
 from django.utils import timezone  # audit helper (issue 7)
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from portal import waiting
+
 TITLE_MAX_CHARS = 80
 
 
@@ -219,6 +221,7 @@ class Interrupt(models.Model):
         caller records in the same transaction: the only way a request is marked decided."""
         self.status, self.resolved_at, self.decided = status, at, True
         self.save(update_fields=["status", "resolved_at", "decided"])
+        waiting.changed(waiting.interrupt_key(self.pk))
 
     @property
     def is_pending(self) -> bool:
