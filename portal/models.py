@@ -27,7 +27,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from portal import audit
+from portal import audit, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -221,6 +221,7 @@ class Interrupt(models.Model):
         caller records in the same transaction: the only way a request is marked decided."""
         self.status, self.resolved_at, self.decided = status, at, True
         self.save(update_fields=["status", "resolved_at", "decided"])
+        waiting.changed(waiting.interrupt_key(self.pk))
 
     @property
     def is_pending(self) -> bool:

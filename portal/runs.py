@@ -12,6 +12,7 @@ worker's short poll covers a lost ring either way.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -28,3 +29,21 @@ def notify_workers() -> None:
         with connection.cursor() as cursor:
             cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
     transaction.on_commit(wake.set)
+
+
+# OPTIONS that Django's backend interprets itself rather than passing to psycopg.
+_DJANGO_ONLY = frozenset({"isolation_level", "server_side_binding", "pool", "assume_role"})
+
+
+def connect_kwargs() -> dict[str, Any]:
+    """``psycopg.connect`` arguments for the database Django uses (its test database
+    during tests), for the connections the worker keeps beside Django's own."""
+    db = connection.settings_dict
+    return {
+        "dbname": db["NAME"],
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "host": db.get("HOST") or None,
+        "port": db.get("PORT") or None,
+        **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY},
+    }
