@@ -15,12 +15,13 @@ Only ``portal.services``, the ORM checkpointer and the worker write to these tab
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
@@ -442,11 +443,46 @@ class ApiToken(models.Model):
         return None
 
 
-def api_tokens_revoke(*, user: Any, reason: str) -> int:
-    """Revoke every live token of ``user`` for good; returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_reason=reason
-    )
+def api_tokens_revoke(*, user: Any, reason: str, by: Any = None) -> int:
+    """Revoke every live token of ``user`` for good, recording each in the audit trail
+    (``by``: who did it; None for the system); returns how many."""
+    with transaction.atomic():
+        # Row locks: two revocations at once (a deactivation and a password change saved
+        # together) would otherwise both record the same token as revoked by them.
+        live = list(
+            ApiToken.objects.select_for_update()
+            .filter(user=user, revoked_at__isnull=True)
+            .values_list("pk", "name")
+        )
+        if not live:
+            return 0
+        ApiToken.objects.filter(pk__in=[pk for pk, _ in live]).update(
+            revoked_at=timezone.now(), revoked_reason=reason
+        )
+        for pk, name in live:
+            audit_record(
+                action=AuditEvent.Action.TOKEN_REVOKE,
+                actor=by,
+                target=("apitoken", pk),
+                detail={"user": user.get_username(), "name": name, "reason": reason},
+            )
+    return len(live)
+
+
+def api_token_delete(*, token: ApiToken, by: Any) -> None:
+    """Delete a token (the admin's way to revoke one), recording who did it."""
+    with transaction.atomic():
+        audit_record(
+            action=AuditEvent.Action.TOKEN_REVOKE,
+            actor=by,
+            target=token,
+            detail={
+                "user": token.user.get_username(),
+                "name": token.name,
+                "reason": "deleted in the admin",
+            },
+        )
+        token.delete()
 
 
 @receiver(pre_save, sender=settings.AUTH_USER_MODEL)
@@ -522,6 +558,7 @@ class AuditEvent(models.Model):
         CLAIM = "interrupt.claim", "claimed a request"
         RELEASE = "interrupt.release", "released a claim"
         WITHDRAW = "interrupt.withdraw", "withdrew a request"
+        CANCEL = "interrupt.cancel", "cancelled a request"
         LOGIN = "login", "logged in"
         LOGIN_FAILED = "login.failed", "failed to log in"
         LOGOUT = "logout", "logged out"
@@ -595,8 +632,10 @@ def audit_record(
     ``target``: a model instance, a ``(kind, id)`` pair, or None. ``detail``: small JSON
     data about the action, never a secret (``ValueError`` over ``MAX_AUDIT_DETAIL_CHARS``).
     """
-    detail = dict(detail or {})
-    if len(trail.canonical(detail)) > MAX_AUDIT_DETAIL_CHARS:
+    # Stored as its canonical JSON reads back (times as UTC text, ids as text), so the
+    # hash computed now is the one recomputed from the row later.
+    text = trail.canonical(dict(detail or {}))
+    if len(text) > MAX_AUDIT_DETAIL_CHARS:
         raise ValueError(
             f"audit detail for {action!r} is over {MAX_AUDIT_DETAIL_CHARS} characters of "
             "JSON; record identifiers, not contents"
@@ -614,7 +653,7 @@ def audit_record(
         actor_name=person.get_username() if person is not None else "",
         target_type=target_type,
         target_id=target_id,
-        detail=detail,
+        detail=json.loads(text),
     )
     event.save()
     return event
