@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
@@ -44,7 +45,16 @@ from portal import access, roles, waiting
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
-from portal.models import ApiToken, Checkpoint, Interrupt, Run, Thread, password_fingerprint
+from portal.models import (
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+    password_fingerprint,
+)
 from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
@@ -66,23 +76,37 @@ def api_token_create(
     name: str = "",
     scopes: Iterable[str] = ALL_SCOPES,
     expires_at: datetime | None = None,
+    by: Any = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
     stored, so this is the only time it can be shown. ``scopes`` defaults to all three
-    (read, start, decide); the token never does more than its user may."""
+    (read, start, decide); the token never does more than its user may. ``by``: who
+    created it (None: an operator at the command line), for the audit trail."""
     scopes = sorted(set(scopes))
     unknown = set(scopes) - set(ALL_SCOPES)
     if unknown:
         raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(
-        user=user,
-        name=name,
-        token_hash=hash_token(token),
-        scopes=scopes,
-        expires_at=expires_at,
-        password_fingerprint=password_fingerprint(user),
-    )
+    with transaction.atomic():
+        row = ApiToken.objects.create(
+            user=user,
+            name=name,
+            token_hash=hash_token(token),
+            scopes=scopes,
+            expires_at=expires_at,
+            password_fingerprint=password_fingerprint(user),
+        )
+        audit_record(
+            action=AuditEvent.Action.TOKEN_CREATE,
+            actor=by,
+            target=row,
+            detail={
+                "user": user.get_username(),
+                "name": name,
+                "scopes": scopes,
+                "expires_at": expires_at,
+            },
+        )
     return row, token
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents.schema import json_problem
 from portal import broadcast, runs
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -136,12 +136,22 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
         locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        Decision.objects.create(
+        decision = Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,
             reviewer=_user_or_none(user),
             value=None,
             outcome=Decision.Outcome.CANCELLED,
+        )
+        audit_record(
+            action=(
+                AuditEvent.Action.WITHDRAW
+                if decision.is_withdrawal(locked.thread)
+                else AuditEvent.Action.CANCEL
+            ),
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
         )
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
         broadcast.queue_change_on_commit(locked)
