@@ -39,6 +39,7 @@ from portal.models import (
     Run,
     Subscription,
     Thread,
+    api_token_delete,
 )
 
 
@@ -584,3 +585,10 @@ class RoutingEventAdmin(ReadOnlyAdmin):
     list_filter = ["action"]
     search_fields = ["interrupt__id", "user__username", "group__name"]
     readonly_fields = ["interrupt", "action", "user", "group", "detail", "created_at"]
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        api_token_delete(token=obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_delete(token=token, by=request.user)

@@ -16,9 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, outbox, worker
+from portal import broadcast, outbox, runs
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -104,7 +104,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
             status=Thread.Status.IDLE,
         )
         run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return thread, run
 
 
@@ -118,7 +118,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = 
     _check_size(payload, "the decision")
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -144,6 +144,16 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
             outcome=Decision.Outcome.CANCELLED,
         )
         outbox.notify_decision(decision, locked)
+        audit_record(
+            action=(
+                AuditEvent.Action.WITHDRAW
+                if decision.is_withdrawal(locked.thread)
+                else AuditEvent.Action.CANCEL
+            ),
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+        )
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
         broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
@@ -181,7 +191,7 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         run = Run.objects.create(
             thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
         )
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -220,7 +230,7 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 

@@ -12,7 +12,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("auth", "0012_alter_user_first_name_max_length"),
-        ("portal", "0020_interrupt_tool"),
+        ("portal", "0024_audit_events_and_worker_heartbeats"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
