@@ -797,6 +797,12 @@ class AuditEvent(models.Model):
         LOGOUT = "logout", "logged out"
         TOKEN_CREATE = "api_token.create", "created an API token"
         TOKEN_REVOKE = "api_token.revoke", "revoked an API token"
+        ASSIGN = "interrupt.assign", "assigned a request"
+        REMIND = "interrupt.remind", "sent a reminder about a request"
+        ESCALATE = "interrupt.escalate", "escalated a request"
+        SUBSCRIPTION_CREATE = "subscription.create", "created a notification subscription"
+        SUBSCRIPTION_CHANGE = "subscription.change", "changed a notification subscription"
+        SUBSCRIPTION_DELETE = "subscription.delete", "deleted a notification subscription"
 
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Not a choices field on purpose: other parts add their actions (assignments,

@@ -1,5 +1,5 @@
-"""The notifier: fans out the outbox and sends deliveries (nothing else sends a
-notification).
+"""The notifier: fans out the outbox, sends deliveries, and sends reminders and
+escalations (nothing else sends a notification).
 
 Modelled on healthchecks' ``sendalerts``, as the worker is: a loop of short
 transactions that claim rows ``FOR UPDATE SKIP LOCKED``, sends outside them, and
@@ -24,10 +24,13 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from portal import outbox
+from portal import assignments, outbox
 from portal.models import Delivery, Notification, Subscription
 
 log = logging.getLogger(__name__)
+
+# How often the notifier looks for requests due a reminder or an escalation.
+ROUTING_CHECK_SECONDS = 5.0
 
 _wake = outbox.wake_event
 
@@ -62,7 +65,11 @@ def _assignee_addresses(note: Notification) -> str:
 
 
 def _fan_out(note: Notification, subscriptions: list[Subscription]) -> list[Delivery]:
-    groups: set[int] = set()
+    groups = (
+        assignments.routed_group_ids(note.interrupt_id, agent=note.agent, reason=note.reason)
+        if note.interrupt_id is not None
+        else set()
+    )
     out = []
     for sub in subscriptions:
         if not _matches(sub, note, groups):
@@ -91,6 +98,9 @@ def outbox_dispatch(*, batch: int = 50) -> int:
     """Fan undispatched notifications out into deliveries, one per matching subscription
     (plus one email to the people an assignment, reminder or escalation is about), in one
     transaction with marking them dispatched; returns how many it handled.
+
+    A new request is routed first (``assignments.request_route``), in the same
+    transaction, so its fan-out sees the groups it went to.
     """
     with transaction.atomic():
         # SKIP LOCKED: two notifiers take different notifications instead of both
@@ -111,6 +121,7 @@ def outbox_dispatch(*, batch: int = 50) -> int:
                 # Written by the checkpointer's statement with no payload: the request's
                 # own row says what it is.
                 note.payload = {"request": outbox.request_payload(note.interrupt)}
+                assignments.request_route(interrupt=note.interrupt)
             deliveries.extend(_fan_out(note, subscriptions))
             note.dispatched_at = now
         Delivery.objects.bulk_create(deliveries)
@@ -125,10 +136,16 @@ class Notifier:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.poll = poll
         self.stopping = threading.Event()
+        self._last_routing = 0.0
 
     def tick(self) -> int:
-        """Fan out and send what is due; returns how much it did."""
+        """Route, fan out and send what is due; returns how much it did."""
         done = 0
+        now = time.monotonic()
+        if now - self._last_routing >= ROUTING_CHECK_SECONDS:
+            self._last_routing = now
+            reminded, escalated = assignments.requests_remind_and_escalate()
+            done += reminded + escalated
         while fanned := outbox_dispatch():
             done += fanned
         while sent := outbox.outbox_deliver():

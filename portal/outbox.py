@@ -47,6 +47,7 @@ from django.utils import timezone
 
 from agents import signing
 from portal.models import (
+    AuditEvent,
     Decision,
     Delivery,
     DeliveryAttempt,
@@ -54,6 +55,7 @@ from portal.models import (
     Notification,
     Run,
     Subscription,
+    audit_record,
 )
 
 log = logging.getLogger(__name__)
@@ -223,14 +225,45 @@ def subscription_save(*, subscription: Subscription, user: Any) -> Subscription:
         has_group=subscription.group_id is not None,
     )
     with transaction.atomic():
+        created = subscription.pk is None
         subscription.save()
+        audit_record(
+            action=(
+                AuditEvent.Action.SUBSCRIPTION_CREATE
+                if created
+                else AuditEvent.Action.SUBSCRIPTION_CHANGE
+            ),
+            actor=user,
+            target=subscription,
+            detail=_subscription_detail(subscription),
+        )
     return subscription
+
+
+def _subscription_detail(subscription: Subscription) -> dict[str, Any]:
+    # Never the secret, nor a Slack URL (which is one).
+    shown = subscription.target if subscription.channel != Channel.SLACK else ""
+    return {
+        "name": subscription.name,
+        "channel": subscription.channel,
+        "target": shown[:200],
+        "events": subscription.events,
+        "agent": subscription.agent,
+        "reason": subscription.reason,
+        "group": subscription.group.name if subscription.group is not None else "",
+        "active": subscription.active,
+    }
 
 
 def subscription_delete(*, subscription: Subscription, user: Any) -> None:
     """Remove a subscription; deliveries already written keep going out."""
     with transaction.atomic():
+        detail = _subscription_detail(subscription)
+        target = ("subscription", subscription.pk)
         subscription.delete()
+        audit_record(
+            action=AuditEvent.Action.SUBSCRIPTION_DELETE, actor=user, target=target, detail=detail
+        )
 
 
 # --- what the portal's events say ------------------------------------------------------
