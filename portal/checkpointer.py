@@ -55,7 +55,7 @@ from agents.checkpoint import (
 )
 from portal import broadcast
 from portal import checkpoint_sql as sql
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
 
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
@@ -212,7 +212,7 @@ class DjangoCheckpointer:
             return None
         seq, status, next_node, _, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status))
-        messages = [message for row in rows for message in row[3] or []]
+        messages = conversation(row[3] for row in rows)
         return Snapshot(
             thread_id, seq, ThreadStatus(status), next_node, messages, meta or {}, interrupt
         )
@@ -263,7 +263,7 @@ class DjangoCheckpointer:
         if rows[0][1] is None:
             self._known[pk] = _Known(None, agent)
             return None
-        messages = [message for row in rows for message in json.loads(row[4]) or []]
+        messages = conversation(json.loads(row[4]) for row in rows)
         _agent, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status), agent)
         meta, interrupt = json.loads(meta or "{}"), json.loads(interrupt or "null")

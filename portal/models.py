@@ -16,8 +16,9 @@ Only ``portal.services``, the ORM checkpointer and the worker write to these tab
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
 from django.db import models
@@ -91,6 +92,26 @@ class Thread(models.Model):
         return line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
 
 
+def conversation(steps: Iterable[list[Any] | None]) -> list[Any]:
+    """A thread's messages from its checkpoints' ``messages``, oldest step first: each
+    checkpoint holds only the messages its step added, so the conversation is their
+    concatenation."""
+    return [message for added in steps for message in added or []]
+
+
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def conversation(self) -> list[Any]:
+        """The messages these checkpoints hold, in the order they were added."""
+        return conversation(self.order_by("seq").values_list("messages", flat=True))
+
+    def messages_newest_first(self) -> Iterator[Any]:
+        """The messages these checkpoints hold, newest first, read a few steps at a time:
+        a search for a recent message stops after a step or two however long the thread."""
+        steps = self.order_by("-seq").values_list("messages", flat=True)
+        for added in steps.iterator(chunk_size=20):
+            yield from reversed(added or [])
+
+
 class Checkpoint(models.Model):
     """One step of a thread: the messages it added and where the thread stands after it."""
 
@@ -123,6 +144,8 @@ class Checkpoint(models.Model):
     # their own times).
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = CheckpointQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="checkpoint_thread_seq"),
@@ -130,6 +153,28 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.seq} {self.status}"
+
+
+class ToolCall(NamedTuple):
+    """A tool call a request asks about: the call's id, the tool's name, its arguments."""
+
+    id: str
+    name: str
+    args: Any
+
+
+def tool_calls_in(payload: Any) -> list[ToolCall]:
+    """The tool calls a request's payload lists, as the runtime's tool approvals and
+    breakpoints write them (``{"tool_calls": [{"id", "name", "arguments"}, ...]}``); none
+    for any other payload. The payload is the agent's, so malformed entries are skipped."""
+    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
+    if not isinstance(calls, list):
+        return []
+    return [
+        ToolCall(str(call.get("id")), str(call.get("name") or ""), call.get("arguments"))
+        for call in calls
+        if isinstance(call, dict)
+    ]
 
 
 class Interrupt(models.Model):
@@ -225,6 +270,12 @@ class Interrupt(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls this request asks to approve (none for a question, or for an
+        ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
+        return tool_calls_in(self.value)
 
 
 class ImmutableRecordError(Exception):

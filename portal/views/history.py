@@ -8,6 +8,7 @@ shows; exports stream keyset batches, so their memory does not grow with the row
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -105,14 +106,8 @@ def _thread_context(decision: Decision) -> dict[str, Any]:
     paused = checkpoints.filter(seq=seq).first()
     following = list(checkpoints.filter(seq__gt=seq).order_by("seq")[:NEXT_CHECKPOINTS])
     resumed = following[0] if following else None
-    tail: list[Any] = []
-    for chunk in (
-        checkpoints.filter(seq__lte=seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)[:CONTEXT_MESSAGES]
-    ):
-        tail = list(chunk or []) + tail
-    tail = tail[-CONTEXT_MESSAGES:]
+    newest = checkpoints.filter(seq__lte=seq).messages_newest_first()
+    tail = list(reversed(list(itertools.islice(newest, CONTEXT_MESSAGES))))
     before = _state_lines(
         paused.status if paused else "unknown",
         paused.next_node if paused else None,
