@@ -30,7 +30,7 @@ from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
 from portal.models import Checkpoint, Decision, Interrupt, Thread
-from portal.services import thread_resume
+from portal.runs import thread_resume
 
 __all__ = [
     "AlreadyDecided",
@@ -362,9 +362,7 @@ def decision_submit(
             raise _already_decided(locked) from None
         locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
         try:
-            run = thread_resume(
-                thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
-            )
+            run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
         except InputError as exc:
             raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
         broadcast.queue_change_on_commit(locked)
@@ -531,7 +529,7 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 original_args=_outcome_and_args(locked, None)[1],
             )
             locked.decided_as(Interrupt.Status.EXPIRED, now)
-            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
+            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
             broadcast.queue_change_on_commit(locked)
             recorded.append(decision)
     return recorded

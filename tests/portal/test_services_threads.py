@@ -87,7 +87,7 @@ def test_input_over_the_size_limit_is_refused_naming_the_limit(support_agent, se
 
 def test_a_resume_is_queued_with_the_interrupt_it_answers(support_agent):
     thread = make_thread(agent="echo", owner=support_agent)
-    run = services.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
+    run = runs.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
     assert (run.kind, run.status) == ("resume", "queued")
     assert run.input == {"resume": {"approved": True}, "resume_interrupt_id": "int_1"}
 
