@@ -1,4 +1,4 @@
-"""Issue 7's benchmark: the decision history over 1,000,000 decisions on PostgreSQL.
+"""The decision history over 1,000,000 decisions on PostgreSQL.
 
 Two sections of docs/benchmarks.md:
 

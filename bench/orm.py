@@ -1,4 +1,4 @@
-"""Issue 4's benchmark: the runtime scenario through the ORM on PostgreSQL, side by side
+"""The runtime scenario through the ORM on PostgreSQL, side by side
 with LangGraph's ``PostgresSaver`` and a bare psycopg floor, plus the real worker.
 
 Part 1 (checkpointers, driven directly). The scenario of ``bench.runtime`` (user message ->

@@ -152,9 +152,6 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
     return run
 
 
-# --- live portal (issue 6): a new turn on an existing thread ----------------------------
-
-
 def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
     """Queue a new user turn on a finished thread (the support chat's follow-up).
 
@@ -189,6 +186,3 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
         runs.notify_workers()
     return run
-
-
-# --- end live portal ------------------------------------------------------------------
