@@ -18,8 +18,8 @@ With 1 process, then with 4 OS processes each driving its own quarter of the thr
 (each process its own connections).
 
 Part 2 (the real queue). ``manage.py run_worker`` subprocesses (1, then 4) drain runs queued
-through ``portal.services.thread_start`` then ``portal.runs.thread_resume`` for the agent above,
-registered as ``bench``; and the queued->started latency of an idle worker
+through ``portal.services.thread_start`` then ``portal.decisions.thread_resume`` for the
+agent above, registered as ``bench``; and the queued->started latency of an idle worker
 (``Run.started_at - Run.created_at``, one run at a time).
 
 Bytes per thread: threads pre-seeded with 10, 100 or 1,000 messages of ~200 bytes, then one
@@ -687,7 +687,7 @@ def drain(count: int, n: int) -> dict[str, Any]:
     queue the n resumes at once and drain those. Times from commit to the last finish."""
     from django.db import transaction
 
-    from portal import runs, services
+    from portal import decisions, services
     from portal.models import Interrupt, Run, Thread
 
     workers = Workers(count)
@@ -707,7 +707,7 @@ def drain(count: int, n: int) -> dict[str, Any]:
         ).values_list("thread_id", "id")
         with transaction.atomic():
             resumed = [
-                runs.thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
+                decisions.thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
                 for tid, iid in pending
             ]
         t3 = time.perf_counter()
@@ -959,7 +959,7 @@ def _main() -> None:
             table(bytes_headers, bytes_rows),
             f"Real workers: `manage.py run_worker` processes drain {WORKER_N} start runs queued "
             "at once through `services.thread_start` (each pauses), then the "
-            f"{WORKER_N} resumes queued at once through `runs.thread_resume`; cycles/s = "
+            f"{WORKER_N} resumes queued at once through `decisions.thread_resume`; cycles/s = "
             "cycles / (time from each batch's commit to its last run finishing). Exec = "
             "`Run.finished_at - Run.started_at`.",
             table(worker_headers, worker_rows),

@@ -3,10 +3,11 @@
 ``decision_submit`` does everything in one transaction, all or nothing: lock the interrupt,
 check against the thread's newest checkpoint that it is still the request the thread waits
 on, check role, claim and policy, validate the answer with the runtime's own validator,
-record the ``Decision``, resolve the interrupt and queue the resume (the worker sees it
-only after commit). Any refusal raises a ``DecisionRefused`` subclass whose
-``status_code`` says how an HTTP caller should answer and whose message can be shown to
-the user as it is; nothing has been written when one is raised.
+record the ``Decision``, resolve the interrupt and queue the resume (``thread_resume``:
+the ``Run`` row the worker claims, seen only after commit). Any refusal raises a
+``DecisionRefused`` subclass whose ``status_code`` says how an HTTP caller should answer
+and whose message can be shown to the user as it is; nothing has been written when one
+is raised.
 
 Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 (``interrupts_expire``, run by ``manage.py expire_interrupts`` and the worker).
@@ -29,8 +30,17 @@ from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
-from portal.models import Checkpoint, Decision, Interrupt, Thread
-from portal.runs import thread_resume
+from portal.inputs import check_input
+from portal.models import (
+    AuditEvent,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+)
+from portal.runs import notify_workers
 
 __all__ = [
     "AlreadyDecided",
@@ -46,6 +56,7 @@ __all__ = [
     "interrupt_claim",
     "interrupt_unclaim",
     "interrupts_expire",
+    "thread_resume",
 ]
 
 
@@ -284,6 +295,20 @@ def _typed_outcome(
     return outcome, original, None
 
 
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run:
+    """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
+
+    Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
+    is the durable queue, and workers see it (and are woken) only once that commits.
+    """
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    check_input(payload, "the decision")
+    with transaction.atomic():
+        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
+        notify_workers()
+    return run
+
+
 def decision_submit(
     *,
     interrupt: Interrupt | str,
@@ -447,6 +472,8 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         if holder is None or holder.pk != user.pk:
             locked.claimed_by, locked.claimed_at = user, timezone.now()
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            taken = {"taken_over_from": holder.get_username()} if holder is not None else {}
+            audit_record(action=AuditEvent.Action.CLAIM, actor=user, target=locked, detail=taken)
             broadcast.queue_change_on_commit(locked)
     interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
     return interrupt
@@ -472,6 +499,12 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
                 )
             locked.claimed_by, locked.claimed_at = None, None
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            audit_record(
+                action=AuditEvent.Action.RELEASE,
+                actor=user,
+                target=locked,
+                detail={"held_by": holder.get_username()},
+            )
             broadcast.queue_change_on_commit(locked, by=user)
     interrupt.claimed_by, interrupt.claimed_at = None, None
     return interrupt

@@ -14,8 +14,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import broadcast, runs
+from portal.decisions import thread_resume
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.inputs import check_input
+from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -41,7 +43,7 @@ def validate_start_input(data: Any) -> dict[str, list[dict[str, str]]]:
             f'input must be an object like {{"messages": [{{"role": "user", "content": "..."}}]}}'
             f", got {type(data).__name__}"
         )
-    runs.check_input(data, "input")
+    check_input(data, "input")
     extra = sorted(set(data) - {"messages"})
     if extra:
         raise InputError(f"input has unexpected keys {extra}: only 'messages' is accepted")
@@ -104,14 +106,24 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
         locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        Decision.objects.create(
+        decision = Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,
             reviewer=_user_or_none(user),
             value=None,
             outcome=Decision.Outcome.CANCELLED,
         )
-        run = runs.thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk)
+        audit_record(
+            action=(
+                AuditEvent.Action.WITHDRAW
+                if decision.is_withdrawal(locked.thread)
+                else AuditEvent.Action.CANCEL
+            ),
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+        )
+        run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk)
         broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return run

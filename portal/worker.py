@@ -70,7 +70,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast
+from portal import broadcast, waiting
 from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.runs import NOTIFY_CHANNEL, wake
@@ -562,6 +562,7 @@ class Worker:
         else:
             status = Thread.Status.IDLE
         Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        waiting.changed(waiting.thread_key(run.thread_id))
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(
                 run.thread_id, status, run_id=run.pk, run_status=run.status, error=run.error
@@ -595,7 +596,7 @@ class Worker:
         if self._listener is None:
             import psycopg
 
-            from portal.checkpointer import connect_kwargs
+            from portal.runs import connect_kwargs
 
             try:
                 self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)
