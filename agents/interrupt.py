@@ -53,9 +53,12 @@ class Interrupt:
     response_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
     tool: str | None = None  # the name of the tool whose call raised it
+    # Who should answer, as "user:<name>"/"group:<name>" (the portal routes it there).
+    assign_to: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = {"assign_to": list(self.assign_to)} if self.assign_to else {}
+        return extra | {
             "id": self.id,
             "key": self.key,
             "node": self.node,
@@ -79,6 +82,7 @@ class Interrupt:
             response_schema=data.get("response_schema"),
             tool_call_id=data.get("tool_call_id"),
             tool=data.get("tool"),
+            assign_to=data.get("assign_to"),
         )
 
 
@@ -212,6 +216,7 @@ class RunContext:
         message: str | None = None,
         reason: str = "input_required",
         response_schema: dict[str, Any] | None = None,
+        assign_to: Iterable[str] | None = None,
     ) -> Any:
         """``interrupt()`` under an explicit answer key (the runtime's own questions use
         keys of their own, so they never take a position in a tool's ordering)."""
@@ -230,6 +235,7 @@ class RunContext:
                 response_schema=response_schema,
                 tool_call_id=self.tool_call_id,
                 tool=self.tool,
+                assign_to=list(assign_to) if assign_to else None,
             )
         )
 
@@ -263,6 +269,7 @@ def interrupt(
     actions: Iterable[str] | None = None,
     args: dict[str, Any] | None = None,
     args_schema: dict[str, Any] | None = None,
+    assign_to: Iterable[str] | None = None,
 ) -> Any:
     """Pause the graph and return the answer once the thread is resumed.
 
@@ -276,6 +283,9 @@ def interrupt(
     "edit", "response" and "ignore" (``agents.inbox``); the answer is then a
     ``HumanResponse``. An edit changes ``args`` and must fit ``args_schema``; inside a
     tool both default to the tool call's arguments and the tool's parameters.
+
+    ``assign_to`` names who should answer, as ``"user:<username>"`` or ``"group:<name>"``
+    strings; the portal routes the request to them (beside any its policy names).
     """
     run = current_run()
     if actions is not None:
@@ -290,7 +300,12 @@ def interrupt(
             args_schema = run.call_schema
         response_schema = inbox.response_schema(actions, args=args, args_schema=args_schema)
     return run.ask(
-        run.next_key(), value, message=message, reason=reason, response_schema=response_schema
+        run.next_key(),
+        value,
+        message=message,
+        reason=reason,
+        response_schema=response_schema,
+        assign_to=assign_to,
     )
 
 
@@ -374,6 +389,12 @@ def check_interrupt(interrupt: Interrupt) -> None:
             problems.append(f"{name} {bad.removeprefix('$: ')}")
     if (bad := json_problem(interrupt.value)) is not None:
         problems.append(f"value {bad}")
+    for name in interrupt.assign_to or []:
+        kind, _, rest = name.partition(":") if isinstance(name, str) else ("", "", "")
+        if kind not in ("user", "group") or not rest or len(name) > 200:
+            problems.append(
+                f"assign_to has {name!r}; each entry is 'user:<username>' or 'group:<name>'"
+            )
     if interrupt.response_schema is not None:
         if (bad := schema_problem(interrupt.response_schema)) is not None:
             problems.append(f"response_schema {bad}")

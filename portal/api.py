@@ -42,6 +42,7 @@ from pydantic import ConfigDict
 from agents import inbox
 from agents.checkpoint import ThreadStatus
 from portal import access, roles, waiting
+from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
@@ -414,6 +415,11 @@ class ResumeOut(Schema):
 
 class InterruptFilter(Schema):
     status: Literal["pending", "resolved", "cancelled", "expired"] | None = None
+    assigned: Literal["me"] | None = Field(
+        None,
+        description="``me``: only requests assigned to you or to one of your groups "
+        "(by a policy, by the agent, or by an escalation).",
+    )
 
 
 # --- endpoints -------------------------------------------------------------------------
@@ -453,11 +459,15 @@ class InterruptPage(LimitOffsetPagination):
 @api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
 @paginate(InterruptPage)
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
-    """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
-    hold at most 100 requests (``limit``); walk them with ``offset``."""
-    qs = _visible_interrupts(_user(request))
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue and
+    ``?assigned=me`` for those assigned to you. Pages hold at most 100 requests
+    (``limit``); walk them with ``offset``."""
+    user = _user(request)
+    qs = _visible_interrupts(user)
     if filters.status:
         qs = qs.filter(status=filters.status)
+    if filters.assigned == "me":
+        qs = qs.filter(assigned_to(user))
     return qs.order_by("created_at", "id")
 
 

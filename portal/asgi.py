@@ -29,9 +29,11 @@ application = ProtocolTypeRouter(
 )
 
 if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1":
+    from portal.notifier import start_embedded_notifier
     from portal.worker import start_embedded_worker
 
     start_embedded_worker()
+    start_embedded_notifier()
 
 # Everything imported and built above lives as long as the process, yet each full garbage
 # collection would walk it again, and no websocket of this process gets anything while it

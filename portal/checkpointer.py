@@ -20,6 +20,9 @@ the caller's Django connection, inside the caller's transaction if it holds one.
 Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
 ``uuid5``. A first write to a thread with no row creates one with no agent and no owner
 (tests and scripts; the portal's threads come from ``services.thread_start``).
+A request entering the queue writes its ``request.created`` outbox row (``portal.outbox``)
+in the same statement or transaction, so nobody is told of a pause that was not saved and
+no saved pause goes untold.
 ``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
 recorded decisions (``ProtectedError``: they are an audit record).
 """
@@ -53,9 +56,9 @@ from agents.checkpoint import (
     compact_json,
     encode_step,
 )
-from portal import broadcast
+from portal import broadcast, outbox
 from portal import checkpoint_sql as sql
-from portal.models import Checkpoint, Interrupt, Run, Thread, conversation
+from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
 from portal.runs import connect_kwargs
 
@@ -326,6 +329,7 @@ class DjangoCheckpointer:
             tool_call_id=request.get("tool_call_id"),
             tool=request.get("tool") or "",
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
+            created_kind=outbox.REQUEST_CREATED,
         )
         return _Step(sql.WRITES[first, True], params, pending)
 
@@ -426,6 +430,15 @@ class DjangoCheckpointer:
             )
             if created:
                 changes.append((pending_id, reason, Interrupt.Status.PENDING))
+                # The new request's event, in the transaction that queues it.
+                Notification.objects.create(
+                    kind=outbox.REQUEST_CREATED,
+                    agent=agent,
+                    reason=reason,
+                    interrupt_id=pending_id,
+                    thread_id=pk,
+                )
+                outbox.wake_on_commit()
         for i, reason, status in changes:
             change: dict[str, Any] = {"interrupt_id": i, "thread_id": pk, "reason": reason}
             announce = partial(

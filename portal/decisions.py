@@ -28,7 +28,7 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, policies, roles
+from portal import broadcast, outbox, policies, roles
 from portal.errors import InputError, Refused
 from portal.inputs import check_input
 from portal.models import (
@@ -386,6 +386,7 @@ def decision_submit(
         except IntegrityError:
             raise _already_decided(locked) from None
         locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
+        outbox.notify_decision(decision, locked)
         try:
             run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
         except InputError as exc:
@@ -562,6 +563,7 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 original_args=_outcome_and_args(locked, None)[1],
             )
             locked.decided_as(Interrupt.Status.EXPIRED, now)
+            outbox.notify_decision(decision, locked)
             thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
             broadcast.queue_change_on_commit(locked)
             recorded.append(decision)

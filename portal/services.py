@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import broadcast, runs
+from portal import broadcast, outbox, runs
 from portal.decisions import thread_resume
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.inputs import check_input
@@ -113,6 +113,7 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
             value=None,
             outcome=Decision.Outcome.CANCELLED,
         )
+        outbox.notify_decision(decision, locked)
         audit_record(
             action=(
                 AuditEvent.Action.WITHDRAW

@@ -108,6 +108,7 @@ def _pause(
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
+    assign_to: list[str] | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -121,6 +122,8 @@ def _pause(
         "tool_call_id": tool_call_id,
         "tool": tool,
     }
+    if assign_to:
+        pending["assign_to"] = assign_to
     _put(
         thread,
         CheckpointWrite(
@@ -161,6 +164,7 @@ def make_interrupt(
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
+    assign_to: list[str] | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -176,6 +180,7 @@ def make_interrupt(
         tool_call_id=assistant["tools_calls"][0]["id"],
         tool=tool,
         new_messages=[assistant],
+        assign_to=assign_to,
     )
 
 

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from portal import paging, roles
+from portal.assignments import assigned_to
 from portal.models import Interrupt
 from portal.paging import Cursor
 
@@ -56,12 +57,16 @@ class QueuePage:
     is_first: bool
 
 
-def pending_queryset(*, agent: str = "", reason: str = "") -> QuerySet[Interrupt]:
+def pending_queryset(
+    *, agent: str = "", reason: str = "", assigned_to_user: Any = None
+) -> QuerySet[Interrupt]:
     qs = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     if agent:
         qs = qs.filter(agent=agent)
     if reason:
         qs = qs.filter(reason=reason)
+    if assigned_to_user is not None:
+        qs = qs.filter(assigned_to(assigned_to_user))
     return qs
 
 
@@ -110,7 +115,9 @@ def queue(request: HtmxRequest) -> HttpResponse:
     sort = request.GET.get("sort", "oldest")
     if sort not in SORTS:
         sort = "oldest"
-    qs = pending_queryset(agent=agent, reason=reason)
+    assigned = "me" if request.GET.get("assigned") == "me" else ""
+    mine = request.user if assigned else None
+    qs = pending_queryset(agent=agent, reason=reason, assigned_to_user=mine)
     page = queue_page(
         qs,
         newest_first=sort == "newest",
@@ -119,7 +126,8 @@ def queue(request: HtmxRequest) -> HttpResponse:
     )
     # Capped, so the page stays as cheap at a million pending rows as at ten.
     count = qs.order_by()[: COUNT_CAP + 1].count()
-    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if agent or reason else count
+    filtered = bool(agent or reason or assigned)
+    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if filtered else count
     reasons = KNOWN_REASONS + ([reason] if reason and reason not in KNOWN_REASONS else [])
     context: dict[str, Any] = {
         "page": page,
@@ -128,17 +136,19 @@ def queue(request: HtmxRequest) -> HttpResponse:
         "sorts": SORTS,
         "agent": agent,
         "reason": reason,
+        "assigned": assigned,
         "sort": sort,
         "count": min(count, COUNT_CAP),
         "count_capped": count > COUNT_CAP,
         # Every pending request, whatever the filters: the tab title and the live count.
         "total": min(total, COUNT_CAP),
         "total_capped": total > COUNT_CAP,
-        "filtered": bool(agent or reason),
+        "filtered": filtered,
         # live.js re-fetches the table this often as a backstop for missed broadcasts.
         "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,
         "filter_qs": urlencode(
-            {k: v for k, v in (("agent", agent), ("reason", reason)) if v} | {"sort": sort}
+            {k: v for k, v in (("agent", agent), ("reason", reason), ("assigned", assigned)) if v}
+            | {"sort": sort}
         ),
     }
     template = "portal/queue.html"
