@@ -433,6 +433,13 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         return super().get_queryset(request).select_related("user")
 
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        api_token_delete(token=obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_delete(token=token, by=request.user)
+
 
 # --- notifications and routing -----------------------------------------------------------
 
@@ -585,10 +592,3 @@ class RoutingEventAdmin(ReadOnlyAdmin):
     list_filter = ["action"]
     search_fields = ["interrupt__id", "user__username", "group__name"]
     readonly_fields = ["interrupt", "action", "user", "group", "detail", "created_at"]
-
-    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
-        api_token_delete(token=obj, by=request.user)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        for token in queryset.select_related("user"):
-            api_token_delete(token=token, by=request.user)

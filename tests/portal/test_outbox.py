@@ -233,3 +233,36 @@ def test_subscriptions_match_by_kind_agent_and_reason(receiver):
     matched = Delivery.objects.values_list("notification__agent", "notification__reason")
     assert list(matched) == [("refunds", "tool_approval")]
     assert not Notification.objects.filter(dispatched_at__isnull=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redirect_is_not_followed_with_the_signed_body(fast_retries, settings, receiver):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    settings.PORTAL_NOTIFY_MAX_ATTEMPTS = 1
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", receiver.url)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        subscribe(f"http://127.0.0.1:{server.server_address[1]}/hook")
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+        drain()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert receiver.requests == []
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.FAILED
+    assert "answered 302" in delivery.last_error
