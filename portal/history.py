@@ -33,7 +33,7 @@ from django.utils.dateparse import parse_datetime
 
 from portal import access, roles
 from portal.inputs import DayField
-from portal.models import Decision
+from portal.models import Decision, summary_beside
 
 PAGE_SIZE = 50
 EXPORT_BATCH = 2000
@@ -48,6 +48,7 @@ _VALUES = (
     "interrupt__reason",
     "interrupt__node",
     "interrupt__message",
+    "interrupt__summary",
     "interrupt__value",
     "interrupt__tool",
     "interrupt__created_at",
@@ -72,6 +73,7 @@ COLUMNS = [
     ("tools", "Tools"),
     ("node", "Node"),
     ("message", "Message"),
+    ("summary", "Summary"),
     ("payload", "Payload"),
     ("value", "Submitted value"),
     ("requested_args", "Requested arguments"),
@@ -113,6 +115,9 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
         "node": values["interrupt__node"],
         "message": values["interrupt__message"],
+        "summary": values["interrupt__summary"],
+        # Shown beside the message only when it says more than the message does.
+        "summary_line": summary_beside(values["interrupt__summary"], values["interrupt__message"]),
         "payload": values["interrupt__value"],
         "value": values["value"],
         # Keyed by tool call id: what the model asked for, and what ran (after an edit).

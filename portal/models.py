@@ -27,6 +27,8 @@ from django.dispatch import receiver
 from django.utils import timezone  # audit helper (issue 7)
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from agents.interrupt import fallback_summary
+
 TITLE_MAX_CHARS = 80
 
 
@@ -154,6 +156,9 @@ class Interrupt(models.Model):
     # question about a call's outcome); empty otherwise. A tool approval names its calls
     # in ``value["tool_calls"]`` instead.
     tool = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), beside the
+    # message (the request's title). Empty for requests recorded before it existed.
+    summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -223,6 +228,21 @@ class Interrupt(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def summary_line(self) -> str:
+        """The summary, when it says more than the message does ("" otherwise)."""
+        return summary_beside(self.summary, self.message)
+
+
+def summary_beside(summary: str | None, message: str | None) -> str:
+    """``summary`` unless it only repeats ``message`` (its first line, give or take the
+    question mark and case): shown beside a title, it must add something."""
+    summary = (summary or "").strip()
+    first = fallback_summary(message, "") if (message or "").strip() else ""
+    if summary.rstrip(".?!…").casefold() == first.rstrip(".?!…").casefold():
+        return ""
+    return summary
 
 
 class ImmutableRecordError(Exception):

@@ -108,6 +108,7 @@ def _pause(
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -120,6 +121,7 @@ def _pause(
         "response_schema": schema,
         "tool_call_id": tool_call_id,
         "tool": tool,
+        "summary": summary,
     }
     _put(
         thread,
@@ -161,6 +163,7 @@ def make_interrupt(
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
+    summary: str | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -175,6 +178,7 @@ def make_interrupt(
         node="TOOL",
         tool_call_id=assistant["tools_calls"][0]["id"],
         tool=tool,
+        summary=summary,
         new_messages=[assistant],
     )
 
