@@ -335,6 +335,9 @@ class InterruptOut(Schema):
     node: str
     reason: str
     message: str
+    summary: str = Field(
+        "", description="What the agent wants, in one plain line (empty on old requests)."
+    )
     value: Any = None
     response_schema: dict[str, Any] | None = None
     status: str

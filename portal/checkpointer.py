@@ -87,6 +87,13 @@ def _dump(value: Any) -> str | None:
     return None if value is None else compact_json(value)
 
 
+def _summary(request: dict[str, Any]) -> str:
+    # The runtime keeps a summary to one line of the column's size; a request written by
+    # an older or foreign runtime is cut to fit rather than failing its step.
+    summary = request.get("summary")
+    return " ".join(summary.split())[:200] if isinstance(summary, str) else ""
+
+
 def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
     """The request a step pauses on (only a pause names one)."""
     return write.interrupt if ThreadStatus(write.status) is ThreadStatus.INTERRUPTED else None
@@ -328,6 +335,7 @@ class DjangoCheckpointer:
             schema=_dump(request.get("response_schema")),
             tool_call_id=request.get("tool_call_id"),
             tool=request.get("tool") or "",
+            summary=_summary(request),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
             created_kind=outbox.REQUEST_CREATED,
         )
@@ -424,6 +432,7 @@ class DjangoCheckpointer:
                     "response_schema": pending.get("response_schema"),
                     "tool_call_id": pending.get("tool_call_id"),
                     "tool": pending.get("tool") or "",
+                    "summary": _summary(pending),
                     "checkpoint_seq": seq,
                     "expires_at": expires_at_for(agent, reason),
                 },

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from portal import access, paging, roles
 from portal.inputs import DayField
-from portal.models import Decision, tool_calls_in
+from portal.models import Decision, summary_beside, tool_calls_in
 from portal.paging import Cursor
 
 PAGE_SIZE = 50
@@ -46,6 +46,7 @@ _VALUES = (
     "interrupt__reason",
     "interrupt__node",
     "interrupt__message",
+    "interrupt__summary",
     "interrupt__value",
     "interrupt__tool",
     "interrupt__created_at",
@@ -70,6 +71,7 @@ COLUMNS = [
     ("tools", "Tools"),
     ("node", "Node"),
     ("message", "Message"),
+    ("summary", "Summary"),
     ("payload", "Payload"),
     ("value", "Submitted value"),
     ("requested_args", "Requested arguments"),
@@ -109,6 +111,9 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
         "node": values["interrupt__node"],
         "message": values["interrupt__message"],
+        "summary": values["interrupt__summary"],
+        # Shown beside the message only when it says more than the message does.
+        "summary_line": summary_beside(values["interrupt__summary"], values["interrupt__message"]),
         "payload": values["interrupt__value"],
         "value": values["value"],
         # Keyed by tool call id: what the model asked for, and what ran (after an edit).

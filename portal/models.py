@@ -29,6 +29,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from agents.interrupt import fallback_summary
 from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
@@ -202,6 +203,9 @@ class Interrupt(models.Model):
     # question about a call's outcome); empty otherwise. A tool approval names its calls
     # in ``value["tool_calls"]`` instead.
     tool = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), beside the
+    # message (the request's title). Empty for requests recorded before it existed.
+    summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -278,6 +282,21 @@ class Interrupt(models.Model):
         """The tool calls this request asks to approve (none for a question, or for an
         ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
         return tool_calls_in(self.value)
+
+    @property
+    def summary_line(self) -> str:
+        """The summary, when it says more than the message does ("" otherwise)."""
+        return summary_beside(self.summary, self.message)
+
+
+def summary_beside(summary: str | None, message: str | None) -> str:
+    """``summary`` unless it only repeats ``message`` (its first line, give or take the
+    question mark and case): shown beside a title, it must add something."""
+    summary = (summary or "").strip()
+    first = fallback_summary(message, "") if (message or "").strip() else ""
+    if summary.rstrip(".?!…").casefold() == first.rstrip(".?!…").casefold():
+        return ""
+    return summary
 
 
 class ImmutableRecordError(Exception):
