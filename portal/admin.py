@@ -138,7 +138,7 @@ class InterruptAdmin(ReadOnlyAdmin):
     ]
     list_display_links = ["short_message"]
     list_filter = ["status", "agent", "reason"]
-    search_fields = ["id", "message", "thread__id", "thread__title", "node"]
+    search_fields = ["id", "message", "summary", "thread__id", "thread__title", "node"]
     list_select_related = ["claimed_by"]
     date_hierarchy = "created_at"
     change_form_template = "admin/portal/interrupt/change_form.html"
@@ -146,7 +146,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         (None, {"fields": ["id", "thread", "agent", "reason", "node", "key", "status"]}),
         (
             "What the agent asks",
-            {"fields": ["message_display", "payload", "schema", "tool_call_id"]},
+            {"fields": ["message_display", "summary", "payload", "schema", "tool_call_id"]},
         ),
         (
             "Queue",
@@ -172,6 +172,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         "key",
         "status",
         "message_display",
+        "summary",
         "payload",
         "schema",
         "tool_call_id",
@@ -187,7 +188,11 @@ class InterruptAdmin(ReadOnlyAdmin):
     @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
         text = obj.message or obj.id  # the link to the page needs some text
-        return text if len(text) <= 80 else text[:79] + "…"
+        text = text if len(text) <= 80 else text[:79] + "…"
+        # The summary in the same cell, under the message: one more column would not fit.
+        if obj.summary_line:
+            return format_html('{}<span class="portal-summary">{}</span>', text, obj.summary_line)
+        return text
 
     @admin.display(description="Message")
     def message_display(self, obj: Interrupt) -> str:

@@ -65,12 +65,14 @@ QUEUE = """, stale AS (
     RETURNING id, reason
 ), entered AS (
     INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
-                                  response_schema, tool_call_id, tool, status, created_at,
+                                  response_schema, tool_call_id, tool, summary, status,
+                                  created_at,
                                   expires_at, claimed_by_id, claimed_at, resolved_at,
                                   decided, checkpoint_seq)
     SELECT %(pending_key)s::varchar, id, agent, %(key)s::varchar, %(request_node)s::varchar,
            %(value)s::jsonb, %(message)s::text, %(reason)s::varchar, %(schema)s::jsonb,
-           %(tool_call_id)s::varchar, %(tool)s::varchar, %(pending)s::varchar,
+           %(tool_call_id)s::varchar, %(tool)s::varchar, %(summary)s::varchar,
+           %(pending)s::varchar,
            %(now)s::timestamptz,
            %(expires_at)s::timestamptz, NULL, NULL, NULL, false, %(seq)s::integer
     FROM moved WHERE %(pending_key)s::varchar <> ''

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
 from django.db import models, transaction
@@ -28,6 +29,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from agents.interrupt import fallback_summary
 from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
@@ -92,6 +94,26 @@ class Thread(models.Model):
         return line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
 
 
+def conversation(steps: Iterable[list[Any] | None]) -> list[Any]:
+    """A thread's messages from its checkpoints' ``messages``, oldest step first: each
+    checkpoint holds only the messages its step added, so the conversation is their
+    concatenation."""
+    return [message for added in steps for message in added or []]
+
+
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def conversation(self) -> list[Any]:
+        """The messages these checkpoints hold, in the order they were added."""
+        return conversation(self.order_by("seq").values_list("messages", flat=True))
+
+    def messages_newest_first(self) -> Iterator[Any]:
+        """The messages these checkpoints hold, newest first, read a few steps at a time:
+        a search for a recent message stops after a step or two however long the thread."""
+        steps = self.order_by("-seq").values_list("messages", flat=True)
+        for added in steps.iterator(chunk_size=20):
+            yield from reversed(added or [])
+
+
 class Checkpoint(models.Model):
     """One step of a thread: the messages it added and where the thread stands after it."""
 
@@ -124,6 +146,8 @@ class Checkpoint(models.Model):
     # their own times).
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = CheckpointQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="checkpoint_thread_seq"),
@@ -131,6 +155,28 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.seq} {self.status}"
+
+
+class ToolCall(NamedTuple):
+    """A tool call a request asks about: the call's id, the tool's name, its arguments."""
+
+    id: str
+    name: str
+    args: Any
+
+
+def tool_calls_in(payload: Any) -> list[ToolCall]:
+    """The tool calls a request's payload lists, as the runtime's tool approvals and
+    breakpoints write them (``{"tool_calls": [{"id", "name", "arguments"}, ...]}``); none
+    for any other payload. The payload is the agent's, so malformed entries are skipped."""
+    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
+    if not isinstance(calls, list):
+        return []
+    return [
+        ToolCall(str(call.get("id")), str(call.get("name") or ""), call.get("arguments"))
+        for call in calls
+        if isinstance(call, dict)
+    ]
 
 
 class Interrupt(models.Model):
@@ -157,6 +203,9 @@ class Interrupt(models.Model):
     # question about a call's outcome); empty otherwise. A tool approval names its calls
     # in ``value["tool_calls"]`` instead.
     tool = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), beside the
+    # message (the request's title). Empty for requests recorded before it existed.
+    summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -227,6 +276,27 @@ class Interrupt(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls this request asks to approve (none for a question, or for an
+        ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
+        return tool_calls_in(self.value)
+
+    @property
+    def summary_line(self) -> str:
+        """The summary, when it says more than the message does ("" otherwise)."""
+        return summary_beside(self.summary, self.message)
+
+
+def summary_beside(summary: str | None, message: str | None) -> str:
+    """``summary`` unless it only repeats ``message`` (its first line, give or take the
+    question mark and case): shown beside a title, it must add something."""
+    summary = (summary or "").strip()
+    first = fallback_summary(message, "") if (message or "").strip() else ""
+    if summary.rstrip(".?!…").casefold() == first.rstrip(".?!…").casefold():
+        return ""
+    return summary
 
 
 class ImmutableRecordError(Exception):

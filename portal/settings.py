@@ -236,12 +236,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         raise ImproperlyConfigured(f"REDIS_URL must start with redis://, got {REDIS_URL!r}")
-    # live portal (issue 6): Redis pub/sub. Every group here is broadcast-only (nothing is
+    # Redis pub/sub. Every group here is broadcast-only (nothing is
     # sent to one consumer by channel name), so a message is one PUBLISH that each server
     # process fans out to its own sockets. RedisChannelLayer instead reads the whole group
     # back from Redis on every send and copies the message per member process (members of
     # a killed process linger for a day), and its consumers pay more per message: the
-    # fan-out to 200 open queues is slower with it (docs/benchmarks.md, portal-fanout).
+    # fan-out to many open queues is slower with it (docs/benchmarks.md, portal-fanout).
     # What pub/sub gives up: a process whose Redis connection is being re-established
     # misses what is published meanwhile. Publishing is best effort anyway (see
     # portal/broadcast.py), and pages re-fetch when their websocket reconnects.

@@ -109,6 +109,7 @@ def _pause(
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
     assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -121,6 +122,7 @@ def _pause(
         "response_schema": schema,
         "tool_call_id": tool_call_id,
         "tool": tool,
+        "summary": summary,
     }
     if assign_to:
         pending["assign_to"] = assign_to
@@ -165,6 +167,7 @@ def make_interrupt(
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
     assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -179,6 +182,7 @@ def make_interrupt(
         node="TOOL",
         tool_call_id=assistant["tools_calls"][0]["id"],
         tool=tool,
+        summary=summary,
         new_messages=[assistant],
         assign_to=assign_to,
     )
