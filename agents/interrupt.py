@@ -54,12 +54,15 @@ class Interrupt:
     response_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
     tool: str | None = None  # the name of the tool whose call raised it
+    # Who should answer, as "user:<name>"/"group:<name>" (the portal routes it there).
+    assign_to: list[str] | None = None
     # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), shown
     # beside the message; ``interrupt()`` fills it in when the caller gives none.
     summary: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = {"assign_to": list(self.assign_to)} if self.assign_to else {}
+        return extra | {
             "id": self.id,
             "key": self.key,
             "node": self.node,
@@ -84,6 +87,7 @@ class Interrupt:
             response_schema=data.get("response_schema"),
             tool_call_id=data.get("tool_call_id"),
             tool=data.get("tool"),
+            assign_to=data.get("assign_to"),
             summary=data.get("summary"),
         )
 
@@ -249,6 +253,7 @@ class RunContext:
         message: str | None = None,
         reason: str = "input_required",
         response_schema: dict[str, Any] | None = None,
+        assign_to: Iterable[str] | None = None,
         summary: str | None = None,
     ) -> Any:
         """``interrupt()`` under an explicit answer key (the runtime's own questions use
@@ -268,6 +273,7 @@ class RunContext:
                 response_schema=response_schema,
                 tool_call_id=self.tool_call_id,
                 tool=self.tool,
+                assign_to=list(assign_to) if assign_to else None,
                 summary=summary
                 or self.call_summary
                 or fallback_summary(message if isinstance(message, str) else None, reason),
@@ -304,6 +310,7 @@ def interrupt(
     actions: Iterable[str] | None = None,
     args: dict[str, Any] | None = None,
     args_schema: dict[str, Any] | None = None,
+    assign_to: Iterable[str] | None = None,
     summary: str | None = None,
 ) -> Any:
     """Pause the graph and return the answer once the thread is resumed.
@@ -321,6 +328,9 @@ def interrupt(
     "edit", "response" and "ignore" (``agents.inbox``); the answer is then a
     ``HumanResponse``. An edit changes ``args`` and must fit ``args_schema``; inside a
     tool both default to the tool call's arguments and the tool's parameters.
+
+    ``assign_to`` names who should answer, as ``"user:<username>"`` or ``"group:<name>"``
+    strings; the portal routes the request to them (beside any its policy names).
     """
     run = current_run()
     if actions is not None:
@@ -340,6 +350,7 @@ def interrupt(
         message=message,
         reason=reason,
         response_schema=response_schema,
+        assign_to=assign_to,
         summary=summary,
     )
 
@@ -435,6 +446,12 @@ def check_interrupt(interrupt: Interrupt) -> None:
             problems.append(f"summary {bad.removeprefix('$: ')}")
     if (bad := json_problem(interrupt.value)) is not None:
         problems.append(f"value {bad}")
+    for name in interrupt.assign_to or []:
+        kind, _, rest = name.partition(":") if isinstance(name, str) else ("", "", "")
+        if kind not in ("user", "group") or not rest or len(name) > 200:
+            problems.append(
+                f"assign_to has {name!r}; each entry is 'user:<username>' or 'group:<name>'"
+            )
     if interrupt.response_schema is not None:
         if (bad := schema_problem(interrupt.response_schema)) is not None:
             problems.append(f"response_schema {bad}")

@@ -20,6 +20,9 @@ the caller's Django connection, inside the caller's transaction if it holds one.
 Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
 ``uuid5``. A first write to a thread with no row creates one with no agent and no owner
 (tests and scripts; the portal's threads come from ``services.thread_start``).
+A request entering the queue writes its ``request.created`` outbox row (``portal.outbox``)
+in the same statement or transaction, so nobody is told of a pause that was not saved and
+no saved pause goes untold.
 ``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
 recorded decisions (``ProtectedError``: they are an audit record).
 """
@@ -53,10 +56,11 @@ from agents.checkpoint import (
     compact_json,
     encode_step,
 )
-from portal import broadcast
+from portal import broadcast, outbox
 from portal import checkpoint_sql as sql
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
+from portal.runs import connect_kwargs
 
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
@@ -219,7 +223,7 @@ class DjangoCheckpointer:
             return None
         seq, status, next_node, _, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status))
-        messages = [message for row in rows for message in row[3] or []]
+        messages = conversation(row[3] for row in rows)
         return Snapshot(
             thread_id, seq, ThreadStatus(status), next_node, messages, meta or {}, interrupt
         )
@@ -270,7 +274,7 @@ class DjangoCheckpointer:
         if rows[0][1] is None:
             self._known[pk] = _Known(None, agent)
             return None
-        messages = [message for row in rows for message in json.loads(row[4]) or []]
+        messages = conversation(json.loads(row[4]) for row in rows)
         _agent, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status), agent)
         meta, interrupt = json.loads(meta or "{}"), json.loads(interrupt or "null")
@@ -333,6 +337,7 @@ class DjangoCheckpointer:
             tool=request.get("tool") or "",
             summary=_summary(request),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
+            created_kind=outbox.REQUEST_CREATED,
         )
         return _Step(sql.WRITES[first, True], params, pending)
 
@@ -434,6 +439,15 @@ class DjangoCheckpointer:
             )
             if created:
                 changes.append((pending_id, reason, Interrupt.Status.PENDING))
+                # The new request's event, in the transaction that queues it.
+                Notification.objects.create(
+                    kind=outbox.REQUEST_CREATED,
+                    agent=agent,
+                    reason=reason,
+                    interrupt_id=pending_id,
+                    thread_id=pk,
+                )
+                outbox.wake_on_commit()
         for i, reason, status in changes:
             change: dict[str, Any] = {"interrupt_id": i, "thread_id": pk, "reason": reason}
             announce = partial(
@@ -480,24 +494,6 @@ def _announce(changes: list[dict[str, Any]]) -> None:
             broadcast.publish_queue_change(**change)
     finally:
         close_old_connections()
-
-
-# OPTIONS that Django's backend interprets itself rather than passing to psycopg.
-_DJANGO_ONLY = frozenset({"isolation_level", "server_side_binding", "pool", "assume_role"})
-
-
-def connect_kwargs() -> dict[str, Any]:
-    """``psycopg.connect`` arguments for the database Django uses (its test database
-    during tests), for the connections the worker keeps beside Django's own."""
-    db = django_connection.settings_dict
-    return {
-        "dbname": db["NAME"],
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": db.get("PORT") or None,
-        **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY},
-    }
 
 
 async def aconnect() -> Any:

@@ -109,6 +109,7 @@ def _pause(
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
+    assign_to: list[str] | None = None,
     summary: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
@@ -124,6 +125,8 @@ def _pause(
         "tool": tool,
         "summary": summary,
     }
+    if assign_to:
+        pending["assign_to"] = assign_to
     _put(
         thread,
         CheckpointWrite(
@@ -164,6 +167,7 @@ def make_interrupt(
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
+    assign_to: list[str] | None = None,
     summary: str | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
@@ -181,6 +185,7 @@ def make_interrupt(
         tool=tool,
         summary=summary,
         new_messages=[assistant],
+        assign_to=assign_to,
     )
 
 

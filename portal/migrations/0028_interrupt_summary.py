@@ -17,7 +17,7 @@ def _created_index(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0020_interrupt_tool"),
+        ("portal", "0021_notifications"),
     ]
 
     operations = [
