@@ -21,6 +21,7 @@ service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not 
 import hashlib
 import math
 import secrets
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
@@ -39,13 +40,18 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, roles
+from portal import access, history, roles
 from portal.checkpointer import DjangoCheckpointer
-from portal.decisions import DecisionRefused, decision_submit_for_thread
-from portal.errors import InputError
-from portal.models import ApiToken, Checkpoint, Interrupt, Thread, password_fingerprint
+from portal.decisions import (
+    DecisionRefused,
+    decision_submit_for_thread,
+    interrupt_claim,
+    interrupt_unclaim,
+)
+from portal.errors import InputError, InterruptNotPending
+from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Thread, password_fingerprint
 from portal.registry import UnknownAgentError
-from portal.services import thread_start
+from portal.services import thread_cancel, thread_start
 
 TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
@@ -533,5 +539,248 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
             "run_id": str(decision.resume_run.pk),  # type: ignore[attr-defined]
             "decision_id": decision.pk,
             "outcome": decision.outcome,
+        },
+    )
+
+
+# --- lists with a keyset cursor ----------------------------------------------------------
+
+LIMIT_HELP = (
+    f"How many items to return, 1 to {API_PAGE_MAX} (default {API_PAGE_MAX}); a larger "
+    "value is refused with 422 naming the maximum."
+)
+AFTER_HELP = "The `next` value of the previous page: the page after it. Omit it for the first page."
+
+
+def _cursor(text: str | None, ident: Any) -> history.Cursor | None:
+    if not text:
+        return None
+    try:
+        return history.Cursor.decode(text, ident=ident)
+    except Exception:
+        raise ApiProblem(
+            422,
+            "The cursor is damaged; start again from the first page (omit `after`).",
+            ["$.after: not a cursor this API returned"],
+        ) from None
+
+
+class ThreadFilter(Schema):
+    status: Literal["idle", "running", "interrupted", "done", "failed"] | None = Field(
+        None, description="Only threads with this status."
+    )
+    agent: str | None = Field(None, max_length=64, description="Only threads of this agent.")
+    owner: str | None = Field(
+        None, max_length=150, description="Only threads started by this username."
+    )
+    limit: int = Field(API_PAGE_MAX, ge=1, le=API_PAGE_MAX, description=LIMIT_HELP)
+    after: str | None = Field(None, max_length=200, description=AFTER_HELP)
+
+
+class ThreadSummaryOut(Schema):
+    id: str
+    agent: str
+    status: str = Field(..., description="idle, running, interrupted, done or failed.")
+    title: str
+    owner: str | None = Field(None, description="Who started it (null: the system).")
+    created_at: datetime
+    updated_at: datetime = Field(..., description="Its last activity; the list's order.")
+
+    @staticmethod
+    def resolve_id(obj: Thread) -> str:
+        return str(obj.pk)
+
+    @staticmethod
+    def resolve_owner(obj: Thread) -> str | None:
+        return obj.owner.get_username() if obj.owner else None
+
+
+class ThreadPage(Schema):
+    items: list[ThreadSummaryOut]
+    next: str | None = Field(
+        None, description="Pass it as `after` for the next page; null on the last page."
+    )
+
+
+@api.get("/threads", response={200: ThreadPage, 422: Problem}, tags=["threads"])
+def list_threads(request: HttpRequest, filters: Query[ThreadFilter]) -> Any:
+    """Threads visible to you (your own, or all of them with the view-all permission),
+    most recently active first. Walk the pages with ``after``; a thread that becomes
+    active while you walk moves to the front, where a fresh first page shows it."""
+    qs = access.visible_threads(_user(request)).select_related("owner")
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.owner:
+        qs = qs.filter(owner__username=filters.owner)
+    cursor = _cursor(filters.after, uuid.UUID)
+    if cursor is not None:
+        when, pk = cursor.created_at, cursor.id
+        qs = qs.filter(Q(updated_at__lte=when) & (Q(updated_at__lt=when) | Q(id__lt=pk)))
+    rows = list(qs.order_by("-updated_at", "-id")[: filters.limit + 1])
+    items = rows[: filters.limit]
+    more = len(rows) > filters.limit
+    last = items[-1] if more else None
+    return {
+        "items": items,
+        "next": history.Cursor(last.updated_at, last.pk).encode() if last else None,
+    }
+
+
+class DecisionFilter(Schema):
+    """The history page's filters (``portal.history.HistoryFilter`` checks them)."""
+
+    date_from: str | None = Field(None, description="Decided on or after this day, YYYY-MM-DD.")
+    date_to: str | None = Field(None, description="Decided on or before this day, YYYY-MM-DD.")
+    agent: str | None = Field(None, description="The agent that asked.")
+    reviewer: str | None = Field(
+        None, description=f"Who decided (a username; `{history.SYSTEM}` for expiries)."
+    )
+    outcome: str | None = Field(None, description=f"One of {', '.join(Decision.Outcome.values)}.")
+    reason: str | None = Field(None, description="The request's reason label.")
+    tool: str | None = Field(None, description="A tool the request was about.")
+    q: str | None = Field(None, description="Words in the request's message or payload.")
+    limit: int = Field(API_PAGE_MAX, ge=1, le=API_PAGE_MAX, description=LIMIT_HELP)
+    after: str | None = Field(None, max_length=200, description=AFTER_HELP)
+
+
+class DecisionOut(Schema):
+    """One decision, with the columns of the history page and its exports."""
+
+    decision_id: int
+    decided_at: datetime
+    thread_id: str
+    agent: str
+    reason: str
+    tools: list[str] = Field(..., description="The tools the request was about.")
+    node: str
+    message: str
+    payload: Any = Field(None, description="What the agent sent with the request.")
+    value: Any = Field(None, description="The answer submitted (null: cancelled or expired).")
+    requested_args: dict[str, Any] | None = Field(
+        None, description="Per tool call id: the arguments the model asked for."
+    )
+    executed_args: dict[str, Any] | None = Field(
+        None, description="Per tool call id: the arguments that ran (after an edit)."
+    )
+    note: str
+    outcome: str = Field(..., description=f"One of {', '.join(Decision.Outcome.values)}.")
+    decided_by: str = Field(..., description=f"A username, or `{history.SYSTEM}`.")
+    requested_at: datetime | None = None
+    time_to_decision_seconds: float | None = None
+    interrupt_id: str
+    hash: str = Field(..., description="The decision's link in the audit hash chain.")
+    withdrawn: bool = Field(..., description="The requester took the request back.")
+
+    @staticmethod
+    def resolve_thread_id(obj: dict[str, Any]) -> str:
+        return str(obj["thread_id"])
+
+
+class DecisionPage(Schema):
+    items: list[DecisionOut]
+    next: str | None = Field(
+        None, description="Pass it as `after` for the next page; null on the last page."
+    )
+
+
+@api.get("/decisions", response={200: DecisionPage, 403: Problem, 422: Problem}, tags=["decisions"])
+def list_decisions(request: HttpRequest, filters: Query[DecisionFilter]) -> Any:
+    """The decision history, newest first, with the history page's filters (all of them
+    must hold). Needs the view-history permission (reviewers, auditors)."""
+    if not roles.can_view_history(_user(request)):
+        raise ApiProblem(403, "Your role cannot read the decision history.")
+    given = filters.dict(exclude={"limit", "after"}, exclude_none=True)
+    form = history.HistoryFilter(given)
+    if not form.is_valid():
+        lines = [
+            f"$.{field}: {message}" if field != "__all__" else f"$: {message}"
+            for field, messages in form.errors.items()
+            for message in messages
+        ]
+        raise ApiProblem(422, "The filters are not valid.", lines)
+    found = history.page(form.criteria(), _cursor(filters.after, int), size=filters.limit)
+    return {
+        "items": found.rows,
+        "next": found.next_cursor.encode() if found.next_cursor else None,
+    }
+
+
+# --- acting on a request ----------------------------------------------------------------
+
+
+def _interrupt_or_404(request: HttpRequest, interrupt_id: str) -> Interrupt:
+    found = _visible_interrupts(_user(request)).select_related("thread").filter(pk=interrupt_id)
+    interrupt = found.first()
+    if interrupt is None:
+        raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
+    return interrupt
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/claim",
+    response={200: InterruptOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
+)
+def claim_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Claim a pending request, so other reviewers see who is on it. 409 when someone
+    else holds it (unless you may take claims over) or it is no longer pending; claiming
+    your own claim again changes nothing."""
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    return interrupt_claim(interrupt=interrupt, user=_user(request))
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/release",
+    response={200: InterruptOut, 403: Problem, 404: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
+)
+def release_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Release a claim: your own, or anyone's if you may take claims over (403
+    otherwise). Releasing an unclaimed request changes nothing."""
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    return interrupt_unclaim(interrupt=interrupt, user=_user(request))
+
+
+class WithdrawOut(Schema):
+    interrupt_id: str
+    thread_id: str
+    run_id: str = Field(..., description="The run that resumes the thread with a decline.")
+    status: str = Field(..., description="The request's status now: cancelled.")
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/withdraw",
+    response={202: WithdrawOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Take back a pending request you raised by starting the thread: the agent resumes
+    with a decline and says the action was not done (202: queued). Only the thread's
+    owner may, with a token carrying the ``start`` scope; 409 when the request is no
+    longer pending."""
+    user = _user(request)
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    if interrupt.thread.owner_id != user.pk:
+        raise ApiProblem(
+            403,
+            "Only the person who started this thread can withdraw its request; "
+            "reviewers reject it instead (POST /api/threads/{thread_id}/resume).",
+        )
+    try:
+        run = thread_cancel(interrupt=interrupt, user=user)
+    except InterruptNotPending as exc:
+        raise ApiProblem(409, f"Not withdrawn: {exc}.") from None
+    return Status(
+        202,
+        {
+            "interrupt_id": interrupt.pk,
+            "thread_id": str(interrupt.thread_id),
+            "run_id": str(run.pk),
+            "status": interrupt.status,
         },
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
@@ -168,22 +168,25 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
 
 @dataclass(frozen=True)
 class Cursor:
+    """A keyset position: the last row's timestamp and id, as an opaque URL-safe string.
+    ``ident`` parses the id (``int`` for decisions, ``uuid.UUID`` for threads)."""
+
     created_at: datetime
-    id: int
+    id: Any
 
     def encode(self) -> str:
         raw = f"{self.created_at.isoformat()}|{self.id}".encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, text: str) -> Cursor:
+    def decode(cls, text: str, *, ident: Callable[[str], Any] = int) -> Cursor:
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-            stamp, _, ident = raw.partition("|")
+            stamp, _, key = raw.partition("|")
             created_at = parse_datetime(stamp)
             if created_at is None or timezone.is_naive(created_at):
                 raise ValueError(stamp)
-            return cls(created_at, int(ident))
+            return cls(created_at, ident(key))
         except (ValueError, UnicodeDecodeError, binascii.Error):
             raise forms.ValidationError(
                 "This page link is damaged; start from the first page."
