@@ -26,10 +26,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
@@ -40,7 +41,7 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, history, roles
+from portal import access, follow, history, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import (
     DecisionRefused,
@@ -168,7 +169,25 @@ class TokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": token.pk}
 
 
-api = NinjaAPI(
+class PortalApi(NinjaAPI):
+    """The API, whose streamed endpoint documents its 200 body as what it is: an
+    operation marked ``x-event-stream`` sends ``text/event-stream`` (its response schema
+    describes one event), not JSON."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                if not operation.get("x-event-stream"):
+                    continue
+                for status, response in operation["responses"].items():
+                    if str(status) == "200":
+                        body = response["content"].pop(self.renderer.media_type)
+                        response["content"]["text/event-stream"] = body
+        return schema
+
+
+api = PortalApi(
     title="Reviewer portal API",
     version="1",
     description=(
@@ -784,3 +803,89 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
             "status": interrupt.status,
         },
     )
+
+
+# --- following a thread -------------------------------------------------------------------
+
+
+class ThreadStatusData(Schema):
+    thread_id: str
+    status: str = Field(..., description="idle, running, interrupted, done or failed.")
+    run_id: str | None = Field(None, description="The run that changed it (null: a snapshot).")
+    run_status: str | None = None
+    error: str = ""
+
+
+class ChunkData(Schema):
+    chunk: dict[str, Any] = Field(
+        ...,
+        description=(
+            "A streamed chunk: event (state, message, error, updates), message, state, "
+            "data, thread_id, run_id."
+        ),
+    )
+
+
+class ClosedData(Schema):
+    detail: str = Field(..., description="Why the stream ended.")
+
+
+class ThreadEvent(Schema):
+    """One server-sent event: its ``event:`` line and its ``data:`` (JSON, except for
+    ``html``, which is the HTML the pages swap in)."""
+
+    event: Literal["status", "chunk", "html", "closed"]
+    data: ThreadStatusData | ChunkData | ClosedData | str
+
+
+def _thread_status(thread_id: Any) -> dict[str, Any]:
+    status = Thread.objects.filter(pk=thread_id).values_list("status", flat=True).first()
+    return {
+        "thread_id": str(thread_id),
+        "status": status or "",
+        "run_id": None,
+        "run_status": None,
+        "error": "",
+    }
+
+
+def _may_still_follow(token_id: int, thread_id: Any) -> str | None:
+    """Why the token may no longer follow the thread (None: it may), read afresh."""
+    row = ApiToken.objects.select_related("user").filter(pk=token_id).first()
+    if row is None:
+        return "This token was deleted."
+    refusal = row.refusal()
+    if refusal is not None:
+        return refusal
+    if ApiToken.Scope.READ not in (row.scopes or []):
+        return "This token lacks the 'read' scope."
+    if not access.visible_threads(row.user).filter(pk=thread_id).exists():
+        return f"You can no longer see thread {thread_id}."
+    return None
+
+
+@api.get(
+    "/threads/{thread_id}/events",
+    response={200: ThreadEvent, 404: Problem},
+    tags=["threads"],
+    openapi_extra={"x-event-stream": True},
+)
+async def thread_events(request: HttpRequest, thread_id: str) -> Any:
+    """Follow a thread without polling: server-sent events (``text/event-stream``)
+    carrying what its pages get live. First a ``status`` snapshot, then ``status`` when a
+    run changes it, ``chunk`` for each streamed token or step, ``html`` for the pages'
+    swaps (a finished message, a request claimed, released or decided), and ``closed``
+    when the token may no longer follow (revoked, expired, access lost), after which the
+    stream ends. A comment line every 15 s keeps it open through proxies."""
+    thread = await sync_to_async(_thread_or_404)(request, thread_id)
+    token = request.api_token  # type: ignore[attr-defined]
+    stream = follow.follow_thread(
+        thread_id=thread.pk,
+        user_id=token.user_id,
+        refusal=lambda: _may_still_follow(token.pk, thread.pk),
+        snapshot=lambda: _thread_status(thread.pk),
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy must pass each event on at once
+    return response

@@ -98,6 +98,7 @@ GET  /api/interrupts/<interrupt_id>         401   404   404   200   200   200   
 POST /api/threads                           401   403   202   403   403   403   403   202   202
 GET  /api/threads/<thread_id>               401   404   404   200   200   200   404   200   200
 POST /api/threads/<thread_id>/resume        401   403   403   202   403   403   403   202   202
+GET  /api/threads/<thread_id>/events        401   404   404   200   200   200   404   200   200
 GET  /api/threads                           401   200   200   200   200   200   200   200   200
 GET  /api/decisions                         401   403   403   200   200   200   403   200   200
 POST /api/interrupts/<interrupt_id>/claim   401   404   404   200   403   403   404   200   200
@@ -216,6 +217,7 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ),
         ("GET", "/api/threads/<thread_id>"): (f"/api/threads/{i.thread_id}", None),
         ("GET", "/api/threads"): ("/api/threads", None),
+        ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
         ("GET", "/api/decisions"): ("/api/decisions", None),
         ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
         ("POST", "/api/interrupts/<interrupt_id>/release"): (
