@@ -169,18 +169,40 @@ class TokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": token.pk}
 
 
+# Refusals any endpoint may answer, whatever its own: documented on every operation.
+COMMON_REFUSALS = {
+    400: "The request carries input no endpoint takes (a NUL character, JSON that is not "
+    "JSON); errors names it.",
+    401: "No token, or one that is unknown, expired or revoked; detail says which.",
+    403: "The token lacks the scope this endpoint needs, the user's role may not do it, "
+    "or the API is turned off; detail says which.",
+    422: "A parameter or the body does not have the expected shape; errors has one line "
+    "per problem ($.field: what is wrong).",
+    429: "Too many requests with this token; Retry-After says when to try again.",
+}
+
+
 class PortalApi(NinjaAPI):
-    """The API, whose streamed endpoint documents its 200 body as what it is: an
-    operation marked ``x-event-stream`` sends ``text/event-stream`` (its response schema
-    describes one event), not JSON."""
+    """The API, documented with every answer it gives: the refusals every endpoint may
+    give (``COMMON_REFUSALS``, all in the ``Problem`` shape) are added to each operation,
+    and an operation marked ``x-event-stream`` documents its 200 body as what it is,
+    ``text/event-stream`` (its schema describes one event), not JSON."""
 
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         schema = super().get_openapi_schema(**kwargs)
+        problem = {"$ref": "#/components/schemas/Problem"}
         for operations in schema["paths"].values():
             for operation in operations.values():
+                responses = operation["responses"]
+                for status, description in COMMON_REFUSALS.items():
+                    if status not in responses and str(status) not in responses:
+                        responses[status] = {
+                            "description": description,
+                            "content": {self.renderer.media_type: {"schema": problem}},
+                        }
                 if not operation.get("x-event-stream"):
                     continue
-                for status, response in operation["responses"].items():
+                for status, response in responses.items():
                     if str(status) == "200":
                         body = response["content"].pop(self.renderer.media_type)
                         response["content"]["text/event-stream"] = body
