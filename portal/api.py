@@ -3,7 +3,8 @@ at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
 USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
-scopes (``read``, ``start``, ``decide``; a missing one is a 403 naming it), may expire, and
+scopes (``read`` for every GET, ``start`` to start threads and withdraw their requests,
+``decide`` to claim, release and answer; a missing one is a 403 naming it), may expire, and
 is refused (401, saying why) once expired or once its user is deactivated or changes
 password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
 ``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
@@ -14,7 +15,12 @@ Every refusal has the same body: ``{"detail": "<readable message>", "errors": [l
 e.g. ``$.approved: expected boolean, got str``) and is empty otherwise. Decisions go
 through ``portal.decisions`` like the dashboard and the admin, so the status codes are the
 service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not paused,
-409 stale or already decided, 422 invalid, 429 too many requests.
+409 stale or already decided, 422 invalid, 429 too many requests. The OpenAPI document
+lists these on every operation (``PortalApi``).
+
+Lists cap their page at ``API_PAGE_MAX``; threads and decisions page by keyset
+(``history.Cursor``). ``GET /threads/{id}/events`` follows a thread as server-sent events
+(``portal.follow``).
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
@@ -215,8 +221,11 @@ api = PortalApi(
     description=(
         "List and answer the requests agents raise, start threads and read them. "
         "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
-        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads, "
-        "`decide` to resume them. Too many requests with one token get 429 and Retry-After."
+        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads and "
+        "withdraw their requests, `decide` to claim, release and answer requests. Lists "
+        "return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
+        "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
+        "token get 429 and Retry-After."
     ),
     auth=BearerToken(),
     throttle=[TokenRateThrottle()],
