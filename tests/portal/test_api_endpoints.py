@@ -277,3 +277,30 @@ def test_a_stranger_cannot_see_a_request_to_withdraw_it(client, support_agent, o
 
     assert response.status_code == 404
     assert interrupt.pk in response.json()["detail"]
+
+
+# --- the audit trail ------------------------------------------------------------------------
+
+
+def test_claims_releases_and_withdrawals_over_the_api_are_in_the_audit_trail(
+    client, reviewer, support_agent
+):
+    from portal.models import AuditEvent
+
+    claimed = make_interrupt(owner=support_agent)
+    withdrawn = make_interrupt(owner=support_agent)
+    reviewing = api_for(client, reviewer)
+    reviewing.post(f"/api/interrupts/{claimed.pk}/claim")
+    reviewing.post(f"/api/interrupts/{claimed.pk}/release")
+    api_for(client, support_agent).post(f"/api/interrupts/{withdrawn.pk}/withdraw")
+
+    trail = list(
+        AuditEvent.objects.filter(target_id__in=[claimed.pk, withdrawn.pk])
+        .order_by("id")
+        .values_list("action", "actor_name", "target_id")
+    )
+    assert trail == [
+        (AuditEvent.Action.CLAIM, reviewer.username, claimed.pk),
+        (AuditEvent.Action.RELEASE, reviewer.username, claimed.pk),
+        (AuditEvent.Action.WITHDRAW, support_agent.username, withdrawn.pk),
+    ]
