@@ -265,3 +265,19 @@ async def test_a_stream_still_hears_events_after_idle_rechecks(
 
     assert (await stream.next_named("chunk"))["chunk"]["data"] == {"token": "late"}
     await stream.close()
+
+
+async def test_a_stream_ends_when_its_user_may_no_longer_see_the_thread(
+    application, layer, support_agent, reviewer
+):
+    thread = await sync_to_async(make_thread)(owner=support_agent)
+    token = await sync_to_async(_token)(reviewer)
+    stream = await follow(application, thread, token)
+    await stream.event()
+
+    # Taken out of the reviewers: the signal tells the user's streams to check again.
+    await sync_to_async(reviewer.groups.clear)()
+
+    closed = await stream.next_named("closed")
+    assert closed["detail"] == f"You can no longer see thread {thread.pk}."
+    await stream.communicator.wait(timeout=5)
