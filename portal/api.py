@@ -661,6 +661,7 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
 
 # --- lists with a keyset cursor ----------------------------------------------------------
 
+THREAD_STATUSES = f"One of {', '.join(Thread.Status.values)}."
 LIMIT_HELP = (
     f"How many items to return, 1 to {API_PAGE_MAX} (default {API_PAGE_MAX}); a larger "
     "value is refused with 422 naming the maximum."
@@ -682,9 +683,7 @@ def _cursor(text: str | None, ident: Any) -> history.Cursor | None:
 
 
 class ThreadFilter(Schema):
-    status: Literal["idle", "running", "interrupted", "done", "failed"] | None = Field(
-        None, description="Only threads with this status."
-    )
+    status: Thread.Status | None = Field(None, description="Only threads with this status.")
     agent: str | None = Field(None, max_length=64, description="Only threads of this agent.")
     owner: str | None = Field(
         None, max_length=150, description="Only threads started by this username."
@@ -696,7 +695,7 @@ class ThreadFilter(Schema):
 class ThreadSummaryOut(Schema):
     id: str
     agent: str
-    status: str = Field(..., description="idle, running, interrupted, done or failed.")
+    status: str = Field(..., description=THREAD_STATUSES)
     title: str
     owner: str | None = Field(None, description="Who started it (null: the system).")
     created_at: datetime
@@ -907,7 +906,7 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
 
 class ThreadStatusData(Schema):
     thread_id: str
-    status: str = Field(..., description="idle, running, interrupted, done or failed.")
+    status: str = Field(..., description=THREAD_STATUSES)
     run_id: str | None = Field(None, description="The run that changed it (null: a snapshot).")
     run_status: str | None = None
     error: str = ""
