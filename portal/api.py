@@ -32,13 +32,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
+from django.utils.decorators import sync_and_async_middleware
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
@@ -57,6 +58,7 @@ from portal.decisions import (
     interrupt_unclaim,
 )
 from portal.errors import InputError, InterruptNotPending
+from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
     AuditEvent,
@@ -258,6 +260,43 @@ api = PortalApi(
     throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
+
+
+# --- refusals the API's routes do not make themselves --------------------------------------
+
+
+def _json_refusal(request: HttpRequest, response: Any) -> Any:
+    """An HTML or text 404/405 under /api/ (Django's page for a path no route serves,
+    django-ninja's "Method not allowed") as the API's refusal body, saying what to do."""
+    if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    if response.status_code == 405:
+        allowed = response.get("Allow", "")
+        detail = f"{request.method} is not allowed on {request.path}; it takes {allowed}."
+    else:
+        detail = f"No API endpoint at {request.path}; the endpoints are listed at /api/docs."
+    refusal = JsonResponse({"detail": detail, "errors": []}, status=response.status_code)
+    if response.has_header("Allow"):
+        refusal["Allow"] = response["Allow"]
+    return refusal
+
+
+@sync_and_async_middleware
+def json_refusals(get_response: Any) -> Any:
+    """Middleware: every refusal under /api/ has the API's body (see ``_json_refusal``)."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware_async(request: HttpRequest) -> Any:
+            return _json_refusal(request, await get_response(request))
+
+        return middleware_async
+
+    def middleware(request: HttpRequest) -> Any:
+        return _json_refusal(request, get_response(request))
+
+    return middleware
 
 
 def _user(request: HttpRequest) -> Any:

@@ -304,3 +304,35 @@ def test_claims_releases_and_withdrawals_over_the_api_are_in_the_audit_trail(
         (AuditEvent.Action.RELEASE, reviewer.username, claimed.pk),
         (AuditEvent.Action.WITHDRAW, support_agent.username, withdrawn.pk),
     ]
+
+
+# --- refusals no endpoint makes itself ------------------------------------------------------
+
+
+def test_a_wrong_method_on_an_api_route_is_refused_as_json_naming_the_allowed_ones(
+    client, reviewer
+):
+    response = api_for(client, reviewer).client.delete("/api/decisions")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json() == {
+        "detail": "DELETE is not allowed on /api/decisions; it takes GET.",
+        "errors": [],
+    }
+
+
+def test_an_unknown_api_path_is_refused_as_json(client, reviewer):
+    response = api_for(client, reviewer).get("/api/nothing-here")
+
+    assert response.status_code == 404
+    assert "/api/docs" in response.json()["detail"]
+
+
+def test_a_page_that_is_not_found_outside_the_api_stays_a_page(client, reviewer):
+    client.force_login(reviewer)
+
+    response = client.get("/nothing-here/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
