@@ -19,11 +19,12 @@ service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not 
 lists these on every operation (``PortalApi``).
 
 Lists cap their page at ``API_PAGE_MAX``; threads and decisions page by keyset
-(``history.Cursor``). ``GET /threads/{id}/events`` follows a thread as server-sent events
+(``portal.paging``). ``GET /threads/{id}/events`` follows a thread as server-sent events
 (``portal.follow``).
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
+import base64
 import hashlib
 import math
 import secrets
@@ -49,7 +50,8 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, follow, history, roles, waiting
+from portal import access, follow, history, paging, roles, waiting
+from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import (
     DecisionRefused,
@@ -368,8 +370,8 @@ class Problem(Schema):
     errors: list[str] = []
 
 
-def _last_user_words(messages: Any) -> str | None:
-    for message in reversed(messages or []):
+def _first_user_words(newest_first: Iterable[Any]) -> str | None:
+    for message in newest_first:
         if isinstance(message, dict) and message.get("role") == "user":
             return str(message.get("content") or "")
     return None
@@ -380,16 +382,10 @@ def latest_user_message(interrupt: Interrupt) -> str | None:
     after a step or two however long the thread is)."""
     if hasattr(interrupt, "_latest_user_message"):  # set for a whole page by InterruptPage
         return interrupt._latest_user_message  # type: ignore[no-any-return]
-    chunks = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)
+    steps = Checkpoint.objects.filter(
+        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )
-    for chunk in chunks.iterator(chunk_size=20):
-        words = _last_user_words(chunk)
-        if words is not None:
-            return words
-    return None
+    return _first_user_words(steps.messages_newest_first())
 
 
 # Newest checkpoints read per thread for a page of requests; the user's words are almost
@@ -417,12 +413,12 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
         by_thread.setdefault(thread_id, []).append((seq, messages))
     for interrupt in interrupts:
         read = by_thread.get(interrupt.thread_id, [])
-        found = None
-        for seq, messages in read:
-            if seq <= interrupt.checkpoint_seq:
-                found = _last_user_words(messages)
-                if found is not None:
-                    break
+        found = _first_user_words(
+            message
+            for seq, messages in read
+            if seq <= interrupt.checkpoint_seq
+            for message in reversed(messages or [])
+        )
         if found is None and len(read) == _RECENT_CHECKPOINTS:
             found = latest_user_message(interrupt)  # older than the window: look further
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
@@ -435,6 +431,9 @@ class InterruptOut(Schema):
     node: str
     reason: str
     message: str
+    summary: str = Field(
+        "", description="What the agent wants, in one plain line (empty on old requests)."
+    )
     value: Any = None
     response_schema: dict[str, Any] | None = None
     status: str
@@ -515,6 +514,11 @@ class ResumeOut(Schema):
 
 class InterruptFilter(Schema):
     status: Literal["pending", "resolved", "cancelled", "expired"] | None = None
+    assigned: Literal["me"] | None = Field(
+        None,
+        description="``me``: only requests assigned to you or to one of your groups "
+        "(by a policy, by the agent, or by an escalation).",
+    )
 
 
 # --- endpoints -------------------------------------------------------------------------
@@ -554,11 +558,15 @@ class InterruptPage(LimitOffsetPagination):
 @api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
 @paginate(InterruptPage)
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
-    """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
-    hold at most 100 requests (``limit``); walk them with ``offset``."""
-    qs = _visible_interrupts(_user(request))
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue and
+    ``?assigned=me`` for those assigned to you. Pages hold at most 100 requests
+    (``limit``); walk them with ``offset``."""
+    user = _user(request)
+    qs = _visible_interrupts(user)
     if filters.status:
         qs = qs.filter(status=filters.status)
+    if filters.assigned == "me":
+        qs = qs.filter(assigned_to(user))
     return qs.order_by("created_at", "id")
 
 
@@ -708,17 +716,29 @@ LIMIT_HELP = (
 AFTER_HELP = "The `next` value of the previous page: the page after it. Omit it for the first page."
 
 
-def _cursor(text: str | None, ident: Any) -> history.Cursor | None:
+def _next(cursor: paging.Cursor | None) -> str | None:
+    # URL-safe, so a client can paste it into a query string as it is (an ISO time's "+"
+    # would otherwise arrive as a space).
+    if cursor is None:
+        return None
+    return base64.urlsafe_b64encode(cursor.encode().encode()).decode().rstrip("=")
+
+
+def _cursor(text: str | None, ident: Any) -> paging.Cursor | None:
     if not text:
         return None
     try:
-        return history.Cursor.decode(text, ident=ident)
-    except Exception:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raw = ""
+    cursor = paging.Cursor.decode(raw, ident)
+    if cursor is None:
         raise ApiProblem(
             422,
             "The cursor is damaged; start again from the first page (omit `after`).",
             ["$.after: not a cursor this API returned"],
-        ) from None
+        )
+    return cursor
 
 
 class ThreadFilter(Schema):
@@ -769,16 +789,10 @@ def list_threads(request: HttpRequest, filters: Query[ThreadFilter]) -> Any:
     if filters.owner:
         qs = qs.filter(owner__username=filters.owner)
     cursor = _cursor(filters.after, uuid.UUID)
-    if cursor is not None:
-        when, pk = cursor.created_at, cursor.id
-        qs = qs.filter(Q(updated_at__lte=when) & (Q(updated_at__lt=when) | Q(id__lt=pk)))
-    rows = list(qs.order_by("-updated_at", "-id")[: filters.limit + 1])
-    items = rows[: filters.limit]
-    more = len(rows) > filters.limit
-    last = items[-1] if more else None
+    items, more = paging.page(qs, cursor, field="updated_at", descending=True, size=filters.limit)
     return {
         "items": items,
-        "next": history.Cursor(last.updated_at, last.pk).encode() if last else None,
+        "next": _next(paging.Cursor.of(items[-1], "updated_at") if more else None),
     }
 
 
@@ -857,7 +871,7 @@ def list_decisions(request: HttpRequest, filters: Query[DecisionFilter]) -> Any:
     found = history.page(form.criteria(), _cursor(filters.after, int), size=filters.limit)
     return {
         "items": found.rows,
-        "next": found.next_cursor.encode() if found.next_cursor else None,
+        "next": _next(found.next_cursor),
     }
 
 

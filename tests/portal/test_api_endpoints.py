@@ -3,6 +3,8 @@ withdraw): filters, keyset cursors, page caps, scopes and refusals."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from portal.api import API_PAGE_MAX, api_token_create
@@ -42,6 +44,9 @@ def test_the_thread_list_walks_every_visible_thread_once_by_cursor(client, revie
 
     assert pages == 3
     assert sorted(i["id"] for i in items) == sorted(str(t.pk) for t in made)
+    # A cursor goes into a query string as it is.
+    first = api_for(client, reviewer).get("/api/threads", limit=3).json()["next"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", first), first
     stamps = [i["updated_at"] for i in items]
     assert stamps == sorted(stamps, reverse=True)
 
@@ -82,7 +87,8 @@ def test_a_thread_page_larger_than_the_cap_is_refused_naming_the_maximum(client,
     ]
 
 
-@pytest.mark.parametrize("after", ["garbage", "MjAyNi0wMS0wMXwx"])  # the second: an int id
+# The second is a well-formed cursor with an integer id (a decision's), not a thread's.
+@pytest.mark.parametrize("after", ["garbage", "MjAyNi0wMS0wMVQwMDowMDowMCswMDowMH4x"])
 def test_a_damaged_thread_cursor_is_refused_clearly(client, reviewer, after):
     response = api_for(client, reviewer).get("/api/threads", after=after)
 
