@@ -1,4 +1,5 @@
-"""Tamper evidence for decisions: a hash chain over the ``Decision`` table.
+"""Tamper evidence for decisions: a hash chain over the ``Decision`` table, and another
+over the ``Approval`` table (each reviewer's vote on a request that needs several).
 
 Every decision stores three hashes, all SHA-256 in hex:
 
@@ -23,6 +24,10 @@ database.
 ``Decision.save()`` calls ``sealing()`` on insert; every path that records a decision (the
 decision service, cancellation, expiry, the admin) goes through it. ``bulk_create`` and raw
 SQL do not, and ``verify_chain`` reports what they leave behind.
+
+Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``), their own
+head and their own lock: ``Approval.save()`` seals each vote, and ``verify_approvals``
+walks them. A vote and the decision it completes are sealed in one transaction.
 """
 
 from __future__ import annotations
@@ -38,12 +43,15 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, router, transaction
 
 if TYPE_CHECKING:
-    from portal.models import Decision
+    from portal.models import Approval, Decision
 
 GENESIS = "0" * 64
 # pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
 # nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
+# The approval chain's head has a lock of its own: a vote never waits on decisions
+# being recorded elsewhere, except the one it completes (same transaction).
+APPROVAL_LOCK_KEY = CHAIN_LOCK_KEY + 1
 
 # The decision's own fields, in the order they appear in the canonical form.
 DECISION_FIELDS = (
@@ -55,6 +63,15 @@ DECISION_FIELDS = (
     "note",
     "original_args",
     "executed_args",
+    "created_at",
+)
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
     "created_at",
 )
 # The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
@@ -116,42 +133,73 @@ def decision_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) ->
     return _sha256(prev_hash + own + payload)
 
 
+def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one approval, as ``decision_hash`` is for a decision."""
+    own = canonical({name: fields.get(name) for name in APPROVAL_FIELDS})
+    return _sha256(prev_hash + own + payload)
+
+
+@dataclass(frozen=True)
+class _Chain:
+    noun: str  # "decision" or "approval", for the reports
+    model: str  # the model's name in portal.models
+    fields: tuple[str, ...]
+    lock_key: int
+    hash: Any  # decision_hash or approval_hash
+
+
+DECISIONS = _Chain("decision", "Decision", DECISION_FIELDS, CHAIN_LOCK_KEY, decision_hash)
+APPROVALS = _Chain("approval", "Approval", APPROVAL_FIELDS, APPROVAL_LOCK_KEY, approval_hash)
+
+
+def _chain_of(record: object) -> _Chain:
+    return APPROVALS if type(record).__name__ == "Approval" else DECISIONS
+
+
+def _model(chain: _Chain) -> Any:
+    from portal import models
+
+    return getattr(models, chain.model)
+
+
 def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def _lock_chain(using: str) -> None:
+def _lock_chain(using: str, key: int = CHAIN_LOCK_KEY) -> None:
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
     # SQLite: the portal opens every transaction with BEGIN IMMEDIATE, which takes the
     # database's write lock up front, so appends are already serialised there.
 
 
 @contextmanager
-def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
-    """Fill in the decision's hashes and keep the chain locked until its transaction ends.
+def sealing(record: Decision | Approval, *, using: str | None = None) -> Iterator[None]:
+    """Fill in the record's hashes (a decision's or an approval's, each in its own chain)
+    and keep its chain locked until its transaction ends.
 
-    The insert must happen inside the ``with`` block (``Decision.save`` does so).
+    The insert must happen inside the ``with`` block (``Decision.save`` and
+    ``Approval.save`` do so).
     """
-    from portal.models import Decision
-
-    db = using or router.db_for_write(Decision, instance=decision)
+    chain = _chain_of(record)
+    model = _model(chain)
+    db = using or router.db_for_write(model, instance=record)
     with transaction.atomic(using=db):
-        # The race: two decisions committed at the same moment would both read the same
+        # The race: two records committed at the same moment would both read the same
         # chain head and both store it as prev_hash, forking the chain. The transaction-
         # level advisory lock is held from reading the head until this insert commits, so
-        # the second decision waits and then reads the first one's hash.
-        _lock_chain(db)
-        head = Decision.objects.using(db).order_by("-id").values_list("hash", flat=True).first()
-        decision.prev_hash = head if head is not None else GENESIS
-        interrupt = decision.interrupt
-        decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
-        decision.hash = decision_hash(
-            _fields_of(decision, DECISION_FIELDS),
-            prev_hash=decision.prev_hash,
-            payload=decision.payload_hash,
+        # the second record waits and then reads the first one's hash.
+        _lock_chain(db, chain.lock_key)
+        head = model.objects.using(db).order_by("-id").values_list("hash", flat=True).first()
+        record.prev_hash = head if head is not None else GENESIS
+        interrupt = record.interrupt
+        record.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
+        record.hash = chain.hash(
+            _fields_of(record, chain.fields),
+            prev_hash=record.prev_hash,
+            payload=record.payload_hash,
         )
         yield
 
@@ -161,11 +209,12 @@ def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int | None  # None: the break is before any decision left
+    decision_id: int | None  # the row's id (a decision's, or an approval's); None: the start
     reason: str
+    noun: str = "decision"
 
     def __str__(self) -> str:
-        where = "the start" if self.decision_id is None else f"decision {self.decision_id}"
+        where = "the start" if self.decision_id is None else f"{self.noun} {self.decision_id}"
         return f"{where}: {self.reason}"
 
 
@@ -183,11 +232,14 @@ class ChainReport:
 _PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
 
 
-def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> str | None:
-    stored = decision_hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
+def _check_row(
+    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: _Chain = DECISIONS
+) -> str | None:
+    noun = chain.noun
+    stored = chain.hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
     if stored != row["hash"]:
         return (
-            "edited row: the stored hash does not match the decision's fields "
+            f"edited row: the stored hash does not match the {noun}'s fields "
             "(a value, note, outcome, reviewer or time was changed after it was recorded)"
         )
     payload = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
@@ -200,39 +252,44 @@ def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> 
     if row["prev_hash"] != expected_prev:
         if prev_id is None:
             return (
-                "deleted row: this is the first decision left but its prev_hash is not the "
-                "genesis value, so earlier decisions were removed"
+                f"deleted row: this is the first {noun} left but its prev_hash is not the "
+                f"genesis value, so earlier {noun}s were removed"
             )
         return (
-            f"deleted row: prev_hash does not match the hash of decision {prev_id}, the row "
-            "before it (a decision in between was deleted, or that row was rewritten)"
+            f"deleted row: prev_hash does not match the hash of {noun} {prev_id}, the row "
+            f"before it (a {noun} in between was deleted, or that row was rewritten)"
         )
     return None
 
 
-def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
+def _missing_head(expected: str, last_id: int | None, noun: str = "decision") -> BrokenLink:
     return BrokenLink(
         last_id,
         f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
-        "the decisions after this one, up to that head, were deleted (or the chain was "
+        f"the {noun}s after this one, up to that head, were deleted (or the chain was "
         "rewritten)",
+        noun,
     )
 
 
 def verify_chain(
-    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
+    *,
+    batch_size: int = 2000,
+    using: str = "default",
+    expect_head: str | None = None,
+    chain: _Chain = DECISIONS,
 ) -> ChainReport:
     """Walk the chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
     memory stays flat however long the chain is), and report the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
-    is no longer one of its decisions' (decisions added since are fine)."""
-    from portal.models import Decision
-
+    is no longer one of its decisions' (decisions added since are fine). ``chain`` is
+    ``DECISIONS`` (the default) or ``APPROVALS`` (see ``verify_approvals``)."""
+    model = _model(chain)
     columns = (
         "id",
-        *DECISION_FIELDS,
+        *chain.fields,
         "payload_hash",
         "prev_hash",
         "hash",
@@ -242,21 +299,32 @@ def verify_chain(
     head_seen = expect_head in (None, GENESIS)
     while True:
         batch = list(
-            Decision.objects.using(using)
+            model.objects.using(using)
             .filter(id__gt=last_id)
             .order_by("id")
             .values(*columns)[:batch_size]
         )
         for row in batch:
-            reason = _check_row(row, expected_prev, prev_id)
+            reason = _check_row(row, expected_prev, prev_id, chain)
             if reason is not None:
-                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason))
+                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, chain.noun))
             expected_prev, prev_id = row["hash"], row["id"]
             head_seen = head_seen or row["hash"] == expect_head
             count += 1
         if len(batch) < batch_size:
             if not head_seen:
                 assert expect_head is not None
-                return ChainReport(count, expected_prev, _missing_head(expect_head, prev_id))
+                return ChainReport(
+                    count, expected_prev, _missing_head(expect_head, prev_id, chain.noun)
+                )
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]
+
+
+def verify_approvals(
+    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
+) -> ChainReport:
+    """``verify_chain`` over the approvals (every vote on a request that needs several)."""
+    return verify_chain(
+        batch_size=batch_size, using=using, expect_head=expect_head, chain=APPROVALS
+    )
