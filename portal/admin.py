@@ -26,6 +26,7 @@ from portal import roles
 from portal.decisions import DecisionRefused
 from portal.forms import DecisionForm
 from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
+from portal.words import recorded_words
 
 
 def pretty(value: Any) -> str:
@@ -247,12 +248,7 @@ class InterruptAdmin(ReadOnlyAdmin):
                 status = refusal.status_code
                 interrupt.refresh_from_db()
             else:
-                self.message_user(
-                    request,
-                    f"Recorded: {decision.get_outcome_display().lower()}; the thread resumes "
-                    "in the worker.",
-                    messages.SUCCESS,
-                )
+                self.message_user(request, recorded_words(decision), messages.SUCCESS)
                 change = reverse("admin:portal_interrupt_change", args=[quote(interrupt.pk)])
                 return HttpResponseRedirect(change)
         # Show the change page again, as a GET, with the bound form and its errors.

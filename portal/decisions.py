@@ -8,6 +8,11 @@ only after commit). Any refusal raises a ``DecisionRefused`` subclass whose
 ``status_code`` says how an HTTP caller should answer and whose message can be shown to
 the user as it is; nothing has been written when one is raised.
 
+A policy may ask for several reviewers (``approvals_required`` or ``rejections_required``
+over 1, see ``portal.policies``). Then each answer is a vote, recorded as an ``Approval``
+under the same lock, and only the vote that reaches a count records the ``Decision`` and
+queues the resume; ``decision_submit`` returns the ``Approval`` for any earlier vote.
+
 Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 (``interrupts_expire``, run by ``manage.py expire_interrupts`` and the worker).
 """
@@ -15,6 +20,7 @@ Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,11 +35,12 @@ from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
-from portal.models import Checkpoint, Decision, Interrupt, Thread
+from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread
 from portal.services import thread_resume
 
 __all__ = [
     "AlreadyDecided",
+    "AlreadyVoted",
     "ClaimConflict",
     "DecisionForbidden",
     "DecisionRefused",
@@ -45,6 +52,7 @@ __all__ = [
     "interrupt_claim",
     "interrupt_unclaim",
     "interrupts_expire",
+    "quorum_of",
 ]
 
 
@@ -60,6 +68,12 @@ class DecisionRefused(Refused):
 
 
 class AlreadyDecided(DecisionRefused):
+    status_code = 409
+
+
+class AlreadyVoted(DecisionRefused):
+    """This reviewer already answered a request that needs several reviewers."""
+
     status_code = 409
 
 
@@ -296,8 +310,13 @@ def decision_submit(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
-) -> Decision:
+) -> Decision | Approval:
     """Record ``reviewer``'s answer ``value`` to ``interrupt`` and queue the resume.
+
+    When the request's policy needs several reviewers, the answer is a vote: the
+    ``Approval`` is returned while the request waits for more (its ``needed`` says what
+    for, in words), and the vote that reaches a count returns the ``Decision``. A second
+    vote by the same reviewer raises ``AlreadyVoted`` (409).
 
     ``resume_interrupt_id`` is the request the client saw (a hidden field in forms); it
     must name this interrupt. When the schema has a ``note`` property and ``value`` has
@@ -325,9 +344,13 @@ def decision_submit(
         # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
         # the same request at once. Both read "pending"; without the lock both would record
         # a decision and queue two resumes. With it the second waits here until the first
-        # commits, then reads "resolved" and is refused. (SQLite takes its write lock at
-        # BEGIN IMMEDIATE, which serialises the same way; Decision's one-to-one is the
-        # database's last word either way.)
+        # commits, then reads "resolved" and is refused. The same lock serialises the
+        # votes of a request that needs several reviewers: M approvers at once would each
+        # count M-1 earlier votes and none would resume the run, or two would count M and
+        # both would; under the lock each counts the votes committed before it, so exactly
+        # one reaches M. (SQLite takes its write lock at BEGIN IMMEDIATE, which serialises
+        # the same way; Decision's one-to-one and Approval's unique (request, reviewer)
+        # are the database's last word either way.)
         try:
             locked = (
                 Interrupt.objects.select_for_update(of=("self",))
@@ -348,6 +371,15 @@ def decision_submit(
         outcome, original, executed = _outcome_and_args(locked, value)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
+        policy = policies.policy_for(locked.agent, locked.reason)
+        if policy.needs_several:
+            vote = _vote(locked, reviewer, value, note, outcome, policy)
+            if vote is not None:  # counted; the request waits for more reviewers
+                if isinstance(interrupt, Interrupt):
+                    interrupt.claimed_by_id = locked.claimed_by_id
+                    interrupt.claimed_at = locked.claimed_at
+                vote.resume_run = None  # type: ignore[attr-defined]
+                return vote
         try:
             # A savepoint, so a unique violation leaves the outer transaction usable.
             with transaction.atomic():
@@ -378,6 +410,125 @@ def decision_submit(
     return decision
 
 
+def _same_answer(a: Any, b: Any) -> bool:
+    def bare(value: Any) -> Any:
+        return {k: v for k, v in value.items() if k != "note"} if isinstance(value, dict) else value
+
+    return bool(bare(a) == bare(b))
+
+
+def _vote(
+    locked: Interrupt,
+    reviewer: Any,
+    value: Any,
+    note: str,
+    outcome: str,
+    policy: policies.Policy,
+) -> Approval | None:
+    """Record ``reviewer``'s vote on ``locked`` (row-locked by the caller). Returns it when
+    the request still waits for more; None when this vote reached a count, and the caller
+    goes on to record the decision with this answer."""
+    votes = list(
+        Approval.objects.filter(interrupt=locked).select_related("reviewer").order_by("id")
+    )
+    mine = next((v for v in votes if v.reviewer_id == reviewer.pk), None)
+    if mine is not None:
+        raise AlreadyVoted(
+            f"You already answered this request ({mine.outcome}) at {_when(mine.created_at)}; "
+            f"it needs {_needed(votes, policy)} from other reviewers."
+        )
+    goes_ahead = outcome in Approval.GOES_AHEAD
+    if outcome == Decision.Outcome.EDITED:
+        raise InvalidDecision(
+            f"This request needs {policy.approvals_required} approvals, so it can only be "
+            "approved as asked or declined: an edit would go ahead with something the other "
+            "approvers did not see. Nothing was recorded.",
+            errors=["$: edits are not accepted on a request that needs several approvals"],
+        )
+    approvals = [v for v in votes if v.approves]
+    if goes_ahead and approvals and not _same_answer(approvals[0].value, value):
+        raise InvalidDecision(
+            f"{approvals[0].reviewer.get_username()} approved a different answer; approve the "
+            "same one, or decline. Nothing was recorded.",
+            errors=["$: differs from the answer already approved"],
+        )
+    try:
+        # A savepoint, so a unique violation leaves the outer transaction usable.
+        with transaction.atomic():
+            vote = Approval.objects.create(
+                interrupt=locked, reviewer=reviewer, outcome=outcome, value=value, note=note
+            )
+    except IntegrityError:
+        raise AlreadyVoted("You already answered this request. Nothing was changed.") from None
+    votes.append(vote)
+    yes = sum(1 for v in votes if v.approves)
+    no = len(votes) - yes
+    if (goes_ahead and yes >= policy.approvals_required) or (
+        not goes_ahead and no >= policy.rejections_required
+    ):
+        return None
+    if locked.claimed_by_id == reviewer.pk:
+        # Their part is done: let the next reviewer take the request.
+        locked.claimed_by, locked.claimed_at = None, None
+        locked.save(update_fields=["claimed_by", "claimed_at"])
+    broadcast.queue_change_on_commit(locked)
+    vote.needed = _needed(votes, policy)  # type: ignore[attr-defined]
+    return vote
+
+
+def _needed(votes: list[Approval], policy: policies.Policy) -> str:
+    """What a request still waits for, in words: "1 more approval"."""
+    yes = sum(1 for v in votes if v.approves)
+    no = len(votes) - yes
+    more_yes = max(policy.approvals_required - yes, 0)
+    parts = [f"{more_yes} more approval{'s' if more_yes != 1 else ''}"]
+    if policy.rejections_required > 1:
+        more_no = max(policy.rejections_required - no, 0)
+        parts.append(f"{more_no} more rejection{'s' if more_no != 1 else ''} to decline it")
+    return " or ".join(parts)
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """Where a request that needs several reviewers stands: its counts and the votes so
+    far, oldest first."""
+
+    approvals_required: int
+    rejections_required: int
+    votes: list[Approval]
+
+    @property
+    def approvals(self) -> int:
+        return sum(1 for v in self.votes if v.approves)
+
+    @property
+    def rejections(self) -> int:
+        return len(self.votes) - self.approvals
+
+    def voted(self, user: Any) -> Approval | None:
+        return next((v for v in self.votes if v.reviewer_id == user.pk), None)
+
+
+def quorum_of(interrupt: Any) -> Quorum | None:
+    """The votes on ``interrupt`` if its policy needs several reviewers, else None (no
+    query then). Uses the ``approvals`` a page prefetched (with their reviewers)."""
+    policy = policies.policy_for(interrupt.agent, interrupt.reason)
+    if not policy.needs_several:
+        return None
+    votes: list[Approval] = []
+    if isinstance(interrupt, Interrupt) and interrupt.pk:
+        cached = getattr(interrupt, "_prefetched_objects_cache", {}).get("approvals")
+        if cached is not None:
+            votes = list(cached)
+        else:
+            votes = list(
+                Approval.objects.filter(interrupt=interrupt)
+                .select_related("reviewer")
+                .order_by("id")
+            )
+    return Quorum(policy.approvals_required, policy.rejections_required, votes)
+
+
 def decision_submit_for_thread(
     *,
     thread: Thread,
@@ -385,7 +536,7 @@ def decision_submit_for_thread(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
-) -> Decision:
+) -> Decision | Approval:
     """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
 
     A request of this thread named by ``resume_interrupt_id`` goes straight to

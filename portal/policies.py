@@ -12,13 +12,30 @@ defaults below; with no matching entry at all the defaults apply too.
 - ``required_group`` (default None): the decider must be in this Django group.
 - ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
   pending request is resolved as expired and the run resumes with a decline.
+- ``approvals_required`` (default 1): how many distinct reviewers must approve before the
+  run goes ahead. Each one is checked like a single decider (role, claim, the rules
+  above) and votes once; every vote is recorded (``Approval``), and the one that reaches
+  the count records the decision and resumes the run, once.
+- ``rejections_required`` (default 1: any rejection rejects): how many distinct reviewers
+  must answer otherwise (reject, respond, ignore) before the run resumes with that answer.
+
+With either count above 1, answers that go ahead must all be the same apart from their
+note: an edit, or an answer that differs from the approvals already given, is refused
+(the others approved something else).
 
 Example::
 
     PORTAL_POLICIES = {
         "*:*": {"separation_of_duties": True},
-        "transfers:tool_approval": {"required_group": "finance", "expires_after": 3600},
+        "transfers:tool_approval": {
+            "required_group": "finance",
+            "expires_after": 3600,
+            "approvals_required": 2,  # two people sign off every transfer
+            "rejections_required": 1,  # and any one of them can stop it
+        },
     }
+
+Counts are read when a vote is recorded, so a change applies to pending requests too.
 """
 
 from __future__ import annotations
@@ -41,6 +58,13 @@ class Policy:
     separation_of_duties: bool = True
     required_group: str | None = None
     expires_after: timedelta | None = None
+    approvals_required: int = 1
+    rejections_required: int = 1
+
+    @property
+    def needs_several(self) -> bool:
+        """Whether requests under this policy are decided by votes (``Approval`` rows)."""
+        return self.approvals_required > 1 or self.rejections_required > 1
 
 
 def _policies() -> dict[str, dict[str, Any]]:
@@ -65,6 +89,17 @@ def _seconds(value: Any, key: str) -> timedelta | None:
         ) from None
 
 
+def _count(value: Any, key: str, name: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"PORTAL_POLICIES[{key!r}][{name!r}] must be a whole number of reviewers, 1 or "
+            f"more, got {value!r}"
+        )
+    return value
+
+
 def policy_for(agent: str, reason: str) -> Policy:
     """The policy for requests of ``agent`` with ``reason`` (see the module docstring)."""
     policies = _policies()
@@ -76,6 +111,12 @@ def policy_for(agent: str, reason: str) -> Policy:
                 separation_of_duties=bool(entry.get("separation_of_duties", True)),
                 required_group=entry.get("required_group") or None,
                 expires_after=_seconds(entry.get("expires_after"), key),
+                approvals_required=_count(
+                    entry.get("approvals_required"), key, "approvals_required"
+                ),
+                rejections_required=_count(
+                    entry.get("rejections_required"), key, "rejections_required"
+                ),
             )
     return Policy(key="")
 

@@ -25,10 +25,12 @@ from portal.decisions import (
     DecisionRefused,
     interrupt_claim,
     interrupt_unclaim,
+    quorum_of,
 )
 from portal.forms import DecisionForm
 from portal.models import Checkpoint, Decision, Interrupt
 from portal.views.threads import decisions_by_call, display_message
+from portal.words import recorded_words
 
 
 class HtmxRequest(HttpRequest):
@@ -81,6 +83,13 @@ def _blocked_reason(interrupt: Interrupt, user: Any) -> str:
     holder = interrupt.claimed_by
     if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
         return f"{holder.get_username()} has claimed this request."
+    quorum = quorum_of(interrupt)
+    mine = quorum.voted(user) if quorum is not None else None
+    if quorum is not None and mine is not None:
+        return (
+            f"You answered this request ({mine.outcome}); it waits for other reviewers "
+            f"({quorum.approvals} of {quorum.approvals_required} approvals so far)."
+        )
     return ""
 
 
@@ -142,11 +151,7 @@ def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
             return _render(request, interrupt, status=refusal.status_code, refusal=refusal)
         form.show_refusal(refusal)
         return _render(request, interrupt, form=form, status=refusal.status_code, refusal=refusal)
-    messages.success(
-        request,
-        f"Recorded: {decision.get_outcome_display().lower()}. "
-        "The agent continues in the background.",
-    )
+    messages.success(request, recorded_words(decision))
     return redirect("interrupt_detail", interrupt_id=interrupt.pk)
 
 

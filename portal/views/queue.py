@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from portal import roles
-from portal.models import Interrupt
+from portal.models import Approval, Interrupt
 
 
 class HtmxRequest(HttpRequest):
@@ -101,7 +101,11 @@ def queue_page(
     order = ["-created_at", "-id"] if newest_first else ["created_at", "id"]
     back = decode_cursor(before)
     cursor = None if back else decode_cursor(after)
-    qs = qs.select_related("thread__owner", "claimed_by")
+    # The votes on requests that need several reviewers, for the whole page at once.
+    votes = Approval.objects.select_related("reviewer").order_by("id")
+    qs = qs.select_related("thread__owner", "claimed_by").prefetch_related(
+        Prefetch("approvals", queryset=votes)
+    )
     if back:
         # Walk the other way from the cursor, then put the rows back in display order.
         reverse = [f.lstrip("-") if f.startswith("-") else f"-{f}" for f in order]
