@@ -50,6 +50,7 @@ __all__ = [
     "decision_submit",
     "decision_submit_for_thread",
     "interrupt_claim",
+    "interrupt_expire",
     "interrupt_unclaim",
     "interrupts_expire",
     "quorum_of",
@@ -674,18 +675,52 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 _check_pending_in_checkpoint(locked)
             except DecisionRefused:
                 continue
-            value = _decline_value(locked, now)
-            decision = Decision.objects.create(
-                interrupt=locked,
-                thread=locked.thread,
-                reviewer=None,
-                value=value,
-                note=f"Expired at {_when(now)} without a decision.",
-                outcome=Decision.Outcome.EXPIRED,
-                original_args=_outcome_and_args(locked, None)[1],
-            )
-            locked.decided_as(Interrupt.Status.EXPIRED, now)
-            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
-            broadcast.queue_change_on_commit(locked)
-            recorded.append(decision)
+            recorded.append(_expire(locked, now, by=None))
     return recorded
+
+
+def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
+    """Resolve the row-locked, pending ``locked`` as expired and queue a declining resume."""
+    value = _decline_value(locked, now)
+    note = f"Expired at {_when(now)} without a decision."
+    if by is not None:
+        note = f"Expired by {_who(by)} at {_when(now)} without a decision."
+    decision = Decision.objects.create(
+        interrupt=locked,
+        thread=locked.thread,
+        reviewer=by,
+        value=value,
+        note=note,
+        outcome=Decision.Outcome.EXPIRED,
+        original_args=_outcome_and_args(locked, None)[1],
+    )
+    locked.decided_as(Interrupt.Status.EXPIRED, now)
+    thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=by)
+    broadcast.queue_change_on_commit(locked)
+    return decision
+
+
+def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
+    """Expire one pending request now, as if its time had run out (the admin's bulk
+    action): the run resumes with a decline, and the decision names ``user``.
+
+    Needs the decide permission (``DecisionForbidden``); ``AlreadyDecided`` or
+    ``StaleDecision`` when it is no longer pending.
+    """
+    if user is None or not roles.can_decide(user):
+        raise DecisionForbidden("Expiring a request declines it: that needs the decide permission.")
+    now = timezone.now()
+    with transaction.atomic():
+        # Row lock. The race: a reviewer deciding this request, or the expiry job, at the
+        # same moment; whoever locks it first wins and the other sees it is not pending.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("thread")
+            .get(pk=interrupt.pk)
+        )
+        if locked.status != Interrupt.Status.PENDING:
+            raise _already_decided(locked)
+        _check_pending_in_checkpoint(locked)
+        decision = _expire(locked, now, by=user)
+    interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
+    return decision
