@@ -32,7 +32,15 @@ from portal import roles, services
 from portal.decisions import DecisionRefused, interrupt_expire
 from portal.errors import Refused
 from portal.forms import DecisionForm
-from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
+from portal.models import (
+    ApiToken,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Run,
+    Thread,
+    api_token_delete,
+)
 from portal.words import recorded_words
 
 
@@ -508,3 +516,10 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         return super().get_queryset(request).select_related("user")
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        api_token_delete(token=obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_delete(token=token, by=request.user)

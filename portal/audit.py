@@ -21,12 +21,14 @@ Canonical JSON: keys sorted, no whitespace, UTF-8 kept, integral floats written 
 microseconds. A value hashes the same before insert and after a round trip through either
 database.
 
-``Decision.save()`` calls ``sealing()`` on insert; every path that records a decision (the
-decision service, cancellation, expiry, the admin) goes through it. ``bulk_create`` and raw
-SQL do not, and ``verify_chain`` reports what they leave behind.
+This module sits below ``portal.models``: it is handed the decision (or the decisions to
+walk) and never imports the model. ``Decision.save()`` calls ``sealing()`` on insert; every
+path that records a decision (the decision service, cancellation, expiry, the admin) goes
+through it. ``bulk_create`` and raw SQL do not, and ``verify_chain`` reports what they
+leave behind.
 
-Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``), their own
-head and their own lock: ``Approval.save()`` seals each vote, and ``verify_approvals``
+Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``) and their
+own head: ``Approval.save()`` seals each vote, and ``verify_chain(..., chain=APPROVALS)``
 walks them. A vote and the decision it completes are sealed in one transaction.
 """
 
@@ -38,21 +40,24 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db import connections, router, transaction
-
-if TYPE_CHECKING:
-    from portal.models import Approval, Decision
+from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
 # pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
 # nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
-# The approval chain's head has a lock of its own: a vote never waits on decisions
-# being recorded elsewhere, except the one it completes (same transaction).
-APPROVAL_LOCK_KEY = CHAIN_LOCK_KEY + 1
 
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "created_at",
+)
 # The decision's own fields, in the order they appear in the canonical form.
 DECISION_FIELDS = (
     "interrupt_id",
@@ -63,15 +68,6 @@ DECISION_FIELDS = (
     "note",
     "original_args",
     "executed_args",
-    "created_at",
-)
-# An approval's own fields, in canonical order.
-APPROVAL_FIELDS = (
-    "interrupt_id",
-    "reviewer_id",
-    "outcome",
-    "value",
-    "note",
     "created_at",
 )
 # The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
@@ -140,66 +136,61 @@ def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) ->
 
 
 @dataclass(frozen=True)
-class _Chain:
+class Chain:
     noun: str  # "decision" or "approval", for the reports
-    model: str  # the model's name in portal.models
     fields: tuple[str, ...]
-    lock_key: int
     hash: Any  # decision_hash or approval_hash
 
 
-DECISIONS = _Chain("decision", "Decision", DECISION_FIELDS, CHAIN_LOCK_KEY, decision_hash)
-APPROVALS = _Chain("approval", "Approval", APPROVAL_FIELDS, APPROVAL_LOCK_KEY, approval_hash)
+DECISIONS = Chain("decision", DECISION_FIELDS, decision_hash)
+APPROVALS = Chain("approval", APPROVAL_FIELDS, approval_hash)
 
 
-def _chain_of(record: object) -> _Chain:
+def _chain_of(record: object) -> Chain:
     return APPROVALS if type(record).__name__ == "Approval" else DECISIONS
-
-
-def _model(chain: _Chain) -> Any:
-    from portal import models
-
-    return getattr(models, chain.model)
 
 
 def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def _lock_chain(using: str, key: int = CHAIN_LOCK_KEY) -> None:
+def _lock_chain(using: str) -> None:
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
     # SQLite: the portal opens every transaction with BEGIN IMMEDIATE, which takes the
     # database's write lock up front, so appends are already serialised there.
 
 
 @contextmanager
-def sealing(record: Decision | Approval, *, using: str | None = None) -> Iterator[None]:
-    """Fill in the record's hashes (a decision's or an approval's, each in its own chain)
-    and keep its chain locked until its transaction ends.
+def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
+    """Fill in the hashes of a decision (or an approval, in its own chain) and keep the
+    chains locked until its transaction ends.
 
     The insert must happen inside the ``with`` block (``Decision.save`` and
     ``Approval.save`` do so).
     """
-    chain = _chain_of(record)
-    model = _model(chain)
-    db = using or router.db_for_write(model, instance=record)
+    model = type(decision)
+    chain = _chain_of(decision)
+    db = using or router.db_for_write(model, instance=decision)
     with transaction.atomic(using=db):
-        # The race: two records committed at the same moment would both read the same
+        # The race: two decisions committed at the same moment would both read the same
         # chain head and both store it as prev_hash, forking the chain. The transaction-
         # level advisory lock is held from reading the head until this insert commits, so
-        # the second record waits and then reads the first one's hash.
-        _lock_chain(db, chain.lock_key)
-        head = model.objects.using(db).order_by("-id").values_list("hash", flat=True).first()
-        record.prev_hash = head if head is not None else GENESIS
-        interrupt = record.interrupt
-        record.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
-        record.hash = chain.hash(
-            _fields_of(record, chain.fields),
-            prev_hash=record.prev_hash,
-            payload=record.payload_hash,
+        # the second decision waits and then reads the first one's hash. Approvals take
+        # the same lock: a vote that completes a request seals a decision too, and one
+        # lock cannot be taken in two orders.
+        _lock_chain(db)
+        heads = model._default_manager.using(db).order_by("-id")
+        head = heads.values_list("hash", flat=True).first()
+        decision.prev_hash = head if head is not None else GENESIS
+        interrupt = decision.interrupt
+        decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
+        decision.hash = chain.hash(
+            _fields_of(decision, chain.fields),
+            prev_hash=decision.prev_hash,
+            payload=decision.payload_hash,
         )
         yield
 
@@ -233,7 +224,7 @@ _PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if nam
 
 
 def _check_row(
-    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: _Chain = DECISIONS
+    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: Chain = DECISIONS
 ) -> str | None:
     noun = chain.noun
     stored = chain.hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
@@ -273,20 +264,20 @@ def _missing_head(expected: str, last_id: int | None, noun: str = "decision") ->
 
 
 def verify_chain(
+    decisions: models.QuerySet[Any],
     *,
     batch_size: int = 2000,
-    using: str = "default",
     expect_head: str | None = None,
-    chain: _Chain = DECISIONS,
+    chain: Chain = DECISIONS,
 ) -> ChainReport:
-    """Walk the chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
-    memory stays flat however long the chain is), and report the first broken link.
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check; or
+    every ``Approval``, with ``chain=APPROVALS``) in ``id`` order, ``batch_size`` rows at a
+    time (keyset pagination, so memory stays flat however long the chain is), and report
+    the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
-    is no longer one of its decisions' (decisions added since are fine). ``chain`` is
-    ``DECISIONS`` (the default) or ``APPROVALS`` (see ``verify_approvals``)."""
-    model = _model(chain)
+    is no longer one of its decisions' (decisions added since are fine)."""
     columns = (
         "id",
         *chain.fields,
@@ -298,12 +289,7 @@ def verify_chain(
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:
-        batch = list(
-            model.objects.using(using)
-            .filter(id__gt=last_id)
-            .order_by("id")
-            .values(*columns)[:batch_size]
-        )
+        batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
         for row in batch:
             reason = _check_row(row, expected_prev, prev_id, chain)
             if reason is not None:
@@ -319,12 +305,3 @@ def verify_chain(
                 )
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]
-
-
-def verify_approvals(
-    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
-) -> ChainReport:
-    """``verify_chain`` over the approvals (every vote on a request that needs several)."""
-    return verify_chain(
-        batch_size=batch_size, using=using, expect_head=expect_head, chain=APPROVALS
-    )

@@ -35,7 +35,15 @@ from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
-from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread
+from portal.models import (
+    Approval,
+    AuditEvent,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Thread,
+    audit_record,
+)
 from portal.services import thread_resume
 
 __all__ = [
@@ -472,6 +480,12 @@ def _vote(
         # Their part is done: let the next reviewer take the request.
         locked.claimed_by, locked.claimed_at = None, None
         locked.save(update_fields=["claimed_by", "claimed_at"])
+        audit_record(
+            action=AuditEvent.Action.RELEASE,
+            actor=reviewer,
+            target=locked,
+            detail={"held_by": reviewer.get_username(), "why": "answered"},
+        )
     broadcast.queue_change_on_commit(locked)
     vote.needed = _needed(votes, policy)  # type: ignore[attr-defined]
     return vote
@@ -604,6 +618,8 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         if holder is None or holder.pk != user.pk:
             locked.claimed_by, locked.claimed_at = user, timezone.now()
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            taken = {"taken_over_from": holder.get_username()} if holder is not None else {}
+            audit_record(action=AuditEvent.Action.CLAIM, actor=user, target=locked, detail=taken)
             broadcast.queue_change_on_commit(locked)
     interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
     return interrupt
@@ -629,6 +645,12 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
                 )
             locked.claimed_by, locked.claimed_at = None, None
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            audit_record(
+                action=AuditEvent.Action.RELEASE,
+                actor=user,
+                target=locked,
+                detail={"held_by": holder.get_username()},
+            )
             broadcast.queue_change_on_commit(locked, by=user)
     interrupt.claimed_by, interrupt.claimed_at = None, None
     return interrupt
@@ -722,5 +744,11 @@ def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
             raise _already_decided(locked)
         _check_pending_in_checkpoint(locked)
         decision = _expire(locked, now, by=user)
+        audit_record(
+            action=AuditEvent.Action.EXPIRE,
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+        )
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return decision

@@ -19,6 +19,8 @@ permission             lets the user                                         gro
 ``view_history``       browse the decision history                           reviewer, auditor
 ``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
 ``view_metrics``       open the metrics page                                 reviewer, auditor
+``view_audit_trail``   browse and (with ``export_history``) export the       auditor
+                       audit trail of actions (claims, logins, tokens...)
 ``retry_thread``       retry anyone's failed thread (owners retry their own) (none)
 ``cancel_thread``      cancel anyone's thread (owners cancel their own)      (none)
 =====================  ====================================================  =============
@@ -48,6 +50,7 @@ EXPORT_HISTORY = "portal.export_history"
 VIEW_METRICS = "portal.view_metrics"
 RETRY_THREAD = "portal.retry_thread"
 CANCEL_THREAD = "portal.cancel_thread"
+VIEW_AUDIT_TRAIL = "portal.view_audit_trail"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
 ROLE_PERMISSIONS: dict[str, list[str]] = {
@@ -60,7 +63,13 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "export_history",
         "view_metrics",
     ],
-    AUDITOR: ["view_all_threads", "view_history", "export_history", "view_metrics"],
+    AUDITOR: [
+        "view_all_threads",
+        "view_history",
+        "export_history",
+        "view_metrics",
+        "view_audit_trail",
+    ],
 }
 
 User = AuthUser | AnonymousUser
@@ -102,6 +111,10 @@ def can_export_history(user: User) -> bool:
 
 def can_view_metrics(user: User) -> bool:
     return _has(user, VIEW_METRICS)
+
+
+def can_view_audit_trail(user: User) -> bool:
+    return _has(user, VIEW_AUDIT_TRAIL)
 
 
 def can_retry_threads(user: User) -> bool:

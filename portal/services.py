@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, roles, worker
+from portal import broadcast, roles, runs
 from portal.errors import (
     InputError,
     InterruptNotPending,
@@ -26,7 +26,7 @@ from portal.errors import (
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -116,7 +116,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
             status=Thread.Status.IDLE,
         )
         run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return thread, run
 
 
@@ -130,7 +130,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = 
     _check_size(payload, "the decision")
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -154,12 +154,22 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
         locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        Decision.objects.create(
+        decision = Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,
             reviewer=_user_or_none(user),
             value=None,
             outcome=Decision.Outcome.CANCELLED,
+        )
+        audit_record(
+            action=(
+                AuditEvent.Action.WITHDRAW
+                if decision.is_withdrawal(locked.thread)
+                else AuditEvent.Action.CANCEL
+            ),
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
         )
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
         broadcast.queue_change_on_commit(locked)
@@ -198,7 +208,7 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         run = Run.objects.create(
             thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
         )
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -215,7 +225,15 @@ def thread_retry(*, thread: Thread, user: Any) -> Run:
             "Only the person who started this conversation, or someone allowed to retry "
             "any thread (portal.retry_thread), can retry it."
         )
-    return thread_continue(thread=thread, user=user)
+    with transaction.atomic():
+        run = thread_continue(thread=thread, user=user)
+        audit_record(
+            action=AuditEvent.Action.THREAD_RETRY,
+            actor=user,
+            target=thread,
+            detail={"run": str(run.pk)},
+        )
+    return run
 
 
 def _when(moment: datetime) -> str:
@@ -270,7 +288,8 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
                 f"thread {locked.pk} is done and has nothing queued: there is nothing to cancel"
             )
         by_whom = who.get_username() if who is not None else "the system"
-        unfinished.update(
+        cancelled_runs = list(unfinished.values_list("pk", flat=True))
+        Run.objects.filter(pk__in=cancelled_runs).update(
             status=Run.Status.CANCELLED,
             finished_at=now,
             lease_expires_at=None,
@@ -293,6 +312,15 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
             who,
         )
         locked.save(update_fields=["status", "cancelled_at", "cancelled_by", "updated_at"])
+        audit_record(
+            action=AuditEvent.Action.THREAD_CANCEL,
+            actor=user,
+            target=locked,
+            detail={
+                "runs": sorted(str(pk) for pk in cancelled_runs),
+                "requests": [request.pk for request in pending],
+            },
+        )
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(locked.pk, Thread.Status.CANCELLED),
             robust=True,
@@ -335,7 +363,7 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 

@@ -1,7 +1,5 @@
-"""Threads: the list a user may see, one thread's transcript and timeline, the
-transcript fragment the live pages re-fetch to catch up (rebuilt from the checkpoints),
-and retrying or cancelling a thread (``services.thread_retry`` / ``thread_abort``, as the
-API and the admin do)."""
+"""Threads: the list a user may see, one thread's transcript and timeline, and the
+transcript fragment the live pages re-fetch to catch up (rebuilt from the checkpoints)."""
 
 from __future__ import annotations
 
@@ -10,20 +8,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
-from django.urls import path, reverse
+from django.shortcuts import render
+from django.urls import path
 from django.utils.dateparse import parse_datetime
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from agents.state import Message
-from portal import access, roles, services
-from portal.errors import ThreadActionForbidden, ThreadNotCancellable, ThreadNotRetryable
+from portal import access, roles
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
 from portal.words import Decided, call_words, result_words
 
@@ -203,60 +198,8 @@ def thread_transcript_hx(request: HttpRequest, thread_id: str) -> HttpResponse:
     )
 
 
-def _back(request: HttpRequest, thread: Thread) -> str:
-    # The owner's chat page posts back="chat" so they land where they were.
-    if request.POST.get("back") == "chat" and thread.owner_id == request.user.pk:
-        return reverse("chat_thread", args=[thread.pk])
-    return reverse("thread_detail", args=[thread.pk])
-
-
-@require_POST
-@login_required
-def thread_retry_view(request: HttpRequest, thread_id: str) -> HttpResponse:
-    """Retry a failed thread from its last checkpoint (its owner, or ``retry_thread``)."""
-    thread = access.get_thread_for_user(request, thread_id)
-    if not roles.may_retry(request.user, thread):
-        raise PermissionDenied(
-            "Only the person who started this conversation, or someone allowed to retry any "
-            "thread, can retry it."
-        )
-    try:
-        services.thread_retry(thread=thread, user=request.user)
-    except (ThreadNotRetryable, ThreadActionForbidden) as exc:
-        messages.warning(request, f"Not retried: {exc}.")
-    else:
-        messages.success(request, "Retrying from the last checkpoint; the agent continues.")
-    return redirect(_back(request, thread))
-
-
-@require_POST
-@login_required
-def thread_cancel_view(request: HttpRequest, thread_id: str) -> HttpResponse:
-    """Cancel a thread for good (its owner, or ``cancel_thread``). A POST without
-    ``confirm=yes`` cancels nothing: it answers with a page that asks first."""
-    thread = access.get_thread_for_user(request, thread_id)
-    if not roles.may_cancel(request.user, thread):
-        raise PermissionDenied(
-            "Only the person who started this conversation, or someone allowed to cancel any "
-            "thread, can cancel it."
-        )
-    back = _back(request, thread)
-    if request.POST.get("confirm") != "yes":
-        context = {"thread": thread, "back": request.POST.get("back", ""), "back_url": back}
-        return render(request, "portal/thread_cancel_confirm.html", context)
-    try:
-        services.thread_abort(thread=thread, user=request.user)
-    except (ThreadNotCancellable, ThreadActionForbidden) as exc:
-        messages.warning(request, f"Not cancelled: {exc}.")
-    else:
-        messages.success(request, "Cancelled. Nothing more runs in this conversation.")
-    return redirect(back)
-
-
 urlpatterns = [
     path("threads/", threads, name="threads"),
     path("threads/<str:thread_id>/", thread_detail, name="thread_detail"),
     path("threads/<str:thread_id>/transcript/", thread_transcript_hx, name="thread_transcript_hx"),
-    path("threads/<str:thread_id>/retry", thread_retry_view, name="thread_retry"),
-    path("threads/<str:thread_id>/cancel", thread_cancel_view, name="thread_cancel"),
 ]

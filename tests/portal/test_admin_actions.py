@@ -117,3 +117,14 @@ def test_a_reviewer_on_staff_may_expire_but_not_retry_or_cancel(client, roles):
     assert "expire_requests" in client.get("/admin/portal/interrupt/").content.decode()
     assert "withdraw_requests" not in client.get("/admin/portal/interrupt/").content.decode()
     assert "retry_threads" not in client.get("/admin/portal/thread/").content.decode()
+
+
+def test_an_expiry_from_the_admin_is_in_the_audit_trail(client, admin_user):
+    from portal.models import AuditEvent
+
+    request = make_interrupt()
+    client.force_login(admin_user)
+    act(client, "interrupt", "expire_requests", [request])
+
+    event = AuditEvent.objects.get(action="interrupt.expire")
+    assert (event.actor_name, event.target_id) == ("ada-admin", request.pk)

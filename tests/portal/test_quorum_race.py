@@ -76,7 +76,7 @@ def test_m_reviewers_approving_at_once_resume_the_run_exactly_once(roles, suppor
     assert Decision.objects.filter(interrupt=interrupt).count() == 1
     assert Run.objects.filter(thread=thread, kind=Run.Kind.RESUME).count() == 1
     # The chain did not fork: each vote points at the one recorded before it.
-    report = audit.verify_approvals()
+    report = audit.verify_chain(Approval.objects.all(), chain=audit.APPROVALS)
     assert report.ok and report.count == M, report
 
     run_queued_work()

@@ -190,3 +190,24 @@ def test_a_cancelled_thread_with_no_checkpoint_yet_records_no_first_step():
             CheckpointWrite(status=ThreadStatus.RUNNING, next_node="MAIN"),
             parent_seq=None,
         )
+
+
+def test_retries_and_cancellations_are_in_the_audit_trail(support_agent):
+    from portal.models import AuditEvent
+
+    failed = _failed(support_agent)
+    run = services.thread_retry(thread=failed, user=support_agent)
+    request = make_interrupt(owner=support_agent)
+    services.thread_abort(thread=request.thread, user=support_agent)
+
+    events = list(AuditEvent.objects.order_by("id").values("action", "actor_name", "target_id"))
+    assert {
+        "action": "thread.retry",
+        "actor_name": "sam-support",
+        "target_id": str(failed.pk),
+    } in events
+    cancel = AuditEvent.objects.get(action="thread.cancel")
+    assert cancel.target_id == str(request.thread_id)
+    assert cancel.detail["requests"] == [request.pk]
+    assert run.pk  # the retry's run is named in its event
+    assert AuditEvent.objects.get(action="thread.retry").detail == {"run": str(run.pk)}

@@ -1,13 +1,15 @@
-"""``manage.py verify_audit``: walk the decision hash chain, then the approval chain (each
-reviewer's vote on a request that needs several), and report the first broken link.
+"""``manage.py verify_audit``: walk the decision hash chain, the approvals' (each
+reviewer's vote on a request that needs several), then the audit trail's
+(``portal.trail``), and report the first broken link of each.
 
 Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
 non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
 is worth recording somewhere else: a chain that lost its newest rows, or was rewritten
 from some row to the end, is consistent with itself, and only a head recorded earlier
 shows it. Pass that head back with ``--expect-head HASH``: the check then also fails
-unless a decision still has that hash; ``--expect-approval-head HASH`` does the same for
-the approvals.
+unless a decision still has that hash. ``--expect-event-head HASH`` does the same for the
+audit trail's chain, whose head is printed on the second line, and
+``--expect-approval-head HASH`` for the approvals' (the third).
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit import verify_approvals, verify_chain
+from portal.audit import APPROVALS, verify_chain
+from portal.models import Approval, AuditEvent, Decision
+from portal.trail import verify_events
 
 
 class Command(BaseCommand):
-    help = "Verify the decision hash chain and report the first broken link."
+    help = (
+        "Verify the decision hash chain and the audit trail's, and report the first broken "
+        "link of each."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -38,34 +45,57 @@ class Command(BaseCommand):
             metavar="HASH",
             help="The approvals' head printed by an earlier run: fail if no approval has it.",
         )
+        parser.add_argument(
+            "--expect-event-head",
+            metavar="HASH",
+            help="An audit trail head printed by an earlier run: fail if no event has it now.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        expect_head = _head(options, "expect_head", "--expect-head")
-        expect_approvals = _head(options, "expect_approval_head", "--expect-approval-head")
-        for verify, noun, expected in (
-            (verify_chain, "decisions", expect_head),
-            (verify_approvals, "approvals", expect_approvals),
-        ):
-            report = verify(
-                batch_size=options["batch_size"], using=options["database"], expect_head=expected
+        expect_head = _head_option(options, "expect_head")
+        expect_approval_head = _head_option(options, "expect_approval_head")
+        expect_event_head = _head_option(options, "expect_event_head")
+        batch, db = options["batch_size"], options["database"]
+        report = verify_chain(Decision.objects.using(db), batch_size=batch, expect_head=expect_head)
+        votes = verify_chain(
+            Approval.objects.using(db),
+            batch_size=batch,
+            expect_head=expect_approval_head,
+            chain=APPROVALS,
+        )
+        events = verify_events(
+            AuditEvent.objects.using(db), batch_size=batch, expect_head=expect_event_head
+        )
+        problems = []
+        if report.broken is not None:
+            problems.append(
+                f"first broken link: {report.broken} ({report.count} decisions before it verified)"
             )
-            if report.broken is not None:
-                raise CommandError(
-                    f"first broken link: {report.broken} ({report.count} {noun} before it "
-                    "verified)",
-                    returncode=2,
-                )
-            self.stdout.write(f"ok: {report.count} {noun} verified (head {report.head})")
+        if votes.broken is not None:
+            problems.append(
+                f"first broken link: {votes.broken} ({votes.count} approvals before it verified)"
+            )
+        if not events.ok:
+            problems.append(
+                f"first broken link in the audit trail: {events} ({events.count} events "
+                "before it verified)"
+            )
+        if problems:
+            raise CommandError("; ".join(problems), returncode=2)
+        self.stdout.write(f"ok: {report.count} decisions verified (head {report.head})")
+        self.stdout.write(f"ok: {events.count} audit events verified (head {events.head})")
+        self.stdout.write(f"ok: {votes.count} approvals verified (head {votes.head})")
 
 
-def _head(options: dict[str, Any], key: str, flag: str) -> str | None:
-    value = options[key]
+def _head_option(options: dict[str, Any], name: str) -> str | None:
+    value = options[name]
     if value is None:
         return None
-    value = value.strip().lower()
+    value = str(value).strip().lower()
     if not re.fullmatch(r"[0-9a-f]{64}", value):
+        flag = "--" + name.replace("_", "-")
         raise CommandError(
             f"{flag} must be a head hash as verify_audit prints it (64 hex digits), "
-            f"got {options[key]!r}"
+            f"got {options[name]!r}"
         )
-    return str(value)
+    return value
