@@ -4,6 +4,9 @@ and the one that reaches the count records the decision and resumes the run, onc
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -412,3 +415,40 @@ def test_the_api_shows_the_votes_and_a_vote_answers_with_what_is_still_needed(tw
     assert vote["created_at"]
     listed = client.get("/api/interrupts?status=pending", **auth).json()["items"]
     assert [v["reviewer"] for v in listed[0]["approvals"]] == ["panel-0"]
+
+
+def test_a_policy_the_portal_cannot_read_fails_the_system_check(settings):
+    from portal.checks import check_policies
+
+    settings.PORTAL_POLICIES = {"*:*": {}, "transfers:*": {"approvals_required": 0}}
+
+    [error] = check_policies()
+
+    assert error.id == "portal.E001"
+    assert "PORTAL_POLICIES['transfers:*']['approvals_required']" in error.msg
+
+
+def test_policies_come_from_the_environment_too():
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; "
+        "django.setup(); from portal.policies import policy_for; "
+        "print(policy_for('transfers', 'tool_approval').approvals_required)"
+    )
+    env = {"PORTAL_POLICIES_EXTRA": '{"transfers:tool_approval": {"approvals_required": 3}}'}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "3"
+    env = {"PORTAL_POLICIES_EXTRA": '{"no-colon": {}}'}
+    bad = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0
+    assert 'PORTAL_POLICIES_EXTRA must be a JSON object of "<agent>:<reason>" keys' in bad.stderr
