@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, roles, runs
+from portal import broadcast, roles, runs, waiting
 from portal.errors import (
     InputError,
     InterruptNotPending,
@@ -321,6 +321,8 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
                 "requests": [request.pk for request in pending],
             },
         )
+        # Whoever waits for the thread's work to settle (the API's ?wait=) is answered.
+        waiting.changed(waiting.thread_key(locked.pk))
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(locked.pk, Thread.Status.CANCELLED),
             robust=True,

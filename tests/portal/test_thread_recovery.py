@@ -211,3 +211,17 @@ def test_retries_and_cancellations_are_in_the_audit_trail(support_agent):
     assert cancel.detail["requests"] == [request.pk]
     assert run.pk  # the retry's run is named in its event
     assert AuditEvent.objects.get(action="thread.retry").detail == {"run": str(run.pk)}
+
+
+def test_cancelling_answers_whoever_waits_for_the_threads_work(support_agent, monkeypatch):
+    from portal import waiting
+
+    told: list[str] = []
+    monkeypatch.setattr(waiting, "changed", told.append)
+    thread, _ = services.thread_start(
+        agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=support_agent
+    )
+
+    services.thread_abort(thread=thread, user=support_agent)
+
+    assert waiting.thread_key(thread.pk) in told
