@@ -3,10 +3,11 @@
 ``decision_submit`` does everything in one transaction, all or nothing: lock the interrupt,
 check against the thread's newest checkpoint that it is still the request the thread waits
 on, check role, claim and policy, validate the answer with the runtime's own validator,
-record the ``Decision``, resolve the interrupt and queue the resume (the worker sees it
-only after commit). Any refusal raises a ``DecisionRefused`` subclass whose
-``status_code`` says how an HTTP caller should answer and whose message can be shown to
-the user as it is; nothing has been written when one is raised.
+record the ``Decision``, resolve the interrupt and queue the resume (``thread_resume``:
+the ``Run`` row the worker claims, seen only after commit). Any refusal raises a
+``DecisionRefused`` subclass whose ``status_code`` says how an HTTP caller should answer
+and whose message can be shown to the user as it is; nothing has been written when one
+is raised.
 
 A policy may ask for several reviewers (``approvals_required`` or ``rejections_required``
 over 1, see ``portal.policies``). Then each answer is a vote, recorded as an ``Approval``
@@ -33,18 +34,20 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, policies, roles
+from portal import broadcast, outbox, policies, roles
 from portal.errors import InputError, Refused
+from portal.inputs import check_input
 from portal.models import (
     Approval,
     AuditEvent,
     Checkpoint,
     Decision,
     Interrupt,
+    Run,
     Thread,
     audit_record,
 )
-from portal.services import thread_resume
+from portal.runs import notify_workers
 
 __all__ = [
     "AlreadyDecided",
@@ -55,6 +58,7 @@ __all__ = [
     "InvalidDecision",
     "StaleDecision",
     "ThreadNotPaused",
+    "decision_forbidden",
     "decision_submit",
     "decision_submit_for_thread",
     "interrupt_claim",
@@ -62,6 +66,7 @@ __all__ = [
     "interrupt_unclaim",
     "interrupts_expire",
     "quorum_of",
+    "thread_resume",
 ]
 
 
@@ -156,22 +161,37 @@ def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
         )
 
 
-def _check_may_decide(interrupt: Interrupt, reviewer: Any) -> None:
-    if reviewer is None or not reviewer.is_authenticated:
-        raise DecisionForbidden("Log in as a reviewer to decide requests.")
-    if not roles.can_decide(reviewer):
-        raise DecisionForbidden("Your role can read this request but not decide it.")
+def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionRefused | None:
+    """Why ``user`` may not decide ``interrupt`` now (role, claim, policy, or their vote is
+    in already on a request that needs several reviewers), or None when they may.
+    ``decision_submit`` refuses with it; the request page shows it instead of the form."""
+    if user is None or not user.is_authenticated:
+        return DecisionForbidden("Log in as a reviewer to decide requests.")
+    if not roles.can_decide(user):
+        return DecisionForbidden("Your role can read this request but not decide it.")
     holder = interrupt.claimed_by
     # Claims coordinate reviewers; they do not block whoever may take claims over.
-    if holder is not None and holder.pk != reviewer.pk and not roles.can_take_over_claims(reviewer):
-        raise DecisionForbidden(
+    if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
+        return DecisionForbidden(
             f"{_who(holder)} claimed this request at {_when(interrupt.claimed_at)}; "
             "ask them to release it first."
         )
     try:
-        policies.check_decider(interrupt=interrupt, user=reviewer)
+        policies.check_decider(interrupt=interrupt, user=user)
     except policies.PolicyViolation as exc:
-        raise DecisionForbidden(str(exc)) from None
+        return DecisionForbidden(str(exc))
+    quorum = quorum_of(interrupt)
+    mine = quorum.voted(user) if quorum is not None else None
+    if quorum is not None and mine is not None:
+        return _already_voted(mine, quorum)
+    return None
+
+
+def _already_voted(mine: Approval, quorum: Quorum) -> AlreadyVoted:
+    return AlreadyVoted(
+        f"You already answered this request ({mine.outcome}) at {_when(mine.created_at)}; "
+        f"it needs {quorum.needed} from other reviewers."
+    )
 
 
 def _schema_has_note(schema: Any) -> bool:
@@ -211,28 +231,18 @@ def _validate(schema: Any, value: Any, note: str) -> None:
         raise InvalidDecision(f"Not recorded: {'; '.join(errors)}.", errors=errors)
 
 
-def _tool_calls(interrupt: Interrupt) -> list[dict[str, Any]]:
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    calls = value.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
 def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
     """Arguments of the tool call an in-tool ``interrupt()`` belongs to, from the thread's
     checkpoints (newest first: the call is in the step that paused or just before)."""
-    chunks = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)
+    steps = Checkpoint.objects.filter(
+        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )
-    for chunk in chunks.iterator(chunk_size=20):
-        for data in reversed(chunk or []):
-            if not isinstance(data, dict) or data.get("role") != "assistant":
-                continue
-            message = Message.from_dict(data)
-            for call_id, _name, args in message.tool_call_arguments():
-                if call_id == interrupt.tool_call_id:
-                    return args
+    for data in steps.messages_newest_first():
+        if not isinstance(data, dict) or data.get("role") != "assistant":
+            continue
+        for call_id, _name, args in Message.from_dict(data).tool_call_arguments():
+            if call_id == interrupt.tool_call_id:
+                return args
     return None
 
 
@@ -261,9 +271,9 @@ def _outcome_and_args(
         outcome = Decision.Outcome.REJECTED if failed else Decision.Outcome.APPROVED
     else:
         outcome = Decision.Outcome.APPROVED  # an answer to a question, not a yes/no
-    calls = _tool_calls(interrupt)
+    calls = interrupt.tool_calls
     if calls:
-        original = {str(c.get("id")): c.get("arguments") for c in calls}
+        original = {call.id: call.args for call in calls}
     elif interrupt.tool_call_id:
         original = {interrupt.tool_call_id: _asking_call_args(interrupt)}
     else:
@@ -296,6 +306,21 @@ def _typed_outcome(
     kind = value.get("type") if isinstance(value, dict) else None
     # None (cancelled) is the only answer without a type that reaches here.
     outcome = _TYPED_OUTCOMES.get(str(kind), Decision.Outcome.CANCELLED)
+    calls = interrupt.tool_calls
+    if calls:
+        # A high-risk tool's approval: arguments keyed by call id, and an edit may change
+        # some calls and leave the others as asked.
+        asked = {call.id: call.args for call in calls}
+        if kind == "ignore":
+            # Ignoring a request to run a tool is refusing it: recorded as the rejection
+            # it always was, so history and metrics count tool refusals in one place.
+            return Decision.Outcome.REJECTED, asked, None
+        if kind == "accept":
+            return outcome, asked, dict(asked)
+        if kind == "edit":
+            edits = value.get("args") if isinstance(value.get("args"), dict) else {}
+            return outcome, asked, {k: edits.get(k, v) for k, v in asked.items()}
+        return outcome, asked, None
     offered = declared.args
     if interrupt.tool_call_id:
         offered = _asking_call_args(interrupt) if offered is None else offered
@@ -310,6 +335,20 @@ def _typed_outcome(
     if kind == "edit":
         return outcome, original, {key: value.get("args")}
     return outcome, original, None
+
+
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run:
+    """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
+
+    Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
+    is the durable queue, and workers see it (and are woken) only once that commits.
+    """
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    check_input(payload, "the decision")
+    with transaction.atomic():
+        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
+        notify_workers()
+    return run
 
 
 def decision_submit(
@@ -346,6 +385,9 @@ def decision_submit(
         if not found:
             raise ThreadNotPaused(f"There is no request {pk}.")
         schema = found[0]
+    # A yes/no approval to a request that declares typed answers (a high-risk tool's,
+    # since it allows Agent Inbox's four) is recorded as the typed answer it stands for.
+    value = inbox.from_approval(value, schema)
     if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
         value = {**value, "note": note}
     _validate(schema, value, note)
@@ -376,7 +418,9 @@ def decision_submit(
                 "Reload and decide the request the thread waits on."
             )
         _check_pending_in_checkpoint(locked)
-        _check_may_decide(locked, reviewer)
+        forbidden = decision_forbidden(interrupt=locked, user=reviewer)
+        if forbidden is not None:
+            raise forbidden
         outcome, original, executed = _outcome_and_args(locked, value)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
@@ -405,10 +449,9 @@ def decision_submit(
         except IntegrityError:
             raise _already_decided(locked) from None
         locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
+        outbox.notify_decision(decision, locked)
         try:
-            run = thread_resume(
-                thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
-            )
+            run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
         except InputError as exc:
             raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
         broadcast.queue_change_on_commit(locked)
@@ -440,12 +483,10 @@ def _vote(
     votes = list(
         Approval.objects.filter(interrupt=locked).select_related("reviewer").order_by("id")
     )
-    mine = next((v for v in votes if v.reviewer_id == reviewer.pk), None)
+    quorum = Quorum(policy.approvals_required, policy.rejections_required, votes)
+    mine = quorum.voted(reviewer)
     if mine is not None:
-        raise AlreadyVoted(
-            f"You already answered this request ({mine.outcome}) at {_when(mine.created_at)}; "
-            f"it needs {_needed(votes, policy)} from other reviewers."
-        )
+        raise _already_voted(mine, quorum)
     goes_ahead = outcome in Approval.GOES_AHEAD
     if outcome == Decision.Outcome.EDITED:
         raise InvalidDecision(
@@ -469,11 +510,9 @@ def _vote(
             )
     except IntegrityError:
         raise AlreadyVoted("You already answered this request. Nothing was changed.") from None
-    votes.append(vote)
-    yes = sum(1 for v in votes if v.approves)
-    no = len(votes) - yes
-    if (goes_ahead and yes >= policy.approvals_required) or (
-        not goes_ahead and no >= policy.rejections_required
+    quorum = Quorum(policy.approvals_required, policy.rejections_required, [*votes, vote])
+    if (goes_ahead and quorum.approvals >= policy.approvals_required) or (
+        not goes_ahead and quorum.rejections >= policy.rejections_required
     ):
         return None
     if locked.claimed_by_id == reviewer.pk:
@@ -487,20 +526,8 @@ def _vote(
             detail={"held_by": reviewer.get_username(), "why": "answered"},
         )
     broadcast.queue_change_on_commit(locked)
-    vote.needed = _needed(votes, policy)  # type: ignore[attr-defined]
+    vote.needed = quorum.needed  # type: ignore[attr-defined]
     return vote
-
-
-def _needed(votes: list[Approval], policy: policies.Policy) -> str:
-    """What a request still waits for, in words: "1 more approval"."""
-    yes = sum(1 for v in votes if v.approves)
-    no = len(votes) - yes
-    more_yes = max(policy.approvals_required - yes, 0)
-    parts = [f"{more_yes} more approval{'s' if more_yes != 1 else ''}"]
-    if policy.rejections_required > 1:
-        more_no = max(policy.rejections_required - no, 0)
-        parts.append(f"{more_no} more rejection{'s' if more_no != 1 else ''} to decline it")
-    return " or ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -519,6 +546,16 @@ class Quorum:
     @property
     def rejections(self) -> int:
         return len(self.votes) - self.approvals
+
+    @property
+    def needed(self) -> str:
+        """What the request still waits for, in words: "1 more approval"."""
+        more_yes = max(self.approvals_required - self.approvals, 0)
+        parts = [f"{more_yes} more approval{'s' if more_yes != 1 else ''}"]
+        if self.rejections_required > 1:
+            more_no = max(self.rejections_required - self.rejections, 0)
+            parts.append(f"{more_no} more rejection{'s' if more_no != 1 else ''} to decline it")
+        return " or ".join(parts)
 
     def voted(self, user: Any) -> Approval | None:
         return next((v for v in self.votes if v.reviewer_id == user.pk), None)
@@ -717,7 +754,8 @@ def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
         original_args=_outcome_and_args(locked, None)[1],
     )
     locked.decided_as(Interrupt.Status.EXPIRED, now)
-    thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=by)
+    outbox.notify_decision(decision, locked)
+    thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
     broadcast.queue_change_on_commit(locked)
     return decision
 

@@ -12,6 +12,14 @@ defaults below; with no matching entry at all the defaults apply too.
 - ``required_group`` (default None): the decider must be in this Django group.
 - ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
   pending request is resolved as expired and the run resumes with a decline.
+- ``assign_to`` (default none): who a new request is routed to, as ``"user:<username>"``
+  and ``"group:<name>"`` strings; they see it under "Assigned to me" and are told. An
+  agent can name more when it asks (``interrupt(..., assign_to=[...])``).
+- ``remind_before`` (default None): seconds before the request expires when a reminder
+  goes out (to its assignees and the subscriptions for ``request.reminder``). Needs
+  ``expires_after``.
+- ``escalate_after`` and ``escalate_to`` (default None): seconds after the reminder when a
+  request still pending is also assigned to the group ``escalate_to``.
 - ``approvals_required`` (default 1): how many distinct reviewers must approve before the
   run goes ahead. Each one is checked like a single decider (role, claim, the rules
   above) and votes once; every vote is recorded (``Approval``), and the one that reaches
@@ -32,6 +40,10 @@ Example::
             "expires_after": 3600,
             "approvals_required": 2,  # two people sign off every transfer
             "rejections_required": 1,  # and any one of them can stop it
+            "assign_to": ["group:finance"],
+            "remind_before": 900,
+            "escalate_after": 600,
+            "escalate_to": "finance-leads",
         },
     }
 
@@ -66,6 +78,11 @@ class Policy:
         """Whether requests under this policy are decided by votes (``Approval`` rows)."""
         return self.approvals_required > 1 or self.rejections_required > 1
 
+    assign_to: tuple[str, ...] = ()
+    remind_before: timedelta | None = None
+    escalate_after: timedelta | None = None
+    escalate_to: str | None = None
+
 
 def _policies() -> dict[str, dict[str, Any]]:
     return getattr(settings, "PORTAL_POLICIES", {}) or {}
@@ -75,7 +92,7 @@ def _keys(agent: str, reason: str) -> tuple[str, ...]:
     return (f"{agent}:{reason}", f"{agent}:*", f"*:{reason}", "*:*")
 
 
-def _seconds(value: Any, key: str) -> timedelta | None:
+def _seconds(value: Any, key: str, name: str = "expires_after") -> timedelta | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -84,8 +101,7 @@ def _seconds(value: Any, key: str) -> timedelta | None:
         return timedelta(seconds=float(value))
     except (TypeError, ValueError):
         raise ValueError(
-            f"PORTAL_POLICIES[{key!r}]['expires_after'] must be seconds or a timedelta, "
-            f"got {value!r}"
+            f"PORTAL_POLICIES[{key!r}][{name!r}] must be seconds or a timedelta, got {value!r}"
         ) from None
 
 
@@ -98,6 +114,22 @@ def _count(value: Any, key: str, name: str) -> int:
             f"more, got {value!r}"
         )
     return value
+
+
+def check_assignees(names: Any, where: str) -> tuple[str, ...]:
+    """``names`` as a tuple of ``"user:<username>"``/``"group:<name>"`` strings; a
+    ``ValueError`` saying what is wrong otherwise."""
+    if names is None:
+        return ()
+    if isinstance(names, str) or not isinstance(names, list | tuple):
+        raise ValueError(f"{where} must be a list like ['group:finance', 'user:alice']")
+    for name in names:
+        kind, _, rest = str(name).partition(":")
+        if not isinstance(name, str) or kind not in ("user", "group") or not rest:
+            raise ValueError(
+                f"{where} has {name!r}; each entry is 'user:<username>' or 'group:<name>'"
+            )
+    return tuple(names)
 
 
 def policy_for(agent: str, reason: str) -> Policy:
@@ -117,8 +149,19 @@ def policy_for(agent: str, reason: str) -> Policy:
                 rejections_required=_count(
                     entry.get("rejections_required"), key, "rejections_required"
                 ),
+                assign_to=check_assignees(
+                    entry.get("assign_to"), f"PORTAL_POLICIES[{key!r}]['assign_to']"
+                ),
+                remind_before=_seconds(entry.get("remind_before"), key, "remind_before"),
+                escalate_after=_seconds(entry.get("escalate_after"), key, "escalate_after"),
+                escalate_to=entry.get("escalate_to") or None,
             )
     return Policy(key="")
+
+
+def configured_keys() -> list[str]:
+    """The ``PORTAL_POLICIES`` keys, as written."""
+    return list(_policies())
 
 
 def expiry_names_agents(reason: str) -> bool:

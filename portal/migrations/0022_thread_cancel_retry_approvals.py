@@ -58,7 +58,7 @@ def _postgres(sql):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0024_audit_events_and_worker_heartbeats"),
+        ("portal", "0028_interrupt_summary"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -126,7 +126,7 @@ def test_the_same_reviewer_cannot_approve_twice(two_of_n, panel):
         answer(request, panel[0])
 
     assert "You already answered this request (approved)" in str(refused.value)
-    assert "needs 1 more approval from other reviewers" in str(refused.value)
+    assert "it needs 1 more approval from other reviewers" in str(refused.value)
     assert Approval.objects.filter(interrupt=request).count() == 1
     assert resumes(request) == 0
 
@@ -340,7 +340,7 @@ def test_the_request_page_shows_each_vote_and_refuses_a_second_one(two_of_n, pan
     page = client.get(f"/interrupts/{request.pk}/").content.decode()
     assert "Approvals: 1 of 2" in page
     assert "<strong>panel-0</strong>" in page and "fine by me" in page
-    assert "You answered this request (approved)" in page
+    assert "You already answered this request (approved)" in page
     assert 'id="decision-form"' not in page
 
     client.force_login(panel[1])
