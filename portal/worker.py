@@ -71,6 +71,7 @@ from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
 from portal import broadcast, outbox, waiting
+from portal.checkpointer import ThreadCancelled
 from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.runs import NOTIFY_CHANNEL, wake
@@ -318,7 +319,11 @@ class Worker:
         )
         if not claimed:
             return None
-        Thread.objects.filter(pk=run.thread_id).update(status=Thread.Status.RUNNING, updated_at=now)
+        # A cancelled thread keeps its status (its runs are cancelled with it, so this
+        # claim only happens if the cancellation commits after the claim read the run).
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=Thread.Status.RUNNING, updated_at=now
+        )
         run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
         run.lease_expires_at = now + timedelta(seconds=self.lease)
         run.started_at = run.started_at or now
@@ -350,6 +355,8 @@ class Worker:
         from portal.registry import UnknownAgentError, compile_agent
 
         thread = Thread.objects.get(pk=run.thread_id)
+        if thread.cancelled_at is not None:
+            return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
         recovered = self._recover(run)
         if isinstance(recovered, Outcome):
             return recovered
@@ -393,6 +400,11 @@ class Worker:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except ThreadCancelled as exc:
+            # Cancelled while running: the write refused was this run's next step (a tool
+            # call among them), so nothing after it happened.
+            log.info("run %s: %s", run.pk, exc)
+            return Outcome(Run.Status.CANCELLED, str(exc))
         except CheckpointConflict as exc:
             # Another writer moved the thread on: a taken-over run's earlier attempt, its
             # lease lost, that stops at its next await. Give the run back, to continue from
@@ -534,7 +546,8 @@ class Worker:
                 lease_expires_at=None,
             )
             if not recorded:
-                log.warning("run %s: finished after losing its lease; outcome dropped", run.pk)
+                # Its lease was taken over, or its thread cancelled (which cancels the run).
+                log.warning("run %s: no longer this worker's; outcome dropped", run.pk)
                 return
             run.status, run.error, run.finished_at = outcome.status, outcome.error, now
             self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
@@ -561,7 +574,9 @@ class Worker:
             status = Thread.Status.DONE
         else:
             status = Thread.Status.IDLE
-        Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=status, updated_at=timezone.now()
+        )
         if failed:
             # Told to whoever subscribed, in the transaction that records the failure.
             agent = Thread.objects.filter(pk=run.thread_id).values_list("agent", flat=True).first()
