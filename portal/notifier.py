@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 # How often the notifier looks for requests due a reminder or an escalation.
 ROUTING_CHECK_SECONDS = 5.0
+# Rows taken per transaction.
+DISPATCH_BATCH = 50
+SEND_BATCH = 20
 
 _wake = outbox.wake_event
 
@@ -146,10 +149,18 @@ class Notifier:
             self._last_routing = now
             reminded, escalated = assignments.requests_remind_and_escalate()
             done += reminded + escalated
-        while fanned := outbox_dispatch():
+        # A full batch means more may be waiting, a short one that all that was due is
+        # taken: so a round tries each due delivery once, however short its backoff.
+        while True:
+            fanned = outbox_dispatch(batch=DISPATCH_BATCH)
             done += fanned
-        while sent := outbox.outbox_deliver():
+            if fanned < DISPATCH_BATCH:
+                break
+        while True:
+            sent = outbox.outbox_deliver(batch=SEND_BATCH)
             done += sent
+            if sent < SEND_BATCH:
+                break
         return done
 
     def run_forever(self, *, once: bool = False) -> int:
