@@ -24,7 +24,7 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from portal import assignments, outbox
+from portal import assignments, loops, outbox
 from portal.models import Delivery, Notification, Subscription
 
 log = logging.getLogger(__name__)
@@ -196,41 +196,17 @@ class Notifier:
         _wake.set()
 
 
-_embedded: tuple[Notifier, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Notifier(name=f"embedded:{os.getpid()}"), thread_name="portal-notifier"
+)
 
 
 def start_embedded_notifier() -> Notifier:
     """Run the notifier loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running notifier."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            notifier = Notifier(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(notifier,), name="portal-notifier", daemon=True
-            )
-            thread.start()
-            _embedded = (notifier, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_notifier(timeout: float = 10) -> None:
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        notifier, thread = _embedded
-        _embedded = None
-    notifier.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(notifier: Notifier) -> None:
-    while not notifier.stopping.is_set():
-        try:
-            notifier.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded notifier crashed; restarting in 1s")
-            time.sleep(1)
-    connection.close()
+    """Stop the embedded notifier after its current round (tests, orderly shutdown)."""
+    _embedded.stop(timeout)
