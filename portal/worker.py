@@ -70,7 +70,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast, outbox, waiting
+from portal import broadcast, loops, outbox, waiting
 from portal.checkpointer import ThreadCancelled
 from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
@@ -681,43 +681,17 @@ def _input_problem(payload: Any) -> str:
 
 # -- the embedded worker ---------------------------------------------------------------
 
-_embedded: tuple[Worker, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Worker(name=f"embedded:{os.getpid()}"), thread_name="portal-worker"
+)
 
 
 def start_embedded_worker() -> Worker:
     """Run the worker loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running worker."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            worker = Worker(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(worker,), name="portal-worker", daemon=True
-            )
-            thread.start()
-            _embedded = (worker, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_worker(timeout: float = 10) -> None:
     """Stop the embedded worker after its current run (tests, orderly shutdown)."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        worker, thread = _embedded
-        _embedded = None
-    worker.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(worker: Worker) -> None:
-    while not worker.stopping.is_set():
-        try:
-            worker.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded worker crashed; restarting in 1s")
-            time.sleep(1)
-    # Django opened this thread's connection; nobody else will close it.
-    connection.close()
+    _embedded.stop(timeout)
