@@ -180,6 +180,7 @@ def outbox_enqueue(
     if interrupt is not None:
         agent, reason = agent or interrupt.agent, reason or interrupt.reason
         thread_id = thread_id or interrupt.thread_id
+    now = timezone.now()
     with transaction.atomic():
         note = Notification.objects.create(
             kind=kind,
@@ -188,13 +189,14 @@ def outbox_enqueue(
             reason=reason,
             interrupt=interrupt,
             thread_id=thread_id,
+            created_at=now,
+            # A named target needs no fan-out: its one delivery is written here.
+            dispatched_at=now if to is not None else None,
         )
         if to is not None:
             Delivery.objects.create(
                 notification=note, channel=to.channel, target=to.target, secret=to.secret
             )
-            note.dispatched_at = note.created_at
-            note.save(update_fields=["dispatched_at"])
         wake_on_commit()
     return note
 
