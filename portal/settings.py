@@ -374,6 +374,20 @@ if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)
     raise ImproperlyConfigured(
         f"PORTAL_API_RATE must be count/period like 120/m or 10/s, got {PORTAL_API_RATE!r}"
     )
+# --- observability (portal/observability.py) -------------------------------------------
+# A bearer token Prometheus sends to /metrics/prometheus (users with the metrics
+# permission may also open it with their session). Unset: sessions only.
+PORTAL_METRICS_TOKEN = os.environ.get("PORTAL_METRICS_TOKEN", "").strip()
+if PORTAL_METRICS_TOKEN and len(PORTAL_METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "PORTAL_METRICS_TOKEN must be at least 32 characters (generate one with "
+        "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'), or unset"
+    )
+# /healthz answers 503 when no worker has sent a heartbeat for this many seconds. 0 (the
+# default): the freshest heartbeat's age is reported but not judged, so a load balancer
+# probing the web processes does not take them out when only the workers are down.
+PORTAL_HEALTH_WORKER_MAX_AGE = env_int("PORTAL_HEALTH_WORKER_MAX_AGE", 0)
+
 # Per agent and reason policies; "*" matches any. See portal/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},

@@ -71,13 +71,16 @@ from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
 from portal import broadcast
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Run, Thread, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "portal_runs"
 # How often an idle worker looks for requests whose expires_at has passed.
 EXPIRY_CHECK_SECONDS = 5.0
+# How often a worker's loop records that it is alive (WorkerHeartbeat); while a run holds
+# the loop, the run's lease heartbeat records it instead.
+HEARTBEAT_SECONDS = 5.0
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
 # so their poll only has to notice expired leases; SQLite workers in other processes
 # have nothing but the poll.
@@ -123,6 +126,13 @@ def _lease_until(seconds: float) -> Any:
     return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
 
 
+def beat(name: str) -> None:
+    """Record that worker ``name`` is alive now, on the database's clock (the one the
+    health check and the metrics compare against)."""
+    if not WorkerHeartbeat.objects.filter(name=name).update(beat_at=Now()):
+        WorkerHeartbeat.objects.create(name=name, started_at=Now(), beat_at=Now())
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str  # a Run.Status value
@@ -158,6 +168,8 @@ class _Heartbeat(threading.Thread):
                     if time.monotonic() - renewed_at < self.lease:
                         continue
                     renewed = 0
+                if renewed:
+                    self._beat_worker()
                 if not renewed:
                     self.lost = True
                     log.warning("run %s: lease lost to another worker", self.run_id)
@@ -167,6 +179,13 @@ class _Heartbeat(threading.Thread):
                 renewed_at = time.monotonic()
         finally:
             connection.close()
+
+    def _beat_worker(self) -> None:
+        # The worker's loop is busy with this run: its liveness is beaten from here.
+        try:
+            WorkerHeartbeat.objects.filter(name=self.owner).update(beat_at=Now())
+        except Exception:
+            log.warning("run %s: recording the worker's heartbeat failed", self.run_id)
 
     def stop(self) -> None:
         self.halt.set()
@@ -191,6 +210,7 @@ class Worker:
         self.stopping = threading.Event()
         self._listener: Any = None
         self._last_expiry = -EXPIRY_CHECK_SECONDS
+        self._last_beat = -HEARTBEAT_SECONDS
         # One event loop for the worker's life (a loop per run costs a thread and a new
         # channel-layer connection each time), and on PostgreSQL one async connection the
         # checkpointer writes through without hopping threads.
@@ -210,6 +230,7 @@ class Worker:
             while not self.stopping.is_set():
                 _refresh_connections()
                 _wake.clear()
+                self._beat()
                 self._expire_due()
                 try:
                     run = self.claim()
@@ -238,6 +259,7 @@ class Worker:
         finally:
             self._close_listener()
             self._close_loop()
+            self._forget_heartbeat()
             _refresh_connections()
         log.info("worker %s stopped after %d runs", self.name, done)
         return done
@@ -245,6 +267,25 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
         _wake.set()
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat < HEARTBEAT_SECONDS:
+            return
+        self._last_beat = now
+        try:
+            beat(self.name)
+        except Exception:
+            # The health check will see the heartbeat age; the loop goes on (claiming
+            # reports a database that is really gone).
+            log.warning("worker %s: recording its heartbeat failed", self.name, exc_info=True)
+
+    def _forget_heartbeat(self) -> None:
+        # A worker that stops in order takes its row away; only a dead one leaves it ageing.
+        try:
+            WorkerHeartbeat.objects.filter(name=self.name).delete()
+        except Exception:
+            log.warning("worker %s: removing its heartbeat failed", self.name, exc_info=True)
 
     def _expire_due(self) -> None:
         # Overdue requests are declined here, so expiry needs no cron job; several

@@ -94,6 +94,7 @@ GET  /history/actions/ htmx                 login 403   403   403   200   200   
 GET  /history/actions/export.csv            login 403   403   403   200   200   403   403   200
 GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
+GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
 GET  /api/                                  404   404   404   404   404   404   404   404   404
 GET  /api/openapi.json                      200   200   200   200   200   200   200   200   200
 GET  /api/docs                              200   200   200   200   200   200   200   200   200
@@ -204,6 +205,7 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/actions/export.csv"): ("/history/actions/export.csv", None),
         ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
+        ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
         ("GET", "/api/"): ("/api/", None),
         ("GET", "/api/openapi.json"): ("/api/openapi.json", None),
         ("GET", "/api/docs"): ("/api/docs", None),
