@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, QuerySet, Window
@@ -40,7 +41,7 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, roles
+from portal import access, roles, waiting
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
@@ -49,6 +50,7 @@ from portal.models import (
     AuditEvent,
     Checkpoint,
     Interrupt,
+    Run,
     Thread,
     audit_record,
     password_fingerprint,
@@ -60,6 +62,8 @@ TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# The longest a waiting GET holds its answer back.
+WAIT_MAX_SECONDS = 30
 
 
 def hash_token(token: str) -> str:
@@ -502,26 +506,65 @@ def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
         raise ApiProblem(404, f"No thread {thread_id} that you can see.") from exc
 
 
+class WaitParams(Schema):
+    wait: float = Field(
+        0,
+        ge=0,
+        le=WAIT_MAX_SECONDS,
+        description=(
+            "Seconds to wait, at most "
+            f"{WAIT_MAX_SECONDS:g}, for the thread's queued or running work to finish or "
+            "pause before answering. The answer comes as soon as it does; at the limit, "
+            "the thread as it is then (still `running`, or `idle` while queued)."
+        ),
+    )
+
+
+def _thread_busy(thread_id: Any) -> bool:
+    return Run.objects.filter(
+        thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
+    ).exists()
+
+
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
-def get_thread(request: HttpRequest, thread_id: str) -> Any:
-    """A thread's status, its messages and the request it waits on (if any)."""
-    thread = _thread_or_404(request, thread_id)
+async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitParams]) -> Any:
+    """A thread's status, its messages and the request it waits on (if any).
+
+    With ``?wait=<seconds>`` the answer waits until nothing of the thread is queued or
+    running (its run paused, finished or failed), or until the seconds have passed: poll
+    with it instead of polling often."""
+    thread = await sync_to_async(_thread_or_404)(request, thread_id)
+    if params.wait:
+        key = waiting.thread_key(thread.pk)
+
+        async def settled() -> bool:
+            return not await sync_to_async(_thread_busy)(thread.pk)
+
+        await waiting.await_until(key, settled, seconds=params.wait)
+    return await sync_to_async(_thread_out)(request, thread.pk)
+
+
+def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
+    # Built here, in a thread, because the schema's resolvers may read the database.
+    thread = Thread.objects.get(pk=thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
     pending = None
     if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
         pending_id = (snapshot.interrupt or {}).get("id")
         pending = _visible_interrupts(_user(request)).filter(pk=pending_id).first()
-    return {
-        "id": str(thread.pk),
-        "agent": thread.agent,
-        "status": thread.status,
-        "title": thread.title,
-        "created_at": thread.created_at,
-        "updated_at": thread.updated_at,
-        "messages": messages,
-        "pending_interrupt": pending,
-    }
+    return ThreadOut.model_validate(
+        {
+            "id": str(thread.pk),
+            "agent": thread.agent,
+            "status": thread.status,
+            "title": thread.title,
+            "created_at": thread.created_at,
+            "updated_at": thread.updated_at,
+            "messages": messages,
+            "pending_interrupt": pending,
+        }
+    )
 
 
 @api.post(

@@ -25,10 +25,10 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
-from django.utils import timezone  # audit helper (issue 7)
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from portal import trail
+from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -222,6 +222,7 @@ class Interrupt(models.Model):
         caller records in the same transaction: the only way a request is marked decided."""
         self.status, self.resolved_at, self.decided = status, at, True
         self.save(update_fields=["status", "resolved_at", "decided"])
+        waiting.changed(waiting.interrupt_key(self.pk))
 
     @property
     def is_pending(self) -> bool:
@@ -279,7 +280,7 @@ class Decision(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     original_args = models.JSONField(null=True, blank=True)
     executed_args = models.JSONField(null=True, blank=True)
-    # --- audit helper (issue 7): a default, not auto_now_add, so the time is known before
+    # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/audit.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Tamper evidence (a hash chain over decisions); filled in by a later change.
@@ -303,9 +304,7 @@ class Decision(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
-        # --- audit helper (issue 7): chain the decision's hashes on insert (portal/audit.py).
-        from portal import audit
-
+        # Chain the decision's hashes on insert (portal/audit.py).
         with audit.sealing(self, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 

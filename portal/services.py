@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, worker
+from portal import broadcast, runs
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
@@ -104,7 +104,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
             status=Thread.Status.IDLE,
         )
         run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return thread, run
 
 
@@ -118,7 +118,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = 
     _check_size(payload, "the decision")
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -190,7 +190,7 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         run = Run.objects.create(
             thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
         )
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -229,7 +229,7 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.audit import verify_chain
-from portal.models import AuditEvent
+from portal.models import AuditEvent, Decision
 from portal.trail import verify_events
 
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         expect_head = _head_option(options, "expect_head")
         expect_event_head = _head_option(options, "expect_event_head")
         batch, db = options["batch_size"], options["database"]
-        report = verify_chain(batch_size=batch, using=db, expect_head=expect_head)
+        report = verify_chain(Decision.objects.using(db), batch_size=batch, expect_head=expect_head)
         events = verify_events(
             AuditEvent.objects.using(db), batch_size=batch, expect_head=expect_event_head
         )
