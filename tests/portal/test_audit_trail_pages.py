@@ -175,3 +175,16 @@ def test_the_page_reads_one_page_of_rows_in_one_query_whatever_the_trail_length(
     assert AuditEvent.objects.count() > history.PAGE_SIZE
     with django_assert_max_num_queries(8):
         client.get(PAGE)
+
+
+def test_the_admin_shows_the_trail_read_only(client, admin_user, trail):
+    client.force_login(admin_user)
+    listing = client.get(reverse("admin:portal_auditevent_changelist"))
+    assert listing.status_code == 200
+    assert "rob-reviewer" in listing.content.decode()
+    detail = client.get(reverse("admin:portal_auditevent_change", args=[trail[3].pk]))
+    assert "203.0.113.9" in detail.content.decode()
+    delete = reverse("admin:portal_auditevent_delete", args=[trail[3].pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 403
+    assert client.get(reverse("admin:portal_auditevent_add")).status_code == 403
+    assert AuditEvent.objects.filter(pk=trail[3].pk).exists()
