@@ -28,7 +28,16 @@ from prometheus_client.core import (
     Metric,
 )
 
-from portal.models import WITHDRAWN, Decision, Interrupt, Run, WorkerHeartbeat
+from portal.models import (
+    WITHDRAWN,
+    Decision,
+    Delivery,
+    Interrupt,
+    Notification,
+    Run,
+    WorkerHeartbeat,
+)
+from portal.outbox import outbox_backlog
 
 __all__ = ["CONTENT_TYPE_LATEST", "Health", "health", "metrics_text", "token_matches"]
 
@@ -151,11 +160,32 @@ def token_matches(header: str) -> bool:
     return hmac.compare_digest(token.strip().encode(), expected.encode())
 
 
-def outbox_backlog() -> int | None:
-    """Notifications written but not yet delivered. The portal has no notification outbox
-    yet: None, and the gauge is left out rather than reported as an invented zero. Once
-    the outbox table exists, count its undelivered rows here."""
-    return None
+def _outbox(now: Any) -> Iterator[Metric]:
+    counts = outbox_backlog()
+    backlog = GaugeMetricFamily(
+        "portal_outbox_backlog",
+        "Notifications still owed: not yet fanned out to subscriptions (undispatched), "
+        "and deliveries not yet sent, retries included (pending).",
+        labels=["stage"],
+    )
+    for stage in ("undispatched", "pending"):
+        backlog.add_metric([stage], counts[stage])
+    yield backlog
+    yield GaugeMetricFamily(
+        "portal_outbox_given_up",
+        "Deliveries whose every attempt failed (the admin's delivery log says why).",
+        value=counts["failed"],
+    )
+    owed = [
+        Notification.objects.filter(dispatched_at__isnull=True).aggregate(at=Min("created_at")),
+        Delivery.objects.filter(status=Delivery.Status.PENDING).aggregate(at=Min("created_at")),
+    ]
+    known = [row["at"] for row in owed if row["at"] is not None]
+    yield GaugeMetricFamily(
+        "portal_outbox_oldest_age_seconds",
+        "How long the oldest notification still owed has waited (0 when none is).",
+        value=max((now - min(known)).total_seconds(), 0.0) if known else 0.0,
+    )
 
 
 def _waited(end: str, start: str) -> ExpressionWrapper[Any]:
@@ -282,11 +312,7 @@ class _PortalCollector:
         yield from _decisions()
         yield from _runs()
         yield from _workers()
-        backlog = outbox_backlog()
-        if backlog is not None:
-            yield GaugeMetricFamily(
-                "portal_outbox_backlog", "Notifications not yet delivered.", value=backlog
-            )
+        yield from _outbox(now)
 
 
 def metrics_text() -> bytes:

@@ -14,15 +14,26 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from portal import observability
-from portal.models import Decision, Interrupt, Run, Thread, WorkerHeartbeat
+from portal import observability, outbox
+from portal.models import (
+    Decision,
+    Interrupt,
+    Notification,
+    Run,
+    Subscription,
+    Thread,
+    WorkerHeartbeat,
+)
+from portal.notifier import outbox_dispatch
 from portal.worker import beat
 from tests.factories import make_decision, make_interrupt, make_thread
+from tests.loopback import WebhookReceiver
 from tests.portal.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.django_db
 
 TOKEN = "t" * 40
+STAGES = ("undispatched", "pending")
 
 
 def _closed_port() -> int:
@@ -262,9 +273,37 @@ def test_worker_heartbeats_are_exposed_per_worker(scraper):
     assert _value(metrics["portal_workers"], "portal_workers") == 2
 
 
-def test_the_outbox_backlog_is_left_out_until_there_is_an_outbox(scraper):
-    assert observability.outbox_backlog() is None
-    assert "portal_outbox_backlog" not in scraper()
+def test_the_outbox_backlog_follows_notifications_until_they_are_delivered(scraper):
+    """Real fan-out and delivery to a receiver on loopback; only the counts are read."""
+    with WebhookReceiver("whsec-metrics-0123456789") as receiver:
+        outbox.subscription_save(
+            subscription=Subscription(
+                name="ops", channel="webhook", target=receiver.url, secret=receiver.secret
+            ),
+            user=None,
+        )
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"run": {"error": "boom"}})
+        Notification.objects.update(created_at=timezone.now() - timedelta(minutes=3))
+
+        def backlog():
+            metrics = scraper()
+            samples = metrics["portal_outbox_backlog"]
+            oldest = metrics["portal_outbox_oldest_age_seconds"][0][2]
+            stages = {s: _value(samples, "portal_outbox_backlog", stage=s) for s in STAGES}
+            return stages, oldest
+
+        stages, oldest = backlog()
+        assert stages == {"undispatched": 1, "pending": 0}
+        assert 170 < oldest < 300
+        assert outbox_dispatch() == 1
+        stages, oldest = backlog()
+        assert stages == {"undispatched": 0, "pending": 1}
+        assert oldest < 60  # the delivery was written just now
+        assert outbox.outbox_deliver() == 1
+        assert backlog() == ({"undispatched": 0, "pending": 0}, 0.0)
+        assert len(receiver.requests) == 1
+    given_up = scraper()["portal_outbox_given_up"]
+    assert _value(given_up, "portal_outbox_given_up") == 0
 
 
 def test_two_scrapes_agree_whichever_process_answers(scraper, reviewer):
