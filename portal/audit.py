@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,8 +40,8 @@ from typing import Any
 from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
-# pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
-# nothing else in the database uses it ("portal" in ASCII).
+# pg_advisory_xact_lock key for "the chains' heads" (decisions' and audit events'); any
+# constant works as long as nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
 
 # The decision's own fields, in the order they appear in the canonical form.
@@ -119,7 +119,11 @@ def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def _lock_chain(using: str) -> None:
+def lock_chain(using: str) -> None:
+    """Hold the chains' lock until the current transaction ends. One lock for both chains
+    (decisions and ``portal.trail``'s events): an action that appends to both in one
+    transaction (a withdrawal) takes one lock, so two such transactions cannot take two
+    locks in opposite orders and deadlock."""
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -129,30 +133,40 @@ def _lock_chain(using: str) -> None:
 
 
 @contextmanager
-def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
+def appending(row: Any, *, seal: Callable[[Any], None], using: str | None = None) -> Iterator[None]:
+    """Link ``row`` to its chain's head (``prev_hash``), let ``seal`` fill in its own
+    hashes, and keep the chain locked until the transaction ends. The insert must happen
+    inside the ``with`` block (the models' ``save`` does so)."""
+    model = type(row)
+    db = using or router.db_for_write(model, instance=row)
+    with transaction.atomic(using=db):
+        # The race: two rows committed at the same moment would both read the same chain
+        # head and both store it as prev_hash, forking the chain. The transaction-level
+        # advisory lock is held from reading the head until this insert commits, so the
+        # second one waits and then reads the first one's hash.
+        lock_chain(db)
+        heads = model._default_manager.using(db).order_by("-id")
+        head = heads.values_list("hash", flat=True).first()
+        row.prev_hash = head if head is not None else GENESIS
+        seal(row)
+        yield
+
+
+def _seal_decision(decision: Any) -> None:
+    decision.payload_hash = payload_hash(_fields_of(decision.interrupt, PAYLOAD_FIELDS))
+    decision.hash = decision_hash(
+        _fields_of(decision, DECISION_FIELDS),
+        prev_hash=decision.prev_hash,
+        payload=decision.payload_hash,
+    )
+
+
+def sealing(decision: Any, *, using: str | None = None) -> AbstractContextManager[None]:
     """Fill in the decision's hashes and keep the chain locked until its transaction ends.
 
     The insert must happen inside the ``with`` block (``Decision.save`` does so).
     """
-    model = type(decision)
-    db = using or router.db_for_write(model, instance=decision)
-    with transaction.atomic(using=db):
-        # The race: two decisions committed at the same moment would both read the same
-        # chain head and both store it as prev_hash, forking the chain. The transaction-
-        # level advisory lock is held from reading the head until this insert commits, so
-        # the second decision waits and then reads the first one's hash.
-        _lock_chain(db)
-        heads = model._default_manager.using(db).order_by("-id")
-        head = heads.values_list("hash", flat=True).first()
-        decision.prev_hash = head if head is not None else GENESIS
-        interrupt = decision.interrupt
-        decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
-        decision.hash = decision_hash(
-            _fields_of(decision, DECISION_FIELDS),
-            prev_hash=decision.prev_hash,
-            payload=decision.payload_hash,
-        )
-        yield
+    return appending(decision, seal=_seal_decision, using=using)
 
 
 # --- verification ---------------------------------------------------------------------
@@ -160,11 +174,12 @@ def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int | None  # None: the break is before any decision left
+    decision_id: int | None  # the row's id; None: the break is before any row left
     reason: str
+    what: str = "decision"  # the kind of row: "decision", "event"
 
     def __str__(self) -> str:
-        where = "the start" if self.decision_id is None else f"decision {self.decision_id}"
+        where = "the start" if self.decision_id is None else f"{self.what} {self.decision_id}"
         return f"{where}: {self.reason}"
 
 
@@ -179,10 +194,65 @@ class ChainReport:
         return self.broken is None
 
 
+def _link_problem(what: str, row: dict[str, Any], expected_prev: str, prev_id: Any) -> str | None:
+    if row["prev_hash"] == expected_prev:
+        return None
+    a = "an" if what[0] in "aeiou" else "a"
+    if prev_id is None:
+        return (
+            f"deleted row: this is the first {what} left but its prev_hash is not the "
+            f"genesis value, so earlier {what}s were removed"
+        )
+    return (
+        f"deleted row: prev_hash does not match the hash of {what} {prev_id}, the row "
+        f"before it ({a} {what} in between was deleted, or that row was rewritten)"
+    )
+
+
+def walk_chain(
+    rows: models.QuerySet[Any],
+    columns: tuple[str, ...],
+    check: Callable[[dict[str, Any]], str | None],
+    *,
+    what: str,
+    batch_size: int = 2000,
+    expect_head: str | None = None,
+) -> ChainReport:
+    """Walk a chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
+    memory stays flat however long the chain is), and report the first broken link:
+    a row ``check`` refuses (its own hashes), or a row whose ``prev_hash`` is not the hash
+    of the row before it. ``columns`` must hold ``id``, ``prev_hash`` and ``hash``.
+
+    ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
+    that lost its newest rows is still consistent with itself; it is broken if that hash
+    is no longer one of its rows' (rows added since are fine)."""
+    expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
+    head_seen = expect_head in (None, GENESIS)
+    while True:
+        batch = list(rows.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
+        for row in batch:
+            reason = check(row) or _link_problem(what, row, expected_prev, prev_id)
+            if reason is not None:
+                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, what))
+            expected_prev, prev_id = row["hash"], row["id"]
+            head_seen = head_seen or row["hash"] == expect_head
+            count += 1
+        if len(batch) < batch_size:
+            if not head_seen:
+                reason = (
+                    f"deleted rows: the head recorded earlier ({expect_head}) is in the chain "
+                    f"no more, so the {what}s after this one, up to that head, were deleted "
+                    "(or the chain was rewritten)"
+                )
+                return ChainReport(count, expected_prev, BrokenLink(prev_id, reason, what))
+            return ChainReport(count, expected_prev, None)
+        last_id = batch[-1]["id"]
+
+
 _PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
 
 
-def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> str | None:
+def _check_decision(row: dict[str, Any]) -> str | None:
     stored = decision_hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
     if stored != row["hash"]:
         return (
@@ -196,38 +266,14 @@ def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> 
             f"payload changed: interrupt {row['interrupt_id']} no longer matches the payload "
             "the reviewer saw when deciding"
         )
-    if row["prev_hash"] != expected_prev:
-        if prev_id is None:
-            return (
-                "deleted row: this is the first decision left but its prev_hash is not the "
-                "genesis value, so earlier decisions were removed"
-            )
-        return (
-            f"deleted row: prev_hash does not match the hash of decision {prev_id}, the row "
-            "before it (a decision in between was deleted, or that row was rewritten)"
-        )
     return None
-
-
-def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
-    return BrokenLink(
-        last_id,
-        f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
-        "the decisions after this one, up to that head, were deleted (or the chain was "
-        "rewritten)",
-    )
 
 
 def verify_chain(
     decisions: models.QuerySet[Any], *, batch_size: int = 2000, expect_head: str | None = None
 ) -> ChainReport:
-    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check) in
-    ``id`` order, ``batch_size`` rows at a time (keyset pagination, so memory stays flat
-    however long the chain is), and report the first broken link.
-
-    ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
-    that lost its newest rows is still consistent with itself; it is broken if that hash
-    is no longer one of its decisions' (decisions added since are fine)."""
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check) and
+    report the first broken link (see ``walk_chain``)."""
     columns = (
         "id",
         *DECISION_FIELDS,
@@ -236,20 +282,11 @@ def verify_chain(
         "hash",
         *_PAYLOAD_COLUMNS,
     )
-    expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
-    head_seen = expect_head in (None, GENESIS)
-    while True:
-        batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
-        for row in batch:
-            reason = _check_row(row, expected_prev, prev_id)
-            if reason is not None:
-                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason))
-            expected_prev, prev_id = row["hash"], row["id"]
-            head_seen = head_seen or row["hash"] == expect_head
-            count += 1
-        if len(batch) < batch_size:
-            if not head_seen:
-                assert expect_head is not None
-                return ChainReport(count, expected_prev, _missing_head(expect_head, prev_id))
-            return ChainReport(count, expected_prev, None)
-        last_id = batch[-1]["id"]
+    return walk_chain(
+        decisions,
+        columns,
+        _check_decision,
+        what="decision",
+        batch_size=batch_size,
+        expect_head=expect_head,
+    )

@@ -57,10 +57,10 @@ class Command(BaseCommand):
             problems.append(
                 f"first broken link: {report.broken} ({report.count} decisions before it verified)"
             )
-        if not events.ok:
+        if events.broken is not None:
             problems.append(
-                f"first broken link in the audit trail: {events} ({events.count} events "
-                "before it verified)"
+                f"first broken link in the audit trail: {events.broken} ({events.count} "
+                "events before it verified)"
             )
         if problems:
             raise CommandError("; ".join(problems), returncode=2)
