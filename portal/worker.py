@@ -82,6 +82,9 @@ EXPIRY_CHECK_SECONDS = 5.0
 # How often a worker's loop records that it is alive (WorkerHeartbeat); while a run holds
 # the loop, the run's lease heartbeat records it instead.
 HEARTBEAT_SECONDS = 5.0
+# A heartbeat row this old belongs to a worker killed long ago; the next worker to start
+# removes it.
+HEARTBEAT_FORGET_SECONDS = 86_400.0
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
 # so their poll only has to notice expired leases; SQLite workers in other processes
 # have nothing but the poll.
@@ -119,6 +122,9 @@ def beat(name: str) -> None:
     """Record that worker ``name`` is alive now, on the database's clock (the one the
     health check and the metrics compare against)."""
     if not WorkerHeartbeat.objects.filter(name=name).update(beat_at=Now()):
+        # A new worker. Rows of workers killed long ago go now: each is a label the
+        # metrics would otherwise carry for ever.
+        WorkerHeartbeat.objects.filter(beat_at__lt=_lease_until(-HEARTBEAT_FORGET_SECONDS)).delete()
         WorkerHeartbeat.objects.create(name=name, started_at=Now(), beat_at=Now())
 
 

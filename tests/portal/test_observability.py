@@ -171,6 +171,17 @@ def test_a_killed_workers_heartbeat_stays_behind_and_ages(spawn, settings):
     assert WorkerHeartbeat.objects.filter(name="hb-killed").exists()
 
 
+def test_a_starting_worker_clears_heartbeats_of_workers_killed_a_day_ago():
+    now = timezone.now()
+    for name, age in (("long-dead", timedelta(days=2)), ("recently-dead", timedelta(hours=2))):
+        WorkerHeartbeat.objects.create(name=name, started_at=now - age, beat_at=now - age)
+    beat("w-new")
+    assert set(WorkerHeartbeat.objects.values_list("name", flat=True)) == {
+        "recently-dead",
+        "w-new",
+    }
+
+
 # --- Prometheus -------------------------------------------------------------------------
 
 
