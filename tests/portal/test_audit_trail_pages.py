@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal import history
 from portal.history import EVENT_COLUMNS
 from portal.models import AuditEvent, audit_record
+from tests.factories import make_interrupt
 
 pytestmark = pytest.mark.django_db
 
@@ -99,6 +100,16 @@ def test_pages_follow_a_cursor_without_gaps_or_repeats(client, auditor, trail, m
             break
         params = {"action": "interrupt.", "after": page.next_cursor.encode()}
     assert seen == [trail[2].pk, trail[1].pk, trail[0].pk]
+
+
+def test_actions_on_requests_and_threads_link_to_them(client, auditor, reviewer):
+    interrupt = make_interrupt()
+    audit_record(action="interrupt.claim", actor=reviewer, target=interrupt)
+    audit_record(action="thread.retry", actor=reviewer, target=interrupt.thread)
+    client.force_login(auditor)
+    page = client.get(PAGE).content.decode()
+    assert f'href="{reverse("interrupt_detail", args=[interrupt.pk])}"' in page
+    assert f'href="{reverse("thread_detail", args=[interrupt.thread_id])}"' in page
 
 
 def test_an_htmx_request_gets_only_the_results_region(client, auditor, trail):
