@@ -36,7 +36,7 @@ from typing import Any, Literal
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, QuerySet, Window
+from django.db.models import F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
@@ -50,7 +50,7 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, follow, history, paging, roles, waiting
+from portal import access, follow, history, paging, policies, roles, waiting
 from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import (
@@ -63,6 +63,7 @@ from portal.errors import InputError, InterruptNotPending
 from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
+    Approval,
     AuditEvent,
     Checkpoint,
     Decision,
@@ -424,6 +425,19 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 
+class ApprovalOut(Schema):
+    reviewer: str = Field(..., description="Who answered (their username).")
+    outcome: str = Field(
+        ..., description="How: approved counts towards going ahead; anything else against."
+    )
+    note: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_reviewer(obj: Approval) -> str:
+        return str(obj.reviewer.get_username())
+
+
 class InterruptOut(Schema):
     id: str
     thread_id: str
@@ -451,6 +465,32 @@ class InterruptOut(Schema):
             '"args": "text"} or {"type": "ignore"}; any other type is refused (422).'
         ),
     )
+
+    approvals_required: int = Field(
+        1,
+        description="How many distinct reviewers must approve before the run goes ahead "
+        "(the request's policy).",
+    )
+    rejections_required: int = Field(
+        1, description="How many distinct reviewers must decline before it is declined."
+    )
+    approvals: list[ApprovalOut] = Field(
+        [],
+        description="The answers recorded so far on a request that needs several "
+        "reviewers, oldest first: who, how and when.",
+    )
+
+    @staticmethod
+    def resolve_approvals_required(obj: Interrupt) -> int:
+        return policies.policy_for(obj.agent, obj.reason).approvals_required
+
+    @staticmethod
+    def resolve_rejections_required(obj: Interrupt) -> int:
+        return policies.policy_for(obj.agent, obj.reason).rejections_required
+
+    @staticmethod
+    def resolve_approvals(obj: Interrupt) -> list[Approval]:
+        return list(obj.approvals.all())
 
     @staticmethod
     def resolve_user_message(obj: Interrupt) -> str | None:
@@ -507,9 +547,19 @@ class ResumeIn(Schema):
 
 class ResumeOut(Schema):
     thread_id: str
-    run_id: str
-    decision_id: int
+    run_id: str | None = Field(
+        ..., description="The queued resume; null while the request waits for more reviewers."
+    )
+    decision_id: int | None = Field(
+        ..., description="The decision; null while the request waits for more reviewers."
+    )
     outcome: str
+    approval_id: int | None = Field(
+        None, description="Your vote, on a request that needs several reviewers."
+    )
+    waiting_for: str | None = Field(
+        None, description='What the request still waits for, e.g. "1 more approval".'
+    )
 
 
 class InterruptFilter(Schema):
@@ -525,8 +575,11 @@ class InterruptFilter(Schema):
 
 
 def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
-    return Interrupt.objects.select_related("claimed_by").filter(
-        thread__in=access.visible_threads(user)
+    votes = Approval.objects.select_related("reviewer").order_by("id")
+    return (
+        Interrupt.objects.select_related("claimed_by")
+        .prefetch_related(Prefetch("approvals", queryset=votes))
+        .filter(thread__in=access.visible_threads(user))
     )
 
 
@@ -688,20 +741,32 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
     if not roles.can_decide(user):
         raise ApiProblem(403, "Your role cannot decide requests.")
     thread = _thread_or_404(request, thread_id)
-    decision = decision_submit_for_thread(
+    recorded = decision_submit_for_thread(
         thread=thread,
         reviewer=user,
         value=payload.resume,
         resume_interrupt_id=payload.resume_interrupt_id,
         note=payload.note,
     )
+    if isinstance(recorded, Approval):  # a vote; the request waits for more reviewers
+        return Status(
+            202,
+            {
+                "thread_id": str(thread.pk),
+                "run_id": None,
+                "decision_id": None,
+                "outcome": recorded.outcome,
+                "approval_id": recorded.pk,
+                "waiting_for": getattr(recorded, "needed", None),
+            },
+        )
     return Status(
         202,
         {
             "thread_id": str(thread.pk),
-            "run_id": str(decision.resume_run.pk),  # type: ignore[attr-defined]
-            "decision_id": decision.pk,
-            "outcome": decision.outcome,
+            "run_id": str(recorded.resume_run.pk),  # type: ignore[attr-defined]
+            "decision_id": recorded.pk,
+            "outcome": recorded.outcome,
         },
     )
 

@@ -1,4 +1,6 @@
-"""Tamper evidence for decisions: a hash chain over the ``Decision`` table.
+"""Tamper evidence: hash chains over the ``Decision`` table, the ``Approval`` table (each
+reviewer's vote on a request that needs several) and the ``AuditEvent`` table (every other
+action: claims, logins, tokens, withdrawals...). One ``Chain`` describes each.
 
 Every decision stores three hashes, all SHA-256 in hex:
 
@@ -25,14 +27,23 @@ walk) and never imports the model. ``Decision.save()`` calls ``sealing()`` on in
 path that records a decision (the decision service, cancellation, expiry, the admin) goes
 through it. ``bulk_create`` and raw SQL do not, and ``verify_chain`` reports what they
 leave behind.
+
+Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``) and their
+own head: ``Approval.save()`` seals each vote, and ``verify_chain(..., chain=APPROVALS)``
+walks them. A vote and the decision it completes are sealed in one transaction.
+
+Audit events (``EVENTS``) carry no interrupt payload: their hash is
+``sha256(prev_hash + canonical(own fields))``. ``AuditEvent.save()`` seals each one, and
+``portal.models.audit_record`` is the one function that records an event, inside the
+transaction of the action it records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,10 +51,29 @@ from typing import Any
 from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
-# pg_advisory_xact_lock key for "the chains' heads" (decisions' and audit events'); any
-# constant works as long as nothing else in the database uses it ("portal" in ASCII).
+# pg_advisory_xact_lock key for "the chains' heads" (all three share it); any constant
+# works as long as nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
 
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "created_at",
+)
+# An audit event's own fields, in canonical order.
+EVENT_FIELDS = (
+    "created_at",
+    "action",
+    "actor_id",
+    "actor_name",
+    "target_type",
+    "target_id",
+    "detail",
+)
 # The decision's own fields, in the order they appear in the canonical form.
 DECISION_FIELDS = (
     "interrupt_id",
@@ -109,21 +139,51 @@ def payload_hash(interrupt: Mapping[str, Any]) -> str:
     return _sha256(canonical({name: interrupt.get(name) for name in PAYLOAD_FIELDS}))
 
 
+@dataclass(frozen=True)
+class Chain:
+    """One hash chain: the rows' own fields, and whether each row also seals the payload
+    of the interrupt it answers (``payload_hash``)."""
+
+    noun: str  # "decision", "approval", "event": for the reports
+    fields: tuple[str, ...]
+    payload: bool
+    edits: str  # what an edit of a row's fields could have changed, for the reports
+
+    def hash(self, fields: Mapping[str, Any], *, prev_hash: str, payload: str = "") -> str:
+        """The chain hash of one row from its own fields, the previous row's hash and (for
+        a chain with payloads) the payload's hash."""
+        own = canonical({name: fields.get(name) for name in self.fields})
+        return _sha256(prev_hash + own + payload)
+
+
+_ANSWER_EDITS = "a value, note, outcome, reviewer or time"
+DECISIONS = Chain("decision", DECISION_FIELDS, True, _ANSWER_EDITS)
+APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
+EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")
+
+
 def decision_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
     """The chain hash of one decision from its own fields and its two neighbours' hashes."""
-    own = canonical({name: fields.get(name) for name in DECISION_FIELDS})
-    return _sha256(prev_hash + own + payload)
+    return DECISIONS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one approval, as ``decision_hash`` is for a decision."""
+    return APPROVALS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def event_hash(fields: Mapping[str, Any], *, prev_hash: str) -> str:
+    """The chain hash of one audit event from its own fields and the previous event's."""
+    return EVENTS.hash(fields, prev_hash=prev_hash)
 
 
 def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def lock_chain(using: str) -> None:
-    """Hold the chains' lock until the current transaction ends. One lock for both chains
-    (decisions and ``portal.trail``'s events): an action that appends to both in one
-    transaction (a withdrawal) takes one lock, so two such transactions cannot take two
-    locks in opposite orders and deadlock."""
+def _lock_chain(using: str) -> None:
+    # One lock for every chain: an action that appends to two of them in one transaction
+    # (a vote that completes a request, a withdrawal) cannot take two locks in two orders.
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -133,40 +193,32 @@ def lock_chain(using: str) -> None:
 
 
 @contextmanager
-def appending(row: Any, *, seal: Callable[[Any], None], using: str | None = None) -> Iterator[None]:
-    """Link ``row`` to its chain's head (``prev_hash``), let ``seal`` fill in its own
-    hashes, and keep the chain locked until the transaction ends. The insert must happen
-    inside the ``with`` block (the models' ``save`` does so)."""
-    model = type(row)
-    db = using or router.db_for_write(model, instance=row)
+def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[None]:
+    """Fill in the hashes of a row of ``chain`` and keep the chains locked until its
+    transaction ends.
+
+    The insert must happen inside the ``with`` block (``Decision.save``, ``Approval.save``
+    and ``AuditEvent.save`` do so).
+    """
+    model = type(record)
+    db = using or router.db_for_write(model, instance=record)
     with transaction.atomic(using=db):
         # The race: two rows committed at the same moment would both read the same chain
         # head and both store it as prev_hash, forking the chain. The transaction-level
         # advisory lock is held from reading the head until this insert commits, so the
-        # second one waits and then reads the first one's hash.
-        lock_chain(db)
+        # second row waits and then reads the first one's hash.
+        _lock_chain(db)
         heads = model._default_manager.using(db).order_by("-id")
         head = heads.values_list("hash", flat=True).first()
-        row.prev_hash = head if head is not None else GENESIS
-        seal(row)
+        record.prev_hash = head if head is not None else GENESIS
+        payload = ""
+        if chain.payload:
+            record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
+            payload = record.payload_hash
+        record.hash = chain.hash(
+            _fields_of(record, chain.fields), prev_hash=record.prev_hash, payload=payload
+        )
         yield
-
-
-def _seal_decision(decision: Any) -> None:
-    decision.payload_hash = payload_hash(_fields_of(decision.interrupt, PAYLOAD_FIELDS))
-    decision.hash = decision_hash(
-        _fields_of(decision, DECISION_FIELDS),
-        prev_hash=decision.prev_hash,
-        payload=decision.payload_hash,
-    )
-
-
-def sealing(decision: Any, *, using: str | None = None) -> AbstractContextManager[None]:
-    """Fill in the decision's hashes and keep the chain locked until its transaction ends.
-
-    The insert must happen inside the ``with`` block (``Decision.save`` does so).
-    """
-    return appending(decision, seal=_seal_decision, using=using)
 
 
 # --- verification ---------------------------------------------------------------------
@@ -174,12 +226,12 @@ def sealing(decision: Any, *, using: str | None = None) -> AbstractContextManage
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int | None  # the row's id; None: the break is before any row left
+    decision_id: int | None  # the row's id (a decision's, or an approval's); None: the start
     reason: str
-    what: str = "decision"  # the kind of row: "decision", "event"
+    noun: str = "decision"
 
     def __str__(self) -> str:
-        where = "the start" if self.decision_id is None else f"{self.what} {self.decision_id}"
+        where = "the start" if self.decision_id is None else f"{self.noun} {self.decision_id}"
         return f"{where}: {self.reason}"
 
 
@@ -194,99 +246,84 @@ class ChainReport:
         return self.broken is None
 
 
-def _link_problem(what: str, row: dict[str, Any], expected_prev: str, prev_id: Any) -> str | None:
-    if row["prev_hash"] == expected_prev:
-        return None
-    a = "an" if what[0] in "aeiou" else "a"
-    if prev_id is None:
+_PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
+
+
+def _check_row(
+    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: Chain = DECISIONS
+) -> str | None:
+    noun = chain.noun
+    payload = row["payload_hash"] if chain.payload else ""
+    if chain.hash(row, prev_hash=row["prev_hash"], payload=payload) != row["hash"]:
         return (
-            f"deleted row: this is the first {what} left but its prev_hash is not the "
-            f"genesis value, so earlier {what}s were removed"
+            f"edited row: the stored hash does not match the {noun}'s fields "
+            f"({chain.edits} was changed after it was recorded)"
         )
-    return (
-        f"deleted row: prev_hash does not match the hash of {what} {prev_id}, the row "
-        f"before it ({a} {what} in between was deleted, or that row was rewritten)"
+    if chain.payload:
+        seen = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
+        seen["id"] = row["interrupt_id"]
+        if payload_hash(seen) != row["payload_hash"]:
+            return (
+                f"payload changed: interrupt {row['interrupt_id']} no longer matches the "
+                "payload the reviewer saw when deciding"
+            )
+    if row["prev_hash"] != expected_prev:
+        a = "an" if noun[0] in "aeiou" else "a"
+        if prev_id is None:
+            return (
+                f"deleted row: this is the first {noun} left but its prev_hash is not the "
+                f"genesis value, so earlier {noun}s were removed"
+            )
+        return (
+            f"deleted row: prev_hash does not match the hash of {noun} {prev_id}, the row "
+            f"before it ({a} {noun} in between was deleted, or that row was rewritten)"
+        )
+    return None
+
+
+def _missing_head(expected: str, last_id: int | None, noun: str = "decision") -> BrokenLink:
+    return BrokenLink(
+        last_id,
+        f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
+        f"the {noun}s after this one, up to that head, were deleted (or the chain was "
+        "rewritten)",
+        noun,
     )
 
 
-def walk_chain(
-    rows: models.QuerySet[Any],
-    columns: tuple[str, ...],
-    check: Callable[[dict[str, Any]], str | None],
+def verify_chain(
+    decisions: models.QuerySet[Any],
     *,
-    what: str,
     batch_size: int = 2000,
     expect_head: str | None = None,
+    chain: Chain = DECISIONS,
 ) -> ChainReport:
-    """Walk a chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
-    memory stays flat however long the chain is), and report the first broken link:
-    a row ``check`` refuses (its own hashes), or a row whose ``prev_hash`` is not the hash
-    of the row before it. ``columns`` must hold ``id``, ``prev_hash`` and ``hash``.
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check; or
+    every ``Approval`` with ``chain=APPROVALS``, every ``AuditEvent`` with ``chain=EVENTS``)
+    in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so memory stays flat
+    however long the chain is), and report the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
-    is no longer one of its rows' (rows added since are fine)."""
+    is no longer one of its decisions' (decisions added since are fine)."""
+    payload_columns = ("payload_hash", *_PAYLOAD_COLUMNS) if chain.payload else ()
+    columns = ("id", *chain.fields, "prev_hash", "hash", *payload_columns)
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:
-        batch = list(rows.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
+        batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
         for row in batch:
-            reason = check(row) or _link_problem(what, row, expected_prev, prev_id)
+            reason = _check_row(row, expected_prev, prev_id, chain)
             if reason is not None:
-                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, what))
+                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, chain.noun))
             expected_prev, prev_id = row["hash"], row["id"]
             head_seen = head_seen or row["hash"] == expect_head
             count += 1
         if len(batch) < batch_size:
             if not head_seen:
-                reason = (
-                    f"deleted rows: the head recorded earlier ({expect_head}) is in the chain "
-                    f"no more, so the {what}s after this one, up to that head, were deleted "
-                    "(or the chain was rewritten)"
+                assert expect_head is not None
+                return ChainReport(
+                    count, expected_prev, _missing_head(expect_head, prev_id, chain.noun)
                 )
-                return ChainReport(count, expected_prev, BrokenLink(prev_id, reason, what))
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]
-
-
-_PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
-
-
-def _check_decision(row: dict[str, Any]) -> str | None:
-    stored = decision_hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
-    if stored != row["hash"]:
-        return (
-            "edited row: the stored hash does not match the decision's fields "
-            "(a value, note, outcome, reviewer or time was changed after it was recorded)"
-        )
-    payload = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
-    payload["id"] = row["interrupt_id"]
-    if payload_hash(payload) != row["payload_hash"]:
-        return (
-            f"payload changed: interrupt {row['interrupt_id']} no longer matches the payload "
-            "the reviewer saw when deciding"
-        )
-    return None
-
-
-def verify_chain(
-    decisions: models.QuerySet[Any], *, batch_size: int = 2000, expect_head: str | None = None
-) -> ChainReport:
-    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check) and
-    report the first broken link (see ``walk_chain``)."""
-    columns = (
-        "id",
-        *DECISION_FIELDS,
-        "payload_hash",
-        "prev_hash",
-        "hash",
-        *_PAYLOAD_COLUMNS,
-    )
-    return walk_chain(
-        decisions,
-        columns,
-        _check_decision,
-        what="decision",
-        batch_size=batch_size,
-        expect_head=expect_head,
-    )

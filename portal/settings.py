@@ -407,6 +407,25 @@ PORTAL_HEALTH_WORKER_MAX_AGE = env_int("PORTAL_HEALTH_WORKER_MAX_AGE", 0)
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
 }
+# PORTAL_POLICIES_EXTRA='{"transfers:tool_approval": {"approvals_required": 2}}' adds
+# entries to (or replaces entries of) PORTAL_POLICIES; `manage.py check` (run by every
+# command, run_worker included) refuses an entry portal.policies cannot read.
+_policies_extra = os.environ.get("PORTAL_POLICIES_EXTRA", "").strip()
+if _policies_extra:
+    import json as _json
+
+    try:
+        _policies = _json.loads(_policies_extra)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"PORTAL_POLICIES_EXTRA must be JSON: {_exc}") from None
+    if not isinstance(_policies, dict) or not all(
+        isinstance(k, str) and ":" in k and isinstance(v, dict) for k, v in _policies.items()
+    ):
+        raise ImproperlyConfigured(
+            'PORTAL_POLICIES_EXTRA must be a JSON object of "<agent>:<reason>" keys to '
+            'policies, e.g. {"transfers:tool_approval": {"approvals_required": 2}}'
+        )
+    PORTAL_POLICIES.update(_policies)
 
 # --- notifications ---------------------------------------------------------------------
 # Email goes through Django's backend: the console in the demo; set EMAIL_BACKEND (and

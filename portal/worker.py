@@ -70,7 +70,8 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast, outbox, waiting
+from portal import broadcast, loops, outbox, waiting
+from portal.checkpointer import ThreadCancelled
 from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread, WorkerHeartbeat
 from portal.runs import NOTIFY_CHANNEL, wake
@@ -365,7 +366,11 @@ class Worker:
         )
         if not claimed:
             return None
-        Thread.objects.filter(pk=run.thread_id).update(status=Thread.Status.RUNNING, updated_at=now)
+        # A cancelled thread keeps its status (its runs are cancelled with it, so this
+        # claim only happens if the cancellation commits after the claim read the run).
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=Thread.Status.RUNNING, updated_at=now
+        )
         run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
         run.lease_expires_at = now + timedelta(seconds=self.lease)
         run.started_at = run.started_at or now
@@ -397,6 +402,8 @@ class Worker:
         from portal.registry import UnknownAgentError, compile_agent
 
         thread = Thread.objects.get(pk=run.thread_id)
+        if thread.cancelled_at is not None:
+            return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
         recovered = self._recover(run)
         if isinstance(recovered, Outcome):
             return recovered
@@ -440,6 +447,11 @@ class Worker:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except ThreadCancelled as exc:
+            # Cancelled while running: the write refused was this run's next step (a tool
+            # call among them), so nothing after it happened.
+            log.info("run %s: %s", run.pk, exc)
+            return Outcome(Run.Status.CANCELLED, str(exc))
         except CheckpointConflict as exc:
             # Another writer moved the thread on: a taken-over run's earlier attempt, its
             # lease lost, that stops at its next await. Give the run back, to continue from
@@ -581,7 +593,8 @@ class Worker:
                 lease_expires_at=None,
             )
             if not recorded:
-                log.warning("run %s: finished after losing its lease; outcome dropped", run.pk)
+                # Its lease was taken over, or its thread cancelled (which cancels the run).
+                log.warning("run %s: no longer this worker's; outcome dropped", run.pk)
                 return
             run.status, run.error, run.finished_at = outcome.status, outcome.error, now
             self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
@@ -608,7 +621,9 @@ class Worker:
             status = Thread.Status.DONE
         else:
             status = Thread.Status.IDLE
-        Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=status, updated_at=timezone.now()
+        )
         if failed:
             # Told to whoever subscribed, in the transaction that records the failure.
             agent = Thread.objects.filter(pk=run.thread_id).values_list("agent", flat=True).first()
@@ -713,43 +728,17 @@ def _input_problem(payload: Any) -> str:
 
 # -- the embedded worker ---------------------------------------------------------------
 
-_embedded: tuple[Worker, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Worker(name=f"embedded:{os.getpid()}"), thread_name="portal-worker"
+)
 
 
 def start_embedded_worker() -> Worker:
     """Run the worker loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running worker."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            worker = Worker(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(worker,), name="portal-worker", daemon=True
-            )
-            thread.start()
-            _embedded = (worker, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_worker(timeout: float = 10) -> None:
     """Stop the embedded worker after its current run (tests, orderly shutdown)."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        worker, thread = _embedded
-        _embedded = None
-    worker.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(worker: Worker) -> None:
-    while not worker.stopping.is_set():
-        try:
-            worker.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded worker crashed; restarting in 1s")
-            time.sleep(1)
-    # Django opened this thread's connection; nobody else will close it.
-    connection.close()
+    _embedded.stop(timeout)

@@ -78,6 +78,8 @@ GET  /threads/                              login 200   200   200   200   200   
 GET  /threads/<str:thread_id>/              login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/ htmx         login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/transcript/   login 404   404   200   200   200   404   200   200
+POST /threads/<str:thread_id>/retry         login 404   404   403   403   403   404   403   302
+POST /threads/<str:thread_id>/cancel        login 404   404   403   403   403   404   403   302
 GET  /queue/                                login 403   403   200   403   403   403   200   200
 GET  /queue/ htmx                           login 403   403   200   403   403   403   200   200
 GET  /interrupts/<str:interrupt_id>/        login 404   404   200   200   200   404   200   200
@@ -125,6 +127,8 @@ WS_TABLE = _table("""
 MUTATING = {
     ("POST", "/chat/<str:thread_id>/"),
     ("POST", "/chat/<str:thread_id>/withdraw"),
+    ("POST", "/threads/<str:thread_id>/retry"),
+    ("POST", "/threads/<str:thread_id>/cancel"),
     ("POST", "/interrupts/<str:interrupt_id>/decide"),
     ("POST", "/interrupts/<str:interrupt_id>/claim"),
     ("POST", "/interrupts/<str:interrupt_id>/unclaim"),
@@ -166,11 +170,14 @@ def _personas() -> dict[str, Any]:
 
 
 class World:
-    """Sally's objects: a finished chat, a pending request, and a decided one."""
+    """Sally's objects: a finished chat, a failed one, a pending request, and a decided
+    one."""
 
     def __init__(self, sally: Any, rex: Any) -> None:
         self.done = make_thread(owner=sally, text="Where is my parcel?")
         Thread.objects.filter(pk=self.done.pk).update(status=Thread.Status.DONE)
+        self.failed = make_thread(owner=sally, text="Refund order F-1.")
+        Thread.objects.filter(pk=self.failed.pk).update(status=Thread.Status.FAILED)
         self.interrupt = make_interrupt(owner=sally)
         decided = make_interrupt(owner=sally)
         self.decision = make_decision(interrupt=decided, reviewer=rex)
@@ -200,6 +207,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/threads/<str:thread_id>/transcript/"): (
             f"/threads/{i.thread_id}/transcript/",
             None,
+        ),
+        ("POST", "/threads/<str:thread_id>/retry"): (f"/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/threads/<str:thread_id>/cancel"): (
+            f"/threads/{i.thread_id}/cancel",
+            {"confirm": "yes"},
         ),
         ("GET", "/queue/"): ("/queue/", None),
         ("GET", "/interrupts/<str:interrupt_id>/"): (f"/interrupts/{i.pk}/", None),
