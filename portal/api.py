@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
@@ -497,9 +498,20 @@ class WaitParams(Schema):
 
 
 def _thread_busy(thread_id: Any) -> bool:
-    return Run.objects.filter(
+    busy = Run.objects.filter(
         thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
     ).exists()
+    if busy:
+        _release_connection()  # it will wait
+    return busy
+
+
+def _release_connection() -> None:
+    # A waiting request holds no database connection between its looks (back to the pool,
+    # or closed), so many waiters do not hold as many connections. Not inside a
+    # transaction: a test's own would be lost.
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])

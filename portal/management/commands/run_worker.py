@@ -28,6 +28,8 @@ class Command(BaseCommand):
         # reconnecting for each (the web processes keep Django's per-request default).
         # Health checks replace a connection the server dropped.
         for alias in connections:
+            # One connection for the life of the process: a pool would only add a hand-over.
+            connections[alias].settings_dict.get("OPTIONS", {}).pop("pool", None)
             connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
             connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
         worker = Worker(name=options["name"], poll=options["poll"])
