@@ -41,8 +41,7 @@ def daphne(worker_env, tmp_path) -> Iterator[Callable[..., str]]:
         log = tmp_path / f"daphne-{port}.log"
         url = worker_env["DATABASE_URL"] + f"?application_name={APP}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port)]
-            + ["portal.asgi:application"],
+            [sys.executable, "-m", "daphne", "-v", "0", "-p", str(port), "portal.asgi:application"],
             cwd=ROOT,
             env={**worker_env, "DATABASE_URL": url, "PORTAL_API_RATE": "", **env},
             stdout=log.open("w"),
