@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from agents import inbox
 from agents.checkpoint import (
     CheckpointConflict,
     Checkpointer,
@@ -34,6 +35,7 @@ from agents.errors import (
     ThreadNotPausedError,
 )
 from agents.interrupt import (
+    MAX_SUMMARY_CHARS,
     GraphInterrupt,
     Interrupt,
     RunContext,
@@ -51,7 +53,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, describe_call, edits_key
+from agents.tools import ToolNode, describe_call, edits_key, summarize_call
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -240,12 +242,14 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
     # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
     # The node's name is for developers; it stays in the request's ``node`` field.
     message = "The agent stopped for a check: approve to let it go on, or decline."
+    summary = "Check before the agent goes on"
     if last is not None and last.role == "assistant" and last.tools_calls:
         calls = last.tool_call_arguments()
         value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
         tools = tool_node.tools if isinstance(tool_node, ToolNode) else {}
         wanted = "; ".join(describe_call(n, a, tools.get(n)) for _, n, a in calls)
         message = f"Approve {wanted}?"
+        summary = "; ".join(summarize_call(n, a, tools.get(n)) for _, n, a in calls)
         if when == "before" and isinstance(tool_node, ToolNode):
             # Before the tools run, a reviewer may approve them with edited arguments,
             # each call's checked against its tool's parameters.
@@ -266,6 +270,7 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         message=message,
         reason="breakpoint",
         response_schema=schema,
+        summary=summary if len(summary) <= MAX_SUMMARY_CHARS else summary[:199] + "…",
     )
 
 
@@ -648,7 +653,8 @@ class CompiledGraph:
         given = input.get("resume_interrupt_id")
         if given is not None and given != pending.id:
             raise InterruptMismatchError(thread_id=run.thread_id, expected=pending.id, given=given)
-        value = input["resume"]
+        # A yes/no approval still answers a request that declares typed answers.
+        value = inbox.from_approval(input["resume"], pending.response_schema)
         errors = validate_resume(value, pending.response_schema)
         if errors:
             raise ResumeValidationError(errors, interrupt_id=pending.id)

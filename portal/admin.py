@@ -1,11 +1,17 @@
-"""The Django admin: a read-only window on the portal's tables, plus deciding interrupts.
+"""The Django admin: a read-only window on the portal's tables, plus deciding interrupts
+and a few bulk actions.
 
 Services are the only writers, so nothing here edits a row directly. Threads, checkpoints,
 runs and decisions are read-only; decisions cannot be added, changed or deleted even by a
-superuser (they are the audit record). The one write is the decision form on an
+superuser (they are the audit record). The writes are the decision form on an
 interrupt's change page, which goes through ``portal.decisions.decision_submit`` with the
 same form, validation and errors as the dashboard, and needs the same permission
-(``roles.can_decide``): the admin's view permission only lets staff read.
+(``roles.can_decide``): the admin's view permission only lets staff read; and the bulk
+actions, each through the service its page uses, offered only to those who hold its
+permission: expire requests (``interrupt_expire``, decide permission), withdraw requests
+(``thread_cancel``, cancel_thread), cancel threads (``thread_abort``, cancel_thread) and
+retry failed threads (``thread_retry``, retry_thread). Each selected row is done on its
+own; what was refused is listed with the reason.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import copy
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.db.models import QuerySet
@@ -22,10 +29,26 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import roles
-from portal.decisions import DecisionRefused
+from portal import outbox, roles, services
+from portal.decisions import DecisionRefused, interrupt_expire
+from portal.errors import Refused
 from portal.forms import DecisionForm
-from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
+from portal.models import (
+    ApiToken,
+    Assignment,
+    Checkpoint,
+    Decision,
+    Delivery,
+    DeliveryAttempt,
+    Interrupt,
+    Notification,
+    RoutingEvent,
+    Run,
+    Subscription,
+    Thread,
+    api_token_delete,
+)
+from portal.words import recorded_words
 
 
 def pretty(value: Any) -> str:
@@ -48,6 +71,31 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def run_each(
+    admin_view: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    rows: Any,
+    act: Any,
+    done: str,
+) -> None:
+    """Apply ``act(row)`` to each selected row, each in its own service call, and tell the
+    user how many were ``done`` and why any others were refused."""
+    count, refused = 0, []
+    for row in rows:
+        try:
+            act(row)
+        except (DecisionRefused, Refused) as exc:
+            refused.append(f"{row}: {exc}")
+        else:
+            count += 1
+    if count:
+        admin_view.message_user(request, f"{done}: {count}.", messages.SUCCESS)
+    if refused:
+        admin_view.message_user(
+            request, f"Refused ({len(refused)}): " + "; ".join(refused), messages.WARNING
+        )
 
 
 class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -102,8 +150,37 @@ class ThreadAdmin(ReadOnlyAdmin):
         "created_at",
         "updated_at",
         "last_seq",
+        "cancelled_at",
+        "cancelled_by",
     ]
     inlines = [CheckpointInline, InterruptInline, DecisionInline]
+    actions = ["retry_threads", "cancel_threads"]
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return roles.can_retry_threads(request.user)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return roles.can_cancel_threads(request.user)
+
+    @admin.action(description="Retry the selected failed threads", permissions=["retry"])
+    def retry_threads(self, request: HttpRequest, queryset: QuerySet[Thread]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda t: services.thread_retry(thread=t, user=request.user),
+            "Retried from their last checkpoint",
+        )
+
+    @admin.action(description="Cancel the selected threads", permissions=["cancel"])
+    def cancel_threads(self, request: HttpRequest, queryset: QuerySet[Thread]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda t: services.thread_abort(thread=t, user=request.user),
+            "Cancelled",
+        )
 
 
 @admin.register(Interrupt)
@@ -123,7 +200,7 @@ class InterruptAdmin(ReadOnlyAdmin):
     ]
     list_display_links = ["short_message"]
     list_filter = ["status", "agent", "reason"]
-    search_fields = ["id", "message", "thread__id", "thread__title", "node"]
+    search_fields = ["id", "message", "summary", "thread__id", "thread__title", "node"]
     list_select_related = ["claimed_by"]
     date_hierarchy = "created_at"
     change_form_template = "admin/portal/interrupt/change_form.html"
@@ -131,7 +208,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         (None, {"fields": ["id", "thread", "agent", "reason", "node", "key", "status"]}),
         (
             "What the agent asks",
-            {"fields": ["message_display", "payload", "schema", "tool_call_id"]},
+            {"fields": ["message_display", "summary", "payload", "schema", "tool_call_id"]},
         ),
         (
             "Queue",
@@ -157,6 +234,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         "key",
         "status",
         "message_display",
+        "summary",
         "payload",
         "schema",
         "tool_call_id",
@@ -169,10 +247,48 @@ class InterruptAdmin(ReadOnlyAdmin):
         "checkpoint_seq",
     ]
 
+    actions = ["expire_requests", "withdraw_requests"]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return roles.can_decide(request.user)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return roles.can_cancel_threads(request.user)
+
+    @admin.action(
+        description="Expire the selected requests now (the runs resume with a decline)",
+        permissions=["decide"],
+    )
+    def expire_requests(self, request: HttpRequest, queryset: QuerySet[Interrupt]) -> None:
+        run_each(
+            self,
+            request,
+            queryset.select_related("thread"),
+            lambda i: interrupt_expire(interrupt=i, user=request.user),
+            "Expired",
+        )
+
+    @admin.action(
+        description="Withdraw the selected requests (the runs resume without an answer)",
+        permissions=["cancel"],
+    )
+    def withdraw_requests(self, request: HttpRequest, queryset: QuerySet[Interrupt]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda i: services.thread_cancel(interrupt=i, user=request.user),
+            "Withdrawn",
+        )
+
     @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
         text = obj.message or obj.id  # the link to the page needs some text
-        return text if len(text) <= 80 else text[:79] + "…"
+        text = text if len(text) <= 80 else text[:79] + "…"
+        # The summary in the same cell, under the message: one more column would not fit.
+        if obj.summary_line:
+            return format_html('{}<span class="portal-summary">{}</span>', text, obj.summary_line)
+        return text
 
     @admin.display(description="Message")
     def message_display(self, obj: Interrupt) -> str:
@@ -247,12 +363,7 @@ class InterruptAdmin(ReadOnlyAdmin):
                 status = refusal.status_code
                 interrupt.refresh_from_db()
             else:
-                self.message_user(
-                    request,
-                    f"Recorded: {decision.get_outcome_display().lower()}; the thread resumes "
-                    "in the worker.",
-                    messages.SUCCESS,
-                )
+                self.message_user(request, recorded_words(decision), messages.SUCCESS)
                 change = reverse("admin:portal_interrupt_change", args=[quote(interrupt.pk)])
                 return HttpResponseRedirect(change)
         # Show the change page again, as a GET, with the bound form and its errors.
@@ -417,3 +528,163 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         return super().get_queryset(request).select_related("user")
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        api_token_delete(token=obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_delete(token=token, by=request.user)
+
+
+# --- notifications and routing -----------------------------------------------------------
+
+
+class SubscriptionForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Subscription
+        fields = [
+            "name",
+            "channel",
+            "target",
+            "secret",
+            "events",
+            "agent",
+            "reason",
+            "group",
+            "active",
+        ]
+        widgets = {"secret": forms.PasswordInput(render_value=True)}
+        help_texts = {"events": "A JSON list of: " + ", ".join(outbox.KINDS) + ". [] is all."}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            outbox.check_subscription(
+                channel=data.get("channel", ""),
+                target=data.get("target", ""),
+                secret=data.get("secret", ""),
+                events=data.get("events"),
+                has_group=data.get("group") is not None,
+            )
+        except outbox.TargetError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Who is told about what. Saved and deleted through ``portal.outbox``'s services."""
+
+    class Media:
+        css = {"all": ["portal/admin.css"]}
+
+    form = SubscriptionForm
+    list_display = ["name", "channel", "target", "events", "agent", "reason", "group", "active"]
+    list_filter = ["channel", "active", "group"]
+    search_fields = ["name", "target", "agent", "reason"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        outbox.subscription_save(subscription=obj, user=request.user)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        outbox.subscription_delete(subscription=obj, user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            outbox.subscription_delete(subscription=obj, user=request.user)
+
+
+class DeliveryInline(ReadOnlyInline):
+    model = Delivery
+    fields = ["channel", "target", "status", "attempts", "next_attempt_at", "last_error"]
+    ordering = ["created_at"]
+
+
+class DeliveryAttemptInline(ReadOnlyInline):
+    model = DeliveryAttempt
+    fields = ["number", "at", "ok", "status_code", "error", "duration_ms"]
+    ordering = ["number"]
+    show_change_link = False
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]
+    list_display = ["kind", "agent", "reason", "interrupt", "created_at", "dispatched_at"]
+    list_filter = ["kind", "agent"]
+    search_fields = ["id", "interrupt__id", "thread__id"]
+    readonly_fields = [
+        "id",
+        "kind",
+        "agent",
+        "reason",
+        "interrupt",
+        "thread",
+        "created_at",
+        "dispatched_at",
+        "payload_display",
+    ]
+    fields = list(readonly_fields)
+    inlines = [DeliveryInline]
+
+    @admin.display(description="Payload")
+    def payload_display(self, obj: Notification) -> str:
+        return pretty(obj.payload)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """The delivery log: each delivery's status, attempts and last error, and every try."""
+
+    ordering = ["-created_at"]
+    list_display = [
+        "notification",
+        "channel",
+        "target",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "sent_at",
+        "last_error",
+    ]
+    list_filter = ["status", "channel"]
+    search_fields = ["id", "target", "notification__id"]
+    exclude = ["secret"]  # a webhook's signing secret is not for every admin reader
+    readonly_fields = [
+        "id",
+        "notification",
+        "subscription",
+        "channel",
+        "target",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+    ]
+    inlines = [DeliveryAttemptInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
+        return super().get_queryset(request).select_related("notification")
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]
+    list_display = ["interrupt", "user", "group", "source", "created_at"]
+    list_filter = ["source", "group"]
+    search_fields = ["interrupt__id", "user__username", "group__name"]
+    readonly_fields = ["interrupt", "user", "group", "source", "created_at"]
+
+
+@admin.register(RoutingEvent)
+class RoutingEventAdmin(ReadOnlyAdmin):
+    """The record of every assignment, reminder and escalation."""
+
+    ordering = ["-created_at"]
+    list_display = ["interrupt", "action", "user", "group", "detail", "created_at"]
+    list_filter = ["action"]
+    search_fields = ["interrupt__id", "user__username", "group__name"]
+    readonly_fields = ["interrupt", "action", "user", "group", "detail", "created_at"]

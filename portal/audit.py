@@ -1,4 +1,5 @@
-"""Tamper evidence for decisions: a hash chain over the ``Decision`` table.
+"""Tamper evidence for decisions: a hash chain over the ``Decision`` table, and another
+over the ``Approval`` table (each reviewer's vote on a request that needs several).
 
 Every decision stores three hashes, all SHA-256 in hex:
 
@@ -20,9 +21,15 @@ Canonical JSON: keys sorted, no whitespace, UTF-8 kept, integral floats written 
 microseconds. A value hashes the same before insert and after a round trip through either
 database.
 
-``Decision.save()`` calls ``sealing()`` on insert; every path that records a decision (the
-decision service, cancellation, expiry, the admin) goes through it. ``bulk_create`` and raw
-SQL do not, and ``verify_chain`` reports what they leave behind.
+This module sits below ``portal.models``: it is handed the decision (or the decisions to
+walk) and never imports the model. ``Decision.save()`` calls ``sealing()`` on insert; every
+path that records a decision (the decision service, cancellation, expiry, the admin) goes
+through it. ``bulk_create`` and raw SQL do not, and ``verify_chain`` reports what they
+leave behind.
+
+Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``) and their
+own head: ``Approval.save()`` seals each vote, and ``verify_chain(..., chain=APPROVALS)``
+walks them. A vote and the decision it completes are sealed in one transaction.
 """
 
 from __future__ import annotations
@@ -33,18 +40,24 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db import connections, router, transaction
-
-if TYPE_CHECKING:
-    from portal.models import Decision
+from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
 # pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
 # nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
 
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "created_at",
+)
 # The decision's own fields, in the order they appear in the canonical form.
 DECISION_FIELDS = (
     "interrupt_id",
@@ -116,6 +129,27 @@ def decision_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) ->
     return _sha256(prev_hash + own + payload)
 
 
+def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one approval, as ``decision_hash`` is for a decision."""
+    own = canonical({name: fields.get(name) for name in APPROVAL_FIELDS})
+    return _sha256(prev_hash + own + payload)
+
+
+@dataclass(frozen=True)
+class Chain:
+    noun: str  # "decision" or "approval", for the reports
+    fields: tuple[str, ...]
+    hash: Any  # decision_hash or approval_hash
+
+
+DECISIONS = Chain("decision", DECISION_FIELDS, decision_hash)
+APPROVALS = Chain("approval", APPROVAL_FIELDS, approval_hash)
+
+
+def _chain_of(record: object) -> Chain:
+    return APPROVALS if type(record).__name__ == "Approval" else DECISIONS
+
+
 def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
@@ -130,26 +164,31 @@ def _lock_chain(using: str) -> None:
 
 
 @contextmanager
-def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
-    """Fill in the decision's hashes and keep the chain locked until its transaction ends.
+def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
+    """Fill in the hashes of a decision (or an approval, in its own chain) and keep the
+    chains locked until its transaction ends.
 
-    The insert must happen inside the ``with`` block (``Decision.save`` does so).
+    The insert must happen inside the ``with`` block (``Decision.save`` and
+    ``Approval.save`` do so).
     """
-    from portal.models import Decision
-
-    db = using or router.db_for_write(Decision, instance=decision)
+    model = type(decision)
+    chain = _chain_of(decision)
+    db = using or router.db_for_write(model, instance=decision)
     with transaction.atomic(using=db):
         # The race: two decisions committed at the same moment would both read the same
         # chain head and both store it as prev_hash, forking the chain. The transaction-
         # level advisory lock is held from reading the head until this insert commits, so
-        # the second decision waits and then reads the first one's hash.
+        # the second decision waits and then reads the first one's hash. Approvals take
+        # the same lock: a vote that completes a request seals a decision too, and one
+        # lock cannot be taken in two orders.
         _lock_chain(db)
-        head = Decision.objects.using(db).order_by("-id").values_list("hash", flat=True).first()
+        heads = model._default_manager.using(db).order_by("-id")
+        head = heads.values_list("hash", flat=True).first()
         decision.prev_hash = head if head is not None else GENESIS
         interrupt = decision.interrupt
         decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
-        decision.hash = decision_hash(
-            _fields_of(decision, DECISION_FIELDS),
+        decision.hash = chain.hash(
+            _fields_of(decision, chain.fields),
             prev_hash=decision.prev_hash,
             payload=decision.payload_hash,
         )
@@ -161,11 +200,12 @@ def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int | None  # None: the break is before any decision left
+    decision_id: int | None  # the row's id (a decision's, or an approval's); None: the start
     reason: str
+    noun: str = "decision"
 
     def __str__(self) -> str:
-        where = "the start" if self.decision_id is None else f"decision {self.decision_id}"
+        where = "the start" if self.decision_id is None else f"{self.noun} {self.decision_id}"
         return f"{where}: {self.reason}"
 
 
@@ -183,11 +223,14 @@ class ChainReport:
 _PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
 
 
-def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> str | None:
-    stored = decision_hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
+def _check_row(
+    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: Chain = DECISIONS
+) -> str | None:
+    noun = chain.noun
+    stored = chain.hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
     if stored != row["hash"]:
         return (
-            "edited row: the stored hash does not match the decision's fields "
+            f"edited row: the stored hash does not match the {noun}'s fields "
             "(a value, note, outcome, reviewer or time was changed after it was recorded)"
         )
     payload = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
@@ -200,39 +243,44 @@ def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> 
     if row["prev_hash"] != expected_prev:
         if prev_id is None:
             return (
-                "deleted row: this is the first decision left but its prev_hash is not the "
-                "genesis value, so earlier decisions were removed"
+                f"deleted row: this is the first {noun} left but its prev_hash is not the "
+                f"genesis value, so earlier {noun}s were removed"
             )
         return (
-            f"deleted row: prev_hash does not match the hash of decision {prev_id}, the row "
-            "before it (a decision in between was deleted, or that row was rewritten)"
+            f"deleted row: prev_hash does not match the hash of {noun} {prev_id}, the row "
+            f"before it (a {noun} in between was deleted, or that row was rewritten)"
         )
     return None
 
 
-def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
+def _missing_head(expected: str, last_id: int | None, noun: str = "decision") -> BrokenLink:
     return BrokenLink(
         last_id,
         f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
-        "the decisions after this one, up to that head, were deleted (or the chain was "
+        f"the {noun}s after this one, up to that head, were deleted (or the chain was "
         "rewritten)",
+        noun,
     )
 
 
 def verify_chain(
-    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
+    decisions: models.QuerySet[Any],
+    *,
+    batch_size: int = 2000,
+    expect_head: str | None = None,
+    chain: Chain = DECISIONS,
 ) -> ChainReport:
-    """Walk the chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
-    memory stays flat however long the chain is), and report the first broken link.
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check; or
+    every ``Approval``, with ``chain=APPROVALS``) in ``id`` order, ``batch_size`` rows at a
+    time (keyset pagination, so memory stays flat however long the chain is), and report
+    the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
     is no longer one of its decisions' (decisions added since are fine)."""
-    from portal.models import Decision
-
     columns = (
         "id",
-        *DECISION_FIELDS,
+        *chain.fields,
         "payload_hash",
         "prev_hash",
         "hash",
@@ -241,22 +289,19 @@ def verify_chain(
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:
-        batch = list(
-            Decision.objects.using(using)
-            .filter(id__gt=last_id)
-            .order_by("id")
-            .values(*columns)[:batch_size]
-        )
+        batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
         for row in batch:
-            reason = _check_row(row, expected_prev, prev_id)
+            reason = _check_row(row, expected_prev, prev_id, chain)
             if reason is not None:
-                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason))
+                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, chain.noun))
             expected_prev, prev_id = row["hash"], row["id"]
             head_seen = head_seen or row["hash"] == expect_head
             count += 1
         if len(batch) < batch_size:
             if not head_seen:
                 assert expect_head is not None
-                return ChainReport(count, expected_prev, _missing_head(expect_head, prev_id))
+                return ChainReport(
+                    count, expected_prev, _missing_head(expect_head, prev_id, chain.noun)
+                )
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]

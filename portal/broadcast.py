@@ -2,7 +2,8 @@
 
 Writers (services, the checkpointer, the worker) publish here after their transaction
 commits, with ids and statuses; the rendering happens here, once per event, from the same
-template partials the pages use. Consumers subscribe to the same names and forward.
+template partials the pages use. Consumers (and the API's event stream, ``portal.follow``)
+subscribe to the same names and forward.
 Publishing is best effort: a channel layer that is down costs live updates, never a run
 or a decision, so failures are logged and swallowed.
 
@@ -98,9 +99,8 @@ async def agroup_send(group: str, message: dict[str, Any]) -> None:
 
 # Sync publishes (on_commit callbacks) all run on one event loop in a daemon thread.
 # async_to_sync would start a new loop in a new thread for every call, and channels-redis
-# keeps its Redis connections per loop, so each publish paid for a thread, a loop and a
-# fresh connection (about 7 ms on the benchmark machine) before its message left; a
-# long-lived loop keeps one connection open. Issue 6's fan-out benchmark measures this.
+# keeps its Redis connections per loop, so each publish would pay for a thread, a loop and
+# a fresh connection before its message left; a long-lived loop keeps one connection open.
 PUBLISH_TIMEOUT = 2.0  # seconds a sync caller waits for its publish before moving on
 _publisher: asyncio.AbstractEventLoop | None = None
 _publisher_lock = threading.Lock()

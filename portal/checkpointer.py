@@ -20,6 +20,9 @@ the caller's Django connection, inside the caller's transaction if it holds one.
 Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
 ``uuid5``. A first write to a thread with no row creates one with no agent and no owner
 (tests and scripts; the portal's threads come from ``services.thread_start``).
+A request entering the queue writes its ``request.created`` outbox row (``portal.outbox``)
+in the same statement or transaction, so nobody is told of a pause that was not saved and
+no saved pause goes untold.
 ``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
 recorded decisions (``ProtectedError``: they are an audit record).
 """
@@ -53,10 +56,11 @@ from agents.checkpoint import (
     compact_json,
     encode_step,
 )
-from portal import broadcast
+from portal import broadcast, outbox
 from portal import checkpoint_sql as sql
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
+from portal.runs import connect_kwargs
 
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
@@ -71,6 +75,26 @@ def thread_pk(thread_id: str) -> uuid.UUID:
         return uuid.uuid5(_THREAD_NAMESPACE, str(thread_id))
 
 
+class ThreadCancelled(CheckpointConflict):
+    """The thread was cancelled (``services.thread_abort``): none of its steps is written
+    again, so a tool call that was about to be recorded never runs."""
+
+    def __init__(self, thread_id: str, expected: int | None) -> None:
+        Exception.__init__(
+            self,
+            f"thread {thread_id!r} was cancelled: no further step of it is recorded, and "
+            "nothing it was about to do runs",
+        )
+        self.thread_id, self.expected, self.actual = thread_id, expected, expected
+
+
+def _refused(thread_id: str, parent_seq: int | None, found: Sequence[Any] | None) -> Exception:
+    actual, cancelled = found or (None, False)
+    if cancelled:
+        return ThreadCancelled(thread_id, parent_seq)
+    return CheckpointConflict(thread_id, parent_seq, actual)
+
+
 @dataclass
 class _Known:
     """What one checkpointer instance last read or wrote of a thread."""
@@ -81,6 +105,13 @@ class _Known:
 
 def _dump(value: Any) -> str | None:
     return None if value is None else compact_json(value)
+
+
+def _summary(request: dict[str, Any]) -> str:
+    # The runtime keeps a summary to one line of the column's size; a request written by
+    # an older or foreign runtime is cut to fit rather than failing its step.
+    summary = request.get("summary")
+    return " ".join(summary.split())[:200] if isinstance(summary, str) else ""
 
 
 def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
@@ -174,8 +205,8 @@ class DjangoCheckpointer:
             await cursor.execute(step.sql, step.params)
             row = await cursor.fetchone()
             if not row or not row[0]:
-                await cursor.execute(sql.LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, (await cursor.fetchone())[0])
+                await cursor.execute(sql.REFUSED, {"thread": pk})
+                raise _refused(thread_id, parent_seq, await cursor.fetchone())
         changes = self._done(pk, step, row)
         if changes:  # committed already: the connection is in autocommit mode
             loop = asyncio.get_running_loop()
@@ -212,7 +243,7 @@ class DjangoCheckpointer:
             return None
         seq, status, next_node, _, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status))
-        messages = [message for row in rows for message in row[3] or []]
+        messages = conversation(row[3] for row in rows)
         return Snapshot(
             thread_id, seq, ThreadStatus(status), next_node, messages, meta or {}, interrupt
         )
@@ -244,8 +275,8 @@ class DjangoCheckpointer:
             cursor.execute(step.sql, step.params)
             row = cursor.fetchone()
             if not row or not row[0]:
-                cursor.execute(sql.LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, cursor.fetchone()[0])
+                cursor.execute(sql.REFUSED, {"thread": pk})
+                raise _refused(thread_id, parent_seq, cursor.fetchone())
         for change in self._done(pk, step, row):
             transaction.on_commit(partial(broadcast.publish_queue_change, **change), robust=True)
         return int(step.params["seq"])
@@ -263,7 +294,7 @@ class DjangoCheckpointer:
         if rows[0][1] is None:
             self._known[pk] = _Known(None, agent)
             return None
-        messages = [message for row in rows for message in json.loads(row[4]) or []]
+        messages = conversation(json.loads(row[4]) for row in rows)
         _agent, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status), agent)
         meta, interrupt = json.loads(meta or "{}"), json.loads(interrupt or "null")
@@ -324,7 +355,9 @@ class DjangoCheckpointer:
             schema=_dump(request.get("response_schema")),
             tool_call_id=request.get("tool_call_id"),
             tool=request.get("tool") or "",
+            summary=_summary(request),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
+            created_kind=outbox.REQUEST_CREATED,
         )
         return _Step(sql.WRITES[first, True], params, pending)
 
@@ -361,12 +394,14 @@ class DjangoCheckpointer:
                 Thread.objects.get_or_create(id=pk, defaults={"agent": ""})
             # The compare-and-swap that keeps two workers from forking one thread: the
             # UPDATE row-locks the thread, and whoever built on a stale seq matches nothing.
-            moved = Thread.objects.filter(id=pk, last_seq=expected).update(
-                last_seq=seq, status=status.value, updated_at=now
-            )
+            # A cancelled thread matches nothing either (see sql.MOVE).
+            moved = Thread.objects.filter(
+                id=pk, last_seq=expected, cancelled_at__isnull=True
+            ).update(last_seq=seq, status=status.value, updated_at=now)
             if not moved:
-                actual = Thread.objects.filter(id=pk).values_list("last_seq", flat=True).first()
-                raise CheckpointConflict(thread_id, parent_seq, actual or None)
+                found = Thread.objects.filter(id=pk).values_list("last_seq", "cancelled_at")
+                actual, cancelled = found.first() or (None, None)
+                raise _refused(thread_id, parent_seq, (actual or None, cancelled is not None))
             Checkpoint.objects.bulk_create(
                 Checkpoint(
                     thread_id=pk,
@@ -419,12 +454,22 @@ class DjangoCheckpointer:
                     "response_schema": pending.get("response_schema"),
                     "tool_call_id": pending.get("tool_call_id"),
                     "tool": pending.get("tool") or "",
+                    "summary": _summary(pending),
                     "checkpoint_seq": seq,
                     "expires_at": expires_at_for(agent, reason),
                 },
             )
             if created:
                 changes.append((pending_id, reason, Interrupt.Status.PENDING))
+                # The new request's event, in the transaction that queues it.
+                Notification.objects.create(
+                    kind=outbox.REQUEST_CREATED,
+                    agent=agent,
+                    reason=reason,
+                    interrupt_id=pending_id,
+                    thread_id=pk,
+                )
+                outbox.wake_on_commit()
         for i, reason, status in changes:
             change: dict[str, Any] = {"interrupt_id": i, "thread_id": pk, "reason": reason}
             announce = partial(
@@ -471,24 +516,6 @@ def _announce(changes: list[dict[str, Any]]) -> None:
             broadcast.publish_queue_change(**change)
     finally:
         close_old_connections()
-
-
-# OPTIONS that Django's backend interprets itself rather than passing to psycopg.
-_DJANGO_ONLY = frozenset({"isolation_level", "server_side_binding", "pool", "assume_role"})
-
-
-def connect_kwargs() -> dict[str, Any]:
-    """``psycopg.connect`` arguments for the database Django uses (its test database
-    during tests), for the connections the worker keeps beside Django's own."""
-    db = django_connection.settings_dict
-    return {
-        "dbname": db["NAME"],
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": db.get("PORT") or None,
-        **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY},
-    }
 
 
 async def aconnect() -> Any:

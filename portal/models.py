@@ -15,19 +15,22 @@ Only ``portal.services``, the ORM checkpointer and the worker write to these tab
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
-from django.utils import timezone  # audit helper (issue 7)
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from portal import waiting
+from agents.interrupt import fallback_summary
+from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -41,6 +44,8 @@ class Thread(models.Model):
         INTERRUPTED = "interrupted"
         DONE = "done"
         FAILED = "failed"
+        # Stopped for good by a person (``services.thread_abort``); nothing runs again.
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.CharField(max_length=64, blank=True)
@@ -61,15 +66,35 @@ class Thread(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # The newest checkpoint's seq; 0 while the thread has none.
     last_seq = models.PositiveIntegerField(default=0)
+    # Set once, by ``services.thread_abort``. The checkpointer's compare-and-swap refuses
+    # every write to a thread that has it, so a worker still holding one of its runs
+    # cannot record a tool call, and a tool runs only after its call is recorded. A
+    # column of its own, not the status, which workers rewrite as runs come and go.
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="cancelled_threads",
+        db_index=False,  # thread_cancelled_by (Meta), only where set
+    )
 
     class Meta:
         permissions = [
             ("start_thread", "Can start conversations"),
             ("view_all_threads", "Can see every thread"),
+            ("retry_thread", "Can retry anyone's failed thread"),
+            ("cancel_thread", "Can cancel anyone's thread"),
         ]
         indexes = [
             models.Index(fields=["owner", "-updated_at"], name="thread_owner_recent"),
             models.Index(fields=["status", "-updated_at"], name="thread_status_recent"),
+            models.Index(
+                fields=["cancelled_by"],
+                name="thread_cancelled_by",
+                condition=Q(cancelled_by__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -89,6 +114,26 @@ class Thread(models.Model):
         if len(line) <= TITLE_MAX_CHARS:
             return line
         return line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+
+
+def conversation(steps: Iterable[list[Any] | None]) -> list[Any]:
+    """A thread's messages from its checkpoints' ``messages``, oldest step first: each
+    checkpoint holds only the messages its step added, so the conversation is their
+    concatenation."""
+    return [message for added in steps for message in added or []]
+
+
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def conversation(self) -> list[Any]:
+        """The messages these checkpoints hold, in the order they were added."""
+        return conversation(self.order_by("seq").values_list("messages", flat=True))
+
+    def messages_newest_first(self) -> Iterator[Any]:
+        """The messages these checkpoints hold, newest first, read a few steps at a time:
+        a search for a recent message stops after a step or two however long the thread."""
+        steps = self.order_by("-seq").values_list("messages", flat=True)
+        for added in steps.iterator(chunk_size=20):
+            yield from reversed(added or [])
 
 
 class Checkpoint(models.Model):
@@ -123,6 +168,8 @@ class Checkpoint(models.Model):
     # their own times).
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = CheckpointQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="checkpoint_thread_seq"),
@@ -130,6 +177,28 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.seq} {self.status}"
+
+
+class ToolCall(NamedTuple):
+    """A tool call a request asks about: the call's id, the tool's name, its arguments."""
+
+    id: str
+    name: str
+    args: Any
+
+
+def tool_calls_in(payload: Any) -> list[ToolCall]:
+    """The tool calls a request's payload lists, as the runtime's tool approvals and
+    breakpoints write them (``{"tool_calls": [{"id", "name", "arguments"}, ...]}``); none
+    for any other payload. The payload is the agent's, so malformed entries are skipped."""
+    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
+    if not isinstance(calls, list):
+        return []
+    return [
+        ToolCall(str(call.get("id")), str(call.get("name") or ""), call.get("arguments"))
+        for call in calls
+        if isinstance(call, dict)
+    ]
 
 
 class Interrupt(models.Model):
@@ -156,6 +225,9 @@ class Interrupt(models.Model):
     # question about a call's outcome); empty otherwise. A tool approval names its calls
     # in ``value["tool_calls"]`` instead.
     tool = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), beside the
+    # message (the request's title). Empty for requests recorded before it existed.
+    summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -227,6 +299,27 @@ class Interrupt(models.Model):
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
 
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls this request asks to approve (none for a question, or for an
+        ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
+        return tool_calls_in(self.value)
+
+    @property
+    def summary_line(self) -> str:
+        """The summary, when it says more than the message does ("" otherwise)."""
+        return summary_beside(self.summary, self.message)
+
+
+def summary_beside(summary: str | None, message: str | None) -> str:
+    """``summary`` unless it only repeats ``message`` (its first line, give or take the
+    question mark and case): shown beside a title, it must add something."""
+    summary = (summary or "").strip()
+    first = fallback_summary(message, "") if (message or "").strip() else ""
+    if summary.rstrip(".?!…").casefold() == first.rstrip(".?!…").casefold():
+        return ""
+    return summary
+
 
 class ImmutableRecordError(Exception):
     """Raised on any attempt to change or remove a recorded decision."""
@@ -279,7 +372,7 @@ class Decision(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     original_args = models.JSONField(null=True, blank=True)
     executed_args = models.JSONField(null=True, blank=True)
-    # --- audit helper (issue 7): a default, not auto_now_add, so the time is known before
+    # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/audit.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Tamper evidence (a hash chain over decisions); filled in by a later change.
@@ -303,9 +396,7 @@ class Decision(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
-        # --- audit helper (issue 7): chain the decision's hashes on insert (portal/audit.py).
-        from portal import audit
-
+        # Chain the decision's hashes on insert (portal/audit.py).
         with audit.sealing(self, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
@@ -323,6 +414,69 @@ class Decision(models.Model):
         )
 
 
+class ApprovalQuerySet(models.QuerySet["Approval"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Approval.objects.update() refused: {_IMMUTABLE}")
+
+    def delete(self) -> NoReturn:
+        raise ImmutableRecordError(f"Approval.objects.delete() refused: {_IMMUTABLE}")
+
+
+class Approval(models.Model):
+    """One reviewer's answer to a request whose policy needs several (``approvals_required``
+    or ``rejections_required`` over 1): a vote towards the ``Decision``, written once.
+
+    The vote that reaches a count records the decision and queues the resume in the same
+    transaction (``portal.decisions.decision_submit``); earlier votes only wait. Each vote
+    is in its own hash chain (``portal.audit``), like decisions are in theirs.
+    """
+
+    # No index of its own: the unique (interrupt, reviewer) constraint's index serves it.
+    interrupt = models.ForeignKey(
+        Interrupt, on_delete=models.PROTECT, related_name="approvals", db_index=False
+    )
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
+    )
+    # How the answer reads, as a decision would record it: approved or edited go ahead,
+    # anything else counts against.
+    outcome = models.CharField(max_length=16, choices=Decision.Outcome.choices)
+    value = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    payload_hash = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64, blank=True)
+
+    objects = ApprovalQuerySet.as_manager()
+
+    GOES_AHEAD = (Decision.Outcome.APPROVED, Decision.Outcome.EDITED)
+
+    class Meta:
+        constraints = [
+            # The last guard behind the row lock: one vote per reviewer per request.
+            models.UniqueConstraint(
+                fields=["interrupt", "reviewer"], name="approval_one_per_reviewer"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} by {self.reviewer_id} on {self.interrupt_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(f"Approval {self.pk} cannot be saved again: {_IMMUTABLE}")
+        with audit.sealing(self, using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Approval {self.pk} cannot be deleted: {_IMMUTABLE}")
+
+    @property
+    def approves(self) -> bool:
+        return self.outcome in self.GOES_AHEAD
+
+
 class Run(models.Model):
     """One unit of work for the worker: start, resume or continue a thread."""
 
@@ -337,6 +491,9 @@ class Run(models.Model):
         INTERRUPTED = "interrupted"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        # Its thread was cancelled before it finished: never claimed again, and a worker
+        # still running it can record neither a step nor its outcome.
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
@@ -383,6 +540,7 @@ class Run(models.Model):
             self.Status.INTERRUPTED,
             self.Status.SUCCEEDED,
             self.Status.FAILED,
+            self.Status.CANCELLED,
         )
 
 
@@ -406,8 +564,8 @@ class ApiToken(models.Model):
 
     class Scope(models.TextChoices):
         READ = "read", "read: list and read requests and threads"
-        START = "start", "start: start threads"
-        DECIDE = "decide", "decide: answer requests"
+        START = "start", "start: start threads and withdraw their requests"
+        DECIDE = "decide", "decide: claim, release and answer requests"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
@@ -445,11 +603,46 @@ class ApiToken(models.Model):
         return None
 
 
-def api_tokens_revoke(*, user: Any, reason: str) -> int:
-    """Revoke every live token of ``user`` for good; returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_reason=reason
-    )
+def api_tokens_revoke(*, user: Any, reason: str, by: Any = None) -> int:
+    """Revoke every live token of ``user`` for good, recording each in the audit trail
+    (``by``: who did it; None for the system); returns how many."""
+    with transaction.atomic():
+        # Row locks: two revocations at once (a deactivation and a password change saved
+        # together) would otherwise both record the same token as revoked by them.
+        live = list(
+            ApiToken.objects.select_for_update()
+            .filter(user=user, revoked_at__isnull=True)
+            .values_list("pk", "name")
+        )
+        if not live:
+            return 0
+        ApiToken.objects.filter(pk__in=[pk for pk, _ in live]).update(
+            revoked_at=timezone.now(), revoked_reason=reason
+        )
+        for pk, name in live:
+            audit_record(
+                action=AuditEvent.Action.TOKEN_REVOKE,
+                actor=by,
+                target=("apitoken", pk),
+                detail={"user": user.get_username(), "name": name, "reason": reason},
+            )
+    return len(live)
+
+
+def api_token_delete(*, token: ApiToken, by: Any) -> None:
+    """Delete a token (the admin's way to revoke one), recording who did it."""
+    with transaction.atomic():
+        audit_record(
+            action=AuditEvent.Action.TOKEN_REVOKE,
+            actor=by,
+            target=token,
+            detail={
+                "user": token.user.get_username(),
+                "name": token.name,
+                "reason": "deleted in the admin",
+            },
+        )
+        token.delete()
 
 
 @receiver(pre_save, sender=settings.AUTH_USER_MODEL)
@@ -496,3 +689,388 @@ WITHDRAWN = models.Case(
     default=models.Value(False),
     output_field=models.BooleanField(),
 )
+
+
+# --- notifications and routing --------------------------------------------------------
+# ``Notification`` is the outbox: a row written in the same transaction as the event it
+# announces (portal/outbox.py), so an event that happened is never lost and one that was
+# rolled back is never sent. The notifier (``manage.py run_notifier``) fans each one out
+# into ``Delivery`` rows, one per matching ``Subscription`` (or the one target its writer
+# named), and sends those with retries; every try is a ``DeliveryAttempt``.
+
+
+class Subscription(models.Model):
+    """Who is told about which events: a channel and target, narrowed by event kind,
+    agent, reason and the group a request is routed to. Managed in the admin."""
+
+    class Channel(models.TextChoices):
+        EMAIL = "email", "email"
+        WEBHOOK = "webhook", "signed webhook (JSON)"
+        SLACK = "slack", "Slack-style incoming webhook"
+
+    name = models.CharField(max_length=100)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    target = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="A URL for webhooks; email addresses separated by commas for email "
+        "(empty: the members of the group below who have an address).",
+    )
+    secret = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Webhooks: the shared secret that signs each request (Portal-Signature).",
+    )
+    events = models.JSONField(
+        default=list, blank=True, help_text="Event kinds to send (empty: every kind)."
+    )
+    agent = models.CharField(max_length=64, blank=True, help_text="Empty: any agent.")
+    reason = models.CharField(max_length=64, blank=True, help_text="Empty: any reason.")
+    group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="portal_subscriptions",
+        help_text="Only requests routed to this group (assigned, escalated or required by "
+        "policy). Empty: any request.",
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.channel})"
+
+
+class Notification(models.Model):
+    """One event to announce (the outbox). Its id is the event id receivers dedupe by."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    agent = models.CharField(max_length=64, blank=True)
+    reason = models.CharField(max_length=64, blank=True)
+    interrupt = models.ForeignKey(
+        Interrupt, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    thread = models.ForeignKey(
+        Thread, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    # Set when its deliveries were written: until then the notifier still owes a fan-out.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="notification_undispatched",
+                condition=Q(dispatched_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}"
+
+
+class Delivery(models.Model):
+    """One notification to one target, retried with backoff until it is sent or given up."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"  # every attempt failed: given up
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    subscription = models.ForeignKey(
+        Subscription, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
+    channel = models.CharField(max_length=16, choices=Subscription.Channel.choices)
+    target = models.CharField(max_length=500)
+    # Copied when the delivery is written, so a retry signs as the first try did.
+    secret = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # When it is due. Claiming a delivery moves this past the send's timeout (the lease):
+    # a notifier that dies mid-send leaves it due again then, never lost.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        constraints = [
+            # A fan-out that runs twice (a notifier died after writing, before marking the
+            # notification dispatched) writes each subscription's delivery once.
+            models.UniqueConstraint(
+                fields=["notification", "subscription"],
+                name="delivery_once_per_subscription",
+                condition=Q(subscription__isnull=False),
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"], name="delivery_due", condition=Q(status="pending")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.target} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at sending a delivery: the delivery log the admin shows."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+    ok = models.BooleanField()
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} ({'ok' if self.ok else 'failed'})"
+
+
+class Assignment(models.Model):
+    """A request routed to a user or a group (one of the two)."""
+
+    class Source(models.TextChoices):
+        POLICY = "policy"
+        INTERRUPT = "interrupt"  # the agent named its reviewers when it asked
+        ESCALATION = "escalation"
+
+    interrupt = models.ForeignKey(Interrupt, on_delete=models.CASCADE, related_name="assignments")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="assignments",
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="assignments"
+    )
+    source = models.CharField(max_length=16, choices=Source.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True)
+                | Q(user__isnull=True, group__isnull=False),
+                name="assignment_user_or_group",
+            ),
+            models.UniqueConstraint(
+                fields=["interrupt", "user"],
+                name="assignment_once_per_user",
+                condition=Q(user__isnull=False),
+            ),
+            models.UniqueConstraint(
+                fields=["interrupt", "group"],
+                name="assignment_once_per_group",
+                condition=Q(group__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.interrupt_id} -> {self.user or self.group}"
+
+
+class RoutingEvent(models.Model):
+    """The record of every assignment, reminder and escalation."""
+
+    class Action(models.TextChoices):
+        ASSIGNED = "assigned"
+        REMINDED = "reminded"
+        ESCALATED = "escalated"
+
+    interrupt = models.ForeignKey(
+        Interrupt, on_delete=models.CASCADE, related_name="routing_events"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    detail = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # The reminder and the escalation happen once per request, however many
+            # notifiers sweep at the same moment.
+            models.UniqueConstraint(
+                fields=["interrupt", "action"],
+                name="routing_remind_escalate_once",
+                condition=Q(action__in=["reminded", "escalated"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.interrupt_id}"
+
+
+# --- end notifications and routing ----------------------------------------------------
+
+
+# --- audit trail of actions (portal.trail) ------------------------------------------------
+_APPEND_ONLY_EVENTS = (
+    "audit events are a record: they are appended once and never updated or deleted "
+    "(record a new event instead)"
+)
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent.objects.update() refused: {_APPEND_ONLY_EVENTS}")
+
+    def delete(self) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent.objects.delete() refused: {_APPEND_ONLY_EVENTS}")
+
+
+class AuditEvent(models.Model):
+    """One action someone (or the system) took: a claim, a login, a token revoked...
+
+    Append-only and hash-chained like ``Decision`` (its own chain; ``portal.trail``).
+    Recorded with ``audit_record`` inside the transaction of the action it records, so an
+    action that rolled back leaves no event and an event names nothing that did not happen.
+    """
+
+    class Action(models.TextChoices):
+        CLAIM = "interrupt.claim", "claimed a request"
+        RELEASE = "interrupt.release", "released a claim"
+        WITHDRAW = "interrupt.withdraw", "withdrew a request"
+        CANCEL = "interrupt.cancel", "cancelled a request"
+        LOGIN = "login", "logged in"
+        LOGIN_FAILED = "login.failed", "failed to log in"
+        LOGOUT = "logout", "logged out"
+        TOKEN_CREATE = "api_token.create", "created an API token"
+        TOKEN_REVOKE = "api_token.revoke", "revoked an API token"
+        ASSIGN = "interrupt.assign", "assigned a request"
+        REMIND = "interrupt.remind", "sent a reminder about a request"
+        ESCALATE = "interrupt.escalate", "escalated a request"
+        SUBSCRIPTION_CREATE = "subscription.create", "created a notification subscription"
+        SUBSCRIPTION_CHANGE = "subscription.change", "changed a notification subscription"
+        SUBSCRIPTION_DELETE = "subscription.delete", "deleted a notification subscription"
+        EXPIRE = "interrupt.expire", "expired a request"
+        THREAD_RETRY = "thread.retry", "retried a thread"
+        THREAD_CANCEL = "thread.cancel", "cancelled a thread"
+
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # Not a choices field on purpose: other parts add their actions (assignments,
+    # cancellations, retries, subscriptions) without a migration each.
+    action = models.CharField(max_length=64)
+    # Who acted. No database constraint and nothing done on delete: the record outlives
+    # the account, and ``actor_name`` keeps who it was. Null: the system, or nobody known
+    # (a failed login).
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # auditevent_actor (Meta) serves lookups by who acted
+        related_name="+",
+    )
+    actor_name = models.CharField(max_length=150, blank=True)
+    # What it was done to: a kind ("interrupt", "thread", "api_token", "user") and its id.
+    target_type = models.CharField(max_length=32, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        permissions = [("view_audit_trail", "Can browse the audit trail of actions")]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="auditevent_recent"),
+            models.Index(fields=["action", "-created_at"], name="auditevent_action"),
+            models.Index(fields=["target_type", "target_id"], name="auditevent_target"),
+            models.Index(fields=["actor_name", "-created_at"], name="auditevent_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_name or 'system'} at {self.created_at:%Y-%m-%d %H:%M}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(
+                f"AuditEvent {self.pk} cannot be saved again: {_APPEND_ONLY_EVENTS}"
+            )
+        with trail.sealing(self, using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent {self.pk} cannot be deleted: {_APPEND_ONLY_EVENTS}")
+
+
+# Longest canonical ``detail`` accepted: an event says what happened, it is not a store.
+MAX_AUDIT_DETAIL_CHARS = 4000
+
+
+def audit_record(
+    *,
+    action: str,
+    actor: Any = None,
+    target: Any = None,
+    detail: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one event to the audit trail; call it inside the transaction of the action.
+
+    ``actor``: the user who acted (None or an anonymous user: the system, or nobody known).
+    ``target``: a model instance, a ``(kind, id)`` pair, or None. ``detail``: small JSON
+    data about the action, never a secret (``ValueError`` over ``MAX_AUDIT_DETAIL_CHARS``).
+    """
+    # Stored as its canonical JSON reads back (times as UTC text, ids as text), so the
+    # hash computed now is the one recomputed from the row later.
+    text = trail.canonical(dict(detail or {}))
+    if len(text) > MAX_AUDIT_DETAIL_CHARS:
+        raise ValueError(
+            f"audit detail for {action!r} is over {MAX_AUDIT_DETAIL_CHARS} characters of "
+            "JSON; record identifiers, not contents"
+        )
+    person = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    if target is None:
+        target_type, target_id = "", ""
+    elif isinstance(target, tuple):
+        target_type, target_id = str(target[0]), str(target[1])
+    else:
+        target_type, target_id = target._meta.model_name, str(target.pk)
+    event = AuditEvent(
+        action=action,
+        actor_id=person.pk if person is not None else None,
+        actor_name=person.get_username() if person is not None else "",
+        target_type=target_type,
+        target_id=target_id,
+        detail=json.loads(text),
+    )
+    event.save()
+    return event
+
+
+class WorkerHeartbeat(models.Model):
+    """The last time each running worker went round its loop (health and metrics read it).
+
+    Not a record: a worker deletes its row when it stops in order; a killed worker's row
+    stays behind, ageing, which is what a health check should see."""
+
+    name = models.CharField(max_length=128, primary_key=True)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.beat_at:%Y-%m-%d %H:%M:%S}"

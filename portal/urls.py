@@ -15,7 +15,7 @@ urlpatterns = [
 ]
 
 # Each area of the portal owns its routes in portal/views/<area>.py (`urlpatterns`).
-AREAS = ["chat", "threads", "queue", "interrupts", "history", "api"]
+AREAS = ["chat", "threads", "recovery", "queue", "interrupts", "history", "api"]
 for _area in AREAS:
     try:
         _module = import_module(f"portal.views.{_area}")

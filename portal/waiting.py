@@ -145,7 +145,7 @@ def _ensure_listener() -> _Listener | None:
         return None
     with _lock:
         if _listener is None:
-            from portal.checkpointer import connect_kwargs
+            from portal.runs import connect_kwargs
 
             _listener = _Listener(connect_kwargs())
             _listener.start()

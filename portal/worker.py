@@ -33,10 +33,10 @@ again. A call the checkpoint records as in flight (started, no result saved) may
 acted: an idempotent tool runs again with the same idempotency key; any other becomes a
 request to a reviewer (confirm, retry or fail), and the run ends paused on it.
 
-Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQL a
-``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle workers
-``LISTEN`` for; in-process, a ``threading.Event`` set on commit. A short poll covers lost
-wake-ups and expired leases.
+Waking up. Services call ``portal.runs.notify_workers()`` in their transaction: on
+PostgreSQL a ``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle
+workers ``LISTEN`` for; in-process, ``portal.runs.wake`` set on commit. A short poll covers
+lost wake-ups and expired leases.
 
 Executing. On PostgreSQL a worker keeps one event loop and one autocommit async connection
 for its life, and the checkpointer writes each step through that connection in one
@@ -71,12 +71,14 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast, waiting
+from portal import broadcast, loops, outbox, waiting
+from portal.checkpointer import ThreadCancelled
+from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.runs import NOTIFY_CHANNEL, wake
 
 log = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "portal_runs"
 # How often an idle worker looks for requests whose expires_at has passed.
 EXPIRY_CHECK_SECONDS = 5.0
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
@@ -91,18 +93,6 @@ LEASE_LOST = (
     "stopped: this worker's lease expired and another worker took the run over; that "
     "worker's outcome is the one recorded"
 )
-
-_wake = threading.Event()
-
-
-def notify_workers() -> None:
-    """Wake idle workers once the current transaction commits."""
-    if connection.vendor == "postgresql":
-        # Inside a transaction PostgreSQL delivers the notification at commit and drops
-        # it on rollback, which is exactly "on commit".
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-    transaction.on_commit(_wake.set)
 
 
 def _refresh_connections() -> None:
@@ -250,7 +240,7 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 _refresh_connections()
-                _wake.clear()
+                wake.clear()
                 self._expire_due()
                 try:
                     run = self.claim()
@@ -285,7 +275,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
-        _wake.set()
+        wake.set()
 
     def _expire_due(self) -> None:
         # Overdue requests are declined here, so expiry needs no cron job; several
@@ -294,8 +284,6 @@ class Worker:
         if now - self._last_expiry < EXPIRY_CHECK_SECONDS:
             return
         self._last_expiry = now
-        from portal.decisions import interrupts_expire  # decisions imports this module
-
         try:
             expired = interrupts_expire()
         except Exception:
@@ -397,7 +385,11 @@ class Worker:
         )
         if not claimed:
             return None
-        Thread.objects.filter(pk=run.thread_id).update(status=Thread.Status.RUNNING, updated_at=now)
+        # A cancelled thread keeps its status (its runs are cancelled with it, so this
+        # claim only happens if the cancellation commits after the claim read the run).
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=Thread.Status.RUNNING, updated_at=now
+        )
         run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
         run.lease_expires_at = now + timedelta(seconds=self.lease)
         run.started_at = run.started_at or now
@@ -429,6 +421,8 @@ class Worker:
         from portal.registry import UnknownAgentError, compile_agent
 
         thread = Thread.objects.get(pk=run.thread_id)
+        if thread.cancelled_at is not None:
+            return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
         recovered = self._recover(run)
         if isinstance(recovered, Outcome):
             return recovered
@@ -472,6 +466,11 @@ class Worker:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except ThreadCancelled as exc:
+            # Cancelled while running: the write refused was this run's next step (a tool
+            # call among them), so nothing after it happened.
+            log.info("run %s: %s", run.pk, exc)
+            return Outcome(Run.Status.CANCELLED, str(exc))
         except CheckpointConflict as exc:
             # Another writer moved the thread on: a taken-over run's earlier attempt, its
             # lease lost, that stops at its next await. Give the run back, to continue from
@@ -613,7 +612,8 @@ class Worker:
                 lease_expires_at=None,
             )
             if not recorded:
-                log.warning("run %s: finished after losing its lease; outcome dropped", run.pk)
+                # Its lease was taken over, or its thread cancelled (which cancels the run).
+                log.warning("run %s: no longer this worker's; outcome dropped", run.pk)
                 return
             run.status, run.error, run.finished_at = outcome.status, outcome.error, now
             self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
@@ -640,7 +640,13 @@ class Worker:
             status = Thread.Status.DONE
         else:
             status = Thread.Status.IDLE
-        Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=status, updated_at=timezone.now()
+        )
+        if failed:
+            # Told to whoever subscribed, in the transaction that records the failure.
+            agent = Thread.objects.filter(pk=run.thread_id).values_list("agent", flat=True).first()
+            outbox.notify_run_failed(run, agent=agent or "")
         waiting.changed(waiting.thread_key(run.thread_id))
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(
@@ -669,13 +675,13 @@ class Worker:
 
     def _sleep(self, seconds: float) -> None:
         # In-process notify_workers() (and stop()) set the event and end the wait early.
-        _wake.wait(seconds)
+        wake.wait(seconds)
 
     def _listen(self) -> Any:
         if self._listener is None:
             import psycopg
 
-            from portal.checkpointer import connect_kwargs
+            from portal.runs import connect_kwargs
 
             try:
                 self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)
@@ -741,43 +747,17 @@ def _input_problem(payload: Any) -> str:
 
 # -- the embedded worker ---------------------------------------------------------------
 
-_embedded: tuple[Worker, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Worker(name=f"embedded:{os.getpid()}"), thread_name="portal-worker"
+)
 
 
 def start_embedded_worker() -> Worker:
     """Run the worker loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running worker."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            worker = Worker(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(worker,), name="portal-worker", daemon=True
-            )
-            thread.start()
-            _embedded = (worker, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_worker(timeout: float = 10) -> None:
     """Stop the embedded worker after its current run (tests, orderly shutdown)."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        worker, thread = _embedded
-        _embedded = None
-    worker.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(worker: Worker) -> None:
-    while not worker.stopping.is_set():
-        try:
-            worker.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded worker crashed; restarting in 1s")
-            time.sleep(1)
-    # Django opened this thread's connection; nobody else will close it.
-    connection.close()
+    _embedded.stop(timeout)

@@ -35,9 +35,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from agents import inbox
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.state import Message, new_id
-from agents.tools import describe_call
+from agents.tools import APPROVAL_ACTIONS, describe_call
 from portal.checkpointer import DjangoCheckpointer
 from portal.models import Interrupt, Thread
 
@@ -108,6 +109,8 @@ def _pause(
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
+    assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -120,7 +123,10 @@ def _pause(
         "response_schema": schema,
         "tool_call_id": tool_call_id,
         "tool": tool,
+        "summary": summary,
     }
+    if assign_to:
+        pending["assign_to"] = assign_to
     _put(
         thread,
         CheckpointWrite(
@@ -161,6 +167,8 @@ def make_interrupt(
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
+    assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -175,7 +183,9 @@ def make_interrupt(
         node="TOOL",
         tool_call_id=assistant["tools_calls"][0]["id"],
         tool=tool,
+        summary=summary,
         new_messages=[assistant],
+        assign_to=assign_to,
     )
 
 
@@ -199,19 +209,16 @@ def make_tool_approval(
     thread = make_thread(agent=agent, owner=owner, text=text)
     assistant = _tool_call_message(name, args)
     call_id = assistant["tools_calls"][0]["id"]
-    schema = {
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean"},
-            "note": {"type": "string"},
-            "args": {
-                "type": "object",
-                "properties": {call_id: parameters},
-                "additionalProperties": False,
-            },
+    # As ToolNode asks: Agent Inbox's four answers, an edit's arguments keyed by call id.
+    schema = inbox.response_schema(
+        APPROVAL_ACTIONS,
+        args={call_id: args},
+        args_schema={
+            "type": "object",
+            "properties": {call_id: parameters},
+            "additionalProperties": False,
         },
-        "required": ["approved"],
-    }
+    )
     value = {
         "tool_calls": [{"id": call_id, "name": name, "arguments": args}],
         "parameters": {call_id: parameters},

@@ -33,6 +33,9 @@ KNOWN_WRITES = {
     "chat_thread",
     "api:start_thread",
     "api:resume_thread",
+    "api:claim_interrupt",
+    "api:release_interrupt",
+    "api:withdraw_interrupt",
 }
 
 
@@ -78,11 +81,14 @@ def _bodies(world):
         "approved": "true",
         "note": "auditor was here",
     }
+    start = {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "hi"}]}}
     api = {
-        "api:start_thread": {
-            "agent": "refunds",
-            "input": {"messages": [{"role": "user", "content": "hi"}]},
-        },
+        "api:start_thread": start,
+        # The same route as start_thread (one path, GET lists, POST starts).
+        "api:list_threads": start,
+        "api:claim_interrupt": {},
+        "api:release_interrupt": {},
+        "api:withdraw_interrupt": {},
         "api:resume_thread": {
             "resume": {"approved": True},
             "resume_interrupt_id": world["interrupt_id"],

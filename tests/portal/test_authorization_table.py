@@ -78,6 +78,8 @@ GET  /threads/                              login 200   200   200   200   200   
 GET  /threads/<str:thread_id>/              login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/ htmx         login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/transcript/   login 404   404   200   200   200   404   200   200
+POST /threads/<str:thread_id>/retry         login 404   404   403   403   403   404   403   302
+POST /threads/<str:thread_id>/cancel        login 404   404   403   403   403   404   403   302
 GET  /queue/                                login 403   403   200   403   403   403   200   200
 GET  /queue/ htmx                           login 403   403   200   403   403   403   200   200
 GET  /interrupts/<str:interrupt_id>/        login 404   404   200   200   200   404   200   200
@@ -98,6 +100,12 @@ GET  /api/interrupts/<interrupt_id>         401   404   404   200   200   200   
 POST /api/threads                           401   403   202   403   403   403   403   202   202
 GET  /api/threads/<thread_id>               401   404   404   200   200   200   404   200   200
 POST /api/threads/<thread_id>/resume        401   403   403   202   403   403   403   202   202
+GET  /api/threads/<thread_id>/events        401   404   404   200   200   200   404   200   200
+GET  /api/threads                           401   200   200   200   200   200   200   200   200
+GET  /api/decisions                         401   403   403   200   200   200   403   200   200
+POST /api/interrupts/<interrupt_id>/claim   401   404   404   200   403   403   404   200   200
+POST /api/interrupts/<interrupt_id>/release 401   404   404   200   403   403   404   200   200
+POST /api/interrupts/<interrupt_id>/withdraw 401  404   404   403   403   403   404   403   403
 GET  /admin/                                login login login login login 200   200   login 200
 GET  /admin/portal/interrupt/<id>/change/   login login login login login 200   403   login 200
 POST /admin/portal/interrupt/<id>/decide/   login login login login login 403   403   login 302
@@ -114,10 +122,15 @@ WS_TABLE = _table("""
 MUTATING = {
     ("POST", "/chat/<str:thread_id>/"),
     ("POST", "/chat/<str:thread_id>/withdraw"),
+    ("POST", "/threads/<str:thread_id>/retry"),
+    ("POST", "/threads/<str:thread_id>/cancel"),
     ("POST", "/interrupts/<str:interrupt_id>/decide"),
     ("POST", "/interrupts/<str:interrupt_id>/claim"),
     ("POST", "/interrupts/<str:interrupt_id>/unclaim"),
     ("POST", "/api/threads/<thread_id>/resume"),
+    ("POST", "/api/interrupts/<interrupt_id>/claim"),
+    ("POST", "/api/interrupts/<interrupt_id>/release"),
+    ("POST", "/api/interrupts/<interrupt_id>/withdraw"),
     ("POST", "/admin/portal/interrupt/<id>/decide/"),
 }
 
@@ -152,11 +165,14 @@ def _personas() -> dict[str, Any]:
 
 
 class World:
-    """Sally's objects: a finished chat, a pending request, and a decided one."""
+    """Sally's objects: a finished chat, a failed one, a pending request, and a decided
+    one."""
 
     def __init__(self, sally: Any, rex: Any) -> None:
         self.done = make_thread(owner=sally, text="Where is my parcel?")
         Thread.objects.filter(pk=self.done.pk).update(status=Thread.Status.DONE)
+        self.failed = make_thread(owner=sally, text="Refund order F-1.")
+        Thread.objects.filter(pk=self.failed.pk).update(status=Thread.Status.FAILED)
         self.interrupt = make_interrupt(owner=sally)
         decided = make_interrupt(owner=sally)
         self.decision = make_decision(interrupt=decided, reviewer=rex)
@@ -187,6 +203,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             f"/threads/{i.thread_id}/transcript/",
             None,
         ),
+        ("POST", "/threads/<str:thread_id>/retry"): (f"/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/threads/<str:thread_id>/cancel"): (
+            f"/threads/{i.thread_id}/cancel",
+            {"confirm": "yes"},
+        ),
         ("GET", "/queue/"): ("/queue/", None),
         ("GET", "/interrupts/<str:interrupt_id>/"): (f"/interrupts/{i.pk}/", None),
         ("POST", "/interrupts/<str:interrupt_id>/decide"): (f"/interrupts/{i.pk}/decide", approve),
@@ -207,6 +228,18 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "Hi"}]}},
         ),
         ("GET", "/api/threads/<thread_id>"): (f"/api/threads/{i.thread_id}", None),
+        ("GET", "/api/threads"): ("/api/threads", None),
+        ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
+        ("GET", "/api/decisions"): ("/api/decisions", None),
+        ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
+        ("POST", "/api/interrupts/<interrupt_id>/release"): (
+            f"/api/interrupts/{i.pk}/release",
+            {},
+        ),
+        ("POST", "/api/interrupts/<interrupt_id>/withdraw"): (
+            f"/api/interrupts/{i.pk}/withdraw",
+            {},
+        ),
         ("POST", "/api/threads/<thread_id>/resume"): (
             f"/api/threads/{i.thread_id}/resume",
             {"resume": {"approved": True}, "resume_interrupt_id": i.pk},
