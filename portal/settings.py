@@ -208,6 +208,22 @@ DATABASES = {
 USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 if USING_POSTGRES and _test_suffix:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
+# Web processes borrow connections from a pool of at most this many instead of opening one
+# per request (0: no pool). Under ASGI each request runs its sync code in a thread of its
+# own, so Django's persistent connections (CONN_MAX_AGE) would never be reused. Workers
+# keep one connection of their own instead (run_worker drops the pool).
+PORTAL_DB_POOL_SIZE = env_int("PORTAL_DB_POOL_SIZE", 20)
+if USING_POSTGRES and PORTAL_DB_POOL_SIZE:
+    _options: dict[str, object] = DATABASES["default"]["OPTIONS"]  # type: ignore[assignment]
+    _options["pool"] = {
+        "min_size": min(2, PORTAL_DB_POOL_SIZE),
+        "max_size": PORTAL_DB_POOL_SIZE,
+        # Seconds a request waits for a free connection before it fails.
+        "timeout": 10,
+    }
+    # With a pool, Django checks each connection as it is lent: one the server dropped
+    # while it sat in the pool is replaced, not handed to a request.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 
 def default_channel_prefix(db: dict[str, object], *, test_suffix: str = "") -> str:

@@ -6,10 +6,11 @@ between iterations so a long-lived process survives database restarts.
 
 Claiming. A run is claimable when it is ``queued`` (and is the oldest unfinished run of a
 thread with nothing else running), or ``running`` with an expired lease (its worker died).
-On PostgreSQL the candidate is locked ``FOR UPDATE SKIP LOCKED`` so concurrent workers
-take different rows, and its thread row too, so two runs of one thread never execute at
-once. On SQLite the claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which
-serialises writers, and the claim itself is a conditional UPDATE.
+On PostgreSQL the claim is one statement (one round trip): the candidate and its thread
+row are locked ``FOR UPDATE SKIP LOCKED`` so concurrent workers take different rows and
+two runs of one thread never execute at once, and are marked running. On SQLite the
+claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which serialises writers, and
+the claim itself is a conditional UPDATE.
 
 Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
 renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
@@ -127,6 +128,46 @@ def beat(name: str) -> None:
         # metrics would otherwise carry for ever.
         WorkerHeartbeat.objects.filter(beat_at__lt=_lease_until(-HEARTBEAT_FORGET_SECONDS)).delete()
         WorkerHeartbeat.objects.create(name=name, started_at=Now(), beat_at=Now())
+
+
+# The PostgreSQL claim (Worker._claim_one_statement). An expired lease first, then the
+# oldest queued run of a thread with nothing earlier unfinished and nothing running; the
+# queued branch is only read when no expired lease is found.
+_CLAIM_SQL = """
+WITH expired AS (
+    SELECT r.id FROM {run} r JOIN {thread} t ON t.id = r.thread_id
+    WHERE r.status = 'running' AND r.lease_expires_at < statement_timestamp()
+    ORDER BY r.lease_expires_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), queued AS (
+    SELECT r.id FROM {run} r JOIN {thread} t ON t.id = r.thread_id
+    WHERE r.status = 'queued'
+      AND NOT EXISTS (
+        SELECT 1 FROM {run} e WHERE e.thread_id = r.thread_id
+        AND e.status IN ('queued', 'running') AND e.created_at < r.created_at)
+      AND NOT EXISTS (
+        SELECT 1 FROM {run} b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+    ORDER BY r.created_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), picked AS (
+    (SELECT id FROM expired) UNION ALL (SELECT id FROM queued) LIMIT 1
+), claimed AS (
+    UPDATE {run} r SET
+        status = 'running',
+        attempts = r.attempts + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = statement_timestamp() + %(lease)s * interval '1 second',
+        started_at = coalesce(r.started_at, statement_timestamp())
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.*
+), busy AS (
+    UPDATE {thread} t SET status = 'running', updated_at = statement_timestamp()
+    FROM claimed WHERE t.id = claimed.thread_id
+)
+SELECT * FROM claimed
+"""
 
 
 @dataclass(frozen=True)
@@ -303,13 +344,17 @@ class Worker:
     def claim(self) -> Run | None:
         """Take the next claimable run (an expired lease first, then the oldest queued)."""
         while True:
-            with transaction.atomic():
-                run, gave_up = self._claim_one()
+            if _using_postgres():
+                run, gave_up = self._claim_one_statement()
+            else:
+                with transaction.atomic():
+                    run, gave_up = self._claim_one()
             if gave_up is not None:
                 continue  # that one is finished now; look for another
             return run
 
     def _claim_one(self) -> tuple[Run | None, Run | None]:
+        """The claim on SQLite, in the caller's (serialising) transaction."""
         now = timezone.now()
         expired = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=Now())
         earlier_unfinished = Run.objects.filter(
@@ -322,33 +367,54 @@ class Worker:
             Exists(earlier_unfinished) | Exists(thread_busy)
         )
         for candidates in (expired.order_by("lease_expires_at"), queued.order_by("created_at")):
-            if _using_postgres():
-                # SKIP LOCKED: concurrent workers each take a different row instead of
-                # queueing behind one another's claim.
-                candidates = candidates.select_for_update(skip_locked=True)
             for run in candidates[:5]:
-                if _using_postgres():
-                    # Two runs of one thread claimed by two workers at the same moment
-                    # would both pass the "thread busy" filter; the thread lock lets only
-                    # one through, and the other re-checks next time.
-                    free = Thread.objects.select_for_update(skip_locked=True).filter(
-                        pk=run.thread_id
-                    )
-                    if not free.exists():
-                        continue
                 taken = self._take(run, now)
                 if taken is not None:
                     return taken
         return None, None
 
+    def _claim_one_statement(self) -> tuple[Run | None, Run | None]:
+        """The claim on PostgreSQL: one statement, one round trip (it commits on its own
+        outside a transaction). The run and its thread are locked SKIP LOCKED together,
+        so concurrent workers take different runs and two runs of one thread never
+        start at once; the same statement marks the thread running."""
+        runs = list(
+            Run.objects.raw(
+                _CLAIM_SQL.format(run=Run._meta.db_table, thread=Thread._meta.db_table),
+                {"owner": self.name, "lease": self.lease},
+            )
+        )
+        if not runs:
+            return None, None
+        run = runs[0]
+        if run.attempts <= self.max_attempts:
+            return run, None
+        with transaction.atomic():
+            # Claimed once too often: this claim was not an attempt, and the run fails.
+            run.attempts -= 1
+            error = self._gave_up(run)
+            Run.objects.filter(pk=run.pk, lease_owner=self.name).update(
+                status=Run.Status.FAILED,
+                error=error,
+                attempts=run.attempts,
+                finished_at=timezone.now(),
+                lease_expires_at=None,
+            )
+            run.status, run.error = Run.Status.FAILED, error
+            self._settle_thread(run, failed=True)
+        return None, run
+
+    def _gave_up(self, run: Run) -> str:
+        return (
+            f"gave up after {run.attempts} attempts (PORTAL_RUN_MAX_ATTEMPTS="
+            f"{self.max_attempts}): each time, the worker running it stopped before it "
+            "finished. The thread keeps its last checkpoint and can be retried."
+        )
+
     def _take(self, run: Run, now: Any) -> tuple[Run | None, Run | None] | None:
         attempts = run.attempts + 1
         if attempts > self.max_attempts:
-            error = (
-                f"gave up after {run.attempts} attempts (PORTAL_RUN_MAX_ATTEMPTS="
-                f"{self.max_attempts}): each time, the worker running it stopped before it "
-                "finished. The thread keeps its last checkpoint and can be retried."
-            )
+            error = self._gave_up(run)
             Run.objects.filter(pk=run.pk).update(
                 status=Run.Status.FAILED, error=error, finished_at=now, lease_expires_at=None
             )
