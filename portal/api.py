@@ -210,7 +210,10 @@ class TokenRateThrottle(SimpleRateThrottle):
         token = getattr(request, "api_token", None)
         if token is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": token.pk}
+        # Keyed by the token's hash, not its row id: an id can come back (a row deleted
+        # and its id reused, a rolled-back test), and the new token would inherit the
+        # old one's count.
+        return self.cache_format % {"scope": self.scope, "ident": token.token_hash}
 
 
 # Refusals any endpoint may answer, whatever its own: documented on every operation.
