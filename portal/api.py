@@ -599,6 +599,9 @@ def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     )
 
 
+API_OFFSET_MAX = 1_000_000
+
+
 class InterruptPage(LimitOffsetPagination):
     """Limit/offset with ``limit`` capped (a larger one is a 422 naming the maximum), and
     the page's user messages read in one query."""
@@ -610,7 +613,11 @@ class InterruptPage(LimitOffsetPagination):
             le=API_PAGE_MAX,
             description=f"How many requests to return, at most {API_PAGE_MAX}.",
         )
-        offset: int = Field(0, ge=0)
+        # Bounded so that a huge number is a 422 naming the bound, not a database
+        # error; past a million rows a client should filter instead.
+        offset: int = Field(
+            0, ge=0, le=API_OFFSET_MAX, description=f"Rows to skip, at most {API_OFFSET_MAX}."
+        )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_limit=API_PAGE_MAX, **kwargs)
