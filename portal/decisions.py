@@ -525,8 +525,11 @@ def _vote(
             target=locked,
             detail={"held_by": reviewer.get_username(), "why": "answered"},
         )
-    broadcast.queue_change_on_commit(locked)
     vote.needed = quorum.needed  # type: ignore[attr-defined]
+    said = locked.message or "a request"
+    broadcast.queue_change_on_commit(
+        locked, news=f"{_who(reviewer)} {outcome} “{said}”; it needs {quorum.needed}"
+    )
     return vote
 
 

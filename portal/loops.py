@@ -32,9 +32,11 @@ L = TypeVar("L", bound=Loop)
 
 def keep_connections() -> None:
     """A loop is one long-lived process: keep its connection between rounds instead of
-    reconnecting for each (the web processes keep Django's per-request default). Health
+    reconnecting for each (web processes borrow from a pool instead, see settings). Health
     checks replace a connection the server dropped."""
     for alias in connections:
+        # One connection for the life of the process: a pool would only add a hand-over.
+        connections[alias].settings_dict.get("OPTIONS", {}).pop("pool", None)
         connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
         connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
 

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
 TIMEOUT_MS = 15_000
+QUORUM_POLICY = '{"two-person:*": {"approvals_required": 2}}'
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,6 +81,9 @@ def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
         env = {k: v for k, v in os.environ.items() if k not in skip}
         env.update(database_env())
     env.update({"PYTHONUNBUFFERED": "1", "PORTAL_MODEL": "scripted", "DEBUG": "1"})
+    # Requests of the agent "two-person" need two approvers (tests/browser/test_quorum.py);
+    # no other agent is touched.
+    env.setdefault("PORTAL_POLICIES_EXTRA", QUORUM_POLICY)
     logs = tmp_path_factory.mktemp("live")
     port = free_port()
     procs: list[subprocess.Popen] = []

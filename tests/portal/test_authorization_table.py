@@ -91,7 +91,12 @@ GET  /history/ htmx                         login 403   403   200   200   200   
 GET  /history/export.csv                    login 403   403   200   200   200   403   200   200
 GET  /history/export.jsonl                  login 403   403   200   200   200   403   200   200
 GET  /history/<int:decision_id>/            login 404   404   200   200   200   404   200   200
+GET  /history/actions/                      login 403   403   403   200   200   403   403   200
+GET  /history/actions/ htmx                 login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.csv            login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
+GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
 GET  /api/                                  404   404   404   404   404   404   404   404   404
 GET  /api/openapi.json                      200   200   200   200   200   200   200   200   200
 GET  /api/docs                              200   200   200   200   200   200   200   200   200
@@ -106,6 +111,8 @@ GET  /api/decisions                         401   403   403   200   200   200   
 POST /api/interrupts/<interrupt_id>/claim   401   404   404   200   403   403   404   200   200
 POST /api/interrupts/<interrupt_id>/release 401   404   404   200   403   403   404   200   200
 POST /api/interrupts/<interrupt_id>/withdraw 401  404   404   403   403   403   404   403   403
+POST /api/threads/<thread_id>/retry         401   404   404   403   403   403   404   403   202
+POST /api/threads/<thread_id>/cancel        401   404   404   403   403   403   404   403   200
 GET  /admin/                                login login login login login 200   200   login 200
 GET  /admin/portal/interrupt/<id>/change/   login login login login login 200   403   login 200
 POST /admin/portal/interrupt/<id>/decide/   login login login login login 403   403   login 302
@@ -131,6 +138,8 @@ MUTATING = {
     ("POST", "/api/interrupts/<interrupt_id>/claim"),
     ("POST", "/api/interrupts/<interrupt_id>/release"),
     ("POST", "/api/interrupts/<interrupt_id>/withdraw"),
+    ("POST", "/api/threads/<thread_id>/retry"),
+    ("POST", "/api/threads/<thread_id>/cancel"),
     ("POST", "/admin/portal/interrupt/<id>/decide/"),
 }
 
@@ -217,7 +226,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/export.csv"): ("/history/export.csv", None),
         ("GET", "/history/export.jsonl"): ("/history/export.jsonl", None),
         ("GET", "/history/<int:decision_id>/"): (f"/history/{world.decision.pk}/", None),
+        ("GET", "/history/actions/"): ("/history/actions/", None),
+        ("GET", "/history/actions/export.csv"): ("/history/actions/export.csv", None),
+        ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
+        ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
         ("GET", "/api/"): ("/api/", None),
         ("GET", "/api/openapi.json"): ("/api/openapi.json", None),
         ("GET", "/api/docs"): ("/api/docs", None),
@@ -231,6 +244,8 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/api/threads"): ("/api/threads", None),
         ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
         ("GET", "/api/decisions"): ("/api/decisions", None),
+        ("POST", "/api/threads/<thread_id>/retry"): (f"/api/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/api/threads/<thread_id>/cancel"): (f"/api/threads/{i.thread_id}/cancel", {}),
         ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
         ("POST", "/api/interrupts/<interrupt_id>/release"): (
             f"/api/interrupts/{i.pk}/release",

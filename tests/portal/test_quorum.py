@@ -452,3 +452,34 @@ def test_policies_come_from_the_environment_too():
     )
     assert bad.returncode != 0
     assert 'PORTAL_POLICIES_EXTRA must be a JSON object of "<agent>:<reason>" keys' in bad.stderr
+
+
+def test_a_vote_is_pushed_to_open_request_pages_from_the_same_partial(
+    two_of_n, panel, client, django_capture_on_commit_callbacks, monkeypatch
+):
+    from portal import broadcast
+
+    request = make_interrupt()
+    announced: list[dict] = []
+    monkeypatch.setattr(broadcast, "publish_queue_change", lambda **kw: announced.append(kw))
+    with django_capture_on_commit_callbacks(execute=True):
+        answer(request, panel[0], note="fine by me")
+    [change] = announced
+    assert change["status"] == "pending"
+    assert change["news"].startswith("panel-0 approved “Approve a $42.50 refund")
+    assert change["news"].endswith("; it needs 1 more approval")
+
+    _queue, page_html = broadcast.render_interrupt_change(request.pk)
+
+    assert 'id="decision-approvals"' in page_html
+    assert "hx-swap-oob=" in page_html
+    assert "Approvals: 1 of 2" in page_html and "<strong>panel-0</strong>" in page_html
+    # Said as what happened, not as a new request or a release.
+    news = broadcast.render_interrupt_change(
+        request.pk, news="panel-0 approved “x”; it needs 1 more approval"
+    )[1]
+    assert "panel-0 approved “x”; it needs 1 more approval" in news
+    client.force_login(panel[1])
+    page = client.get(f"/interrupts/{request.pk}/").content.decode()
+    start = page.index('<section id="decision-approvals"')
+    assert page[start : page.index("</section>", start)].split(">", 1)[1] in page_html
