@@ -37,6 +37,7 @@ from portal.models import (
     ApiToken,
     Approval,
     Assignment,
+    AuditEvent,
     Checkpoint,
     Decision,
     Delivery,
@@ -457,6 +458,39 @@ class DecisionAdmin(ReadOnlyAdmin):
     @admin.display(description="Executed arguments")
     def executed(self, obj: Decision) -> str:
         return pretty(obj.executed_args)
+
+
+_EVENT_FIELDS = [
+    "created_at",
+    "action",
+    "actor_name",
+    "actor_id",
+    "target_type",
+    "target_id",
+    "detail_display",
+    "prev_hash",
+    "hash",
+]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    """The audit trail of actions, read-only (auditors also have it under History)."""
+
+    ordering = ["-created_at", "-id"]  # the auditevent_recent index
+    list_display = ["created_at", "action", "actor_name", "target_type", "target_id"]
+    list_filter = ["action"]
+    search_fields = ["=actor_name", "=target_id", "action"]
+    date_hierarchy = "created_at"
+    fields = tuple(_EVENT_FIELDS)
+    readonly_fields = _EVENT_FIELDS
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return {}  # no bulk delete, not even for superusers
+
+    @admin.display(description="Detail")
+    def detail_display(self, obj: AuditEvent) -> str:
+        return pretty(obj.detail)
 
 
 @admin.register(Run)

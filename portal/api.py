@@ -30,12 +30,12 @@ import math
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -80,6 +80,8 @@ TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# How precisely a token's last_used_at is kept: it is written when older than this.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
 
@@ -176,7 +178,11 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+            # At most one durable write per token and minute, not one per request: reads
+            # would otherwise each wait for the disk.
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user
@@ -677,9 +683,20 @@ class WaitParams(Schema):
 
 
 def _thread_busy(thread_id: Any) -> bool:
-    return Run.objects.filter(
+    busy = Run.objects.filter(
         thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
     ).exists()
+    if busy:
+        _release_connection()  # it will wait
+    return busy
+
+
+def _release_connection() -> None:
+    # A waiting request holds no database connection between its looks (back to the pool,
+    # or closed), so many waiters do not hold as many connections. Not inside a
+    # transaction: a test's own would be lost.
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])

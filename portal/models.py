@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from agents.interrupt import fallback_summary
-from portal import audit, trail, waiting
+from portal import audit, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -397,7 +397,7 @@ class Decision(models.Model):
         if not self._state.adding:
             raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
         # Chain the decision's hashes on insert (portal/audit.py).
-        with audit.sealing(self, using=kwargs.get("using")):
+        with audit.sealing(self, chain=audit.DECISIONS, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -466,7 +466,7 @@ class Approval(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise ImmutableRecordError(f"Approval {self.pk} cannot be saved again: {_IMMUTABLE}")
-        with audit.sealing(self, using=kwargs.get("using")):
+        with audit.sealing(self, chain=audit.APPROVALS, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -578,6 +578,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # To within a minute (portal.api.TOKEN_LAST_USED_RESOLUTION): a token used now shows a
+    # time at most that old.
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -923,7 +925,7 @@ class RoutingEvent(models.Model):
 # --- end notifications and routing ----------------------------------------------------
 
 
-# --- audit trail of actions (portal.trail) ------------------------------------------------
+# --- audit trail of actions ---------------------------------------------------------------
 _APPEND_ONLY_EVENTS = (
     "audit events are a record: they are appended once and never updated or deleted "
     "(record a new event instead)"
@@ -941,7 +943,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 class AuditEvent(models.Model):
     """One action someone (or the system) took: a claim, a login, a token revoked...
 
-    Append-only and hash-chained like ``Decision`` (its own chain; ``portal.trail``).
+    Append-only and hash-chained like ``Decision`` (its own chain, ``audit.EVENTS``).
     Recorded with ``audit_record`` inside the transaction of the action it records, so an
     action that rolled back leaves no event and an event names nothing that did not happen.
     """
@@ -1009,7 +1011,7 @@ class AuditEvent(models.Model):
             raise ImmutableRecordError(
                 f"AuditEvent {self.pk} cannot be saved again: {_APPEND_ONLY_EVENTS}"
             )
-        with trail.sealing(self, using=kwargs.get("using")):
+        with audit.sealing(self, chain=audit.EVENTS, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -1035,7 +1037,7 @@ def audit_record(
     """
     # Stored as its canonical JSON reads back (times as UTC text, ids as text), so the
     # hash computed now is the one recomputed from the row later.
-    text = trail.canonical(dict(detail or {}))
+    text = audit.canonical(dict(detail or {}))
     if len(text) > MAX_AUDIT_DETAIL_CHARS:
         raise ValueError(
             f"audit detail for {action!r} is over {MAX_AUDIT_DETAIL_CHARS} characters of "

@@ -18,7 +18,7 @@ permission             lets the user                                         gro
 ``view_all_threads``   read every thread, not only their own                 reviewer, auditor
 ``view_history``       browse the decision history                           reviewer, auditor
 ``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
-``view_metrics``       open the metrics page                                 reviewer, auditor
+``view_metrics``       open the metrics page, read /metrics/prometheus      reviewer, auditor
 ``view_audit_trail``   browse and (with ``export_history``) export the       auditor
                        audit trail of actions (claims, logins, tokens...)
 ``retry_thread``       retry anyone's failed thread (owners retry their own) (none)

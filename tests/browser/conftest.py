@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.browser.csp import VIOLATIONS, watch_csp
-from tests.processes import database_env
+from tests.processes import database_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
@@ -52,12 +51,6 @@ def _orm_beside_playwright(monkeypatch):
     # The ORM calls in these tests are plain synchronous code; Playwright's loop in the
     # same thread is not theirs. Set first, undone last (after the database teardown).
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Start-up takes seconds alone, but on a machine shared with other test runs it has taken
@@ -92,7 +85,7 @@ def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
     # no other agent is touched.
     env.setdefault("PORTAL_POLICIES_EXTRA", QUORUM_POLICY)
     logs = tmp_path_factory.mktemp("live")
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen] = []
 
     def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:

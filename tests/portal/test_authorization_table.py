@@ -91,7 +91,12 @@ GET  /history/ htmx                         login 403   403   200   200   200   
 GET  /history/export.csv                    login 403   403   200   200   200   403   200   200
 GET  /history/export.jsonl                  login 403   403   200   200   200   403   200   200
 GET  /history/<int:decision_id>/            login 404   404   200   200   200   404   200   200
+GET  /history/actions/                      login 403   403   403   200   200   403   403   200
+GET  /history/actions/ htmx                 login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.csv            login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
+GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
 GET  /api/                                  404   404   404   404   404   404   404   404   404
 GET  /api/openapi.json                      200   200   200   200   200   200   200   200   200
 GET  /api/docs                              200   200   200   200   200   200   200   200   200
@@ -217,7 +222,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/export.csv"): ("/history/export.csv", None),
         ("GET", "/history/export.jsonl"): ("/history/export.jsonl", None),
         ("GET", "/history/<int:decision_id>/"): (f"/history/{world.decision.pk}/", None),
+        ("GET", "/history/actions/"): ("/history/actions/", None),
+        ("GET", "/history/actions/export.csv"): ("/history/actions/export.csv", None),
+        ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
+        ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
         ("GET", "/api/"): ("/api/", None),
         ("GET", "/api/openapi.json"): ("/api/openapi.json", None),
         ("GET", "/api/docs"): ("/api/docs", None),

@@ -1,6 +1,6 @@
 """``manage.py verify_audit``: walk the decision hash chain, the approvals' (each
 reviewer's vote on a request that needs several), then the audit trail's
-(``portal.trail``), and report the first broken link of each.
+(every other action), and report the first broken link of each.
 
 Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
 non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
@@ -19,15 +19,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit import APPROVALS, verify_chain
+from portal.audit import APPROVALS, EVENTS, verify_chain
 from portal.models import Approval, AuditEvent, Decision
-from portal.trail import verify_events
 
 
 class Command(BaseCommand):
     help = (
-        "Verify the decision hash chain and the audit trail's, and report the first broken "
-        "link of each."
+        "Verify the hash chains of decisions, audit events and approvals, and report the "
+        "first broken link of each."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -63,8 +62,11 @@ class Command(BaseCommand):
             expect_head=expect_approval_head,
             chain=APPROVALS,
         )
-        events = verify_events(
-            AuditEvent.objects.using(db), batch_size=batch, expect_head=expect_event_head
+        events = verify_chain(
+            AuditEvent.objects.using(db),
+            batch_size=batch,
+            expect_head=expect_event_head,
+            chain=EVENTS,
         )
         problems = []
         if report.broken is not None:
@@ -75,10 +77,10 @@ class Command(BaseCommand):
             problems.append(
                 f"first broken link: {votes.broken} ({votes.count} approvals before it verified)"
             )
-        if not events.ok:
+        if events.broken is not None:
             problems.append(
-                f"first broken link in the audit trail: {events} ({events.count} events "
-                "before it verified)"
+                f"first broken link in the audit trail: {events.broken} ({events.count} "
+                "events before it verified)"
             )
         if problems:
             raise CommandError("; ".join(problems), returncode=2)
