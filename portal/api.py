@@ -59,7 +59,13 @@ from portal.decisions import (
     interrupt_claim,
     interrupt_unclaim,
 )
-from portal.errors import InputError, InterruptNotPending
+from portal.errors import (
+    InputError,
+    InterruptNotPending,
+    ThreadActionForbidden,
+    ThreadNotCancellable,
+    ThreadNotRetryable,
+)
 from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
@@ -74,7 +80,7 @@ from portal.models import (
     password_fingerprint,
 )
 from portal.registry import UnknownAgentError
-from portal.services import thread_cancel, thread_start
+from portal.services import thread_abort, thread_cancel, thread_retry, thread_start
 
 TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
@@ -1034,6 +1040,69 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
             "status": interrupt.status,
         },
     )
+
+
+# --- recovering a thread ------------------------------------------------------------------
+
+
+class RetryOut(Schema):
+    thread_id: str
+    run_id: str = Field(..., description="The queued run that goes on from the last checkpoint.")
+
+
+@api.post(
+    "/threads/{thread_id}/retry",
+    response={202: RetryOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def retry_thread(request: HttpRequest, thread_id: str) -> Any:
+    """Retry a failed thread from its last checkpoint (202: queued), as the thread page's
+    *Retry* does. Its owner may, or a user with the ``retry_thread`` permission (403
+    otherwise); 409 when it has not failed or already has a run queued."""
+    thread = _thread_or_404(request, thread_id)
+    try:
+        run = thread_retry(thread=thread, user=_user(request))
+    except ThreadActionForbidden as exc:
+        raise ApiProblem(403, str(exc)) from None
+    except ThreadNotRetryable as exc:
+        raise ApiProblem(409, f"Not retried: {exc}.") from None
+    return Status(202, {"thread_id": str(thread.pk), "run_id": str(run.pk)})
+
+
+class CancelOut(Schema):
+    thread_id: str
+    status: str = Field(..., description="The thread's status now: cancelled.")
+    cancelled_at: datetime
+    cancelled_by: str | None = Field(..., description="Who cancelled it (their username).")
+
+
+@api.post(
+    "/threads/{thread_id}/cancel",
+    response={200: CancelOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def cancel_thread(request: HttpRequest, thread_id: str) -> Any:
+    """Cancel a thread for good, as the thread page's *Cancel* does: its queued and
+    running work is dropped, a request waiting for approval leaves the queue unanswered,
+    and no tool call it was about to make runs. Its owner may, or a user with the
+    ``cancel_thread`` permission (403 otherwise); 409 when it was already cancelled or is
+    done with nothing queued."""
+    thread = _thread_or_404(request, thread_id)
+    try:
+        cancelled = thread_abort(thread=thread, user=_user(request))
+    except ThreadActionForbidden as exc:
+        raise ApiProblem(403, str(exc)) from None
+    except ThreadNotCancellable as exc:
+        raise ApiProblem(409, f"Not cancelled: {exc}.") from None
+    by = cancelled.cancelled_by
+    return {
+        "thread_id": str(cancelled.pk),
+        "status": cancelled.status,
+        "cancelled_at": cancelled.cancelled_at,
+        "cancelled_by": by.get_username() if by is not None else None,
+    }
 
 
 # --- following a thread -------------------------------------------------------------------
