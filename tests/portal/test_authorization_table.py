@@ -244,6 +244,8 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/api/threads"): ("/api/threads", None),
         ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
         ("GET", "/api/decisions"): ("/api/decisions", None),
+        ("POST", "/api/threads/<thread_id>/retry"): (f"/api/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/api/threads/<thread_id>/cancel"): (f"/api/threads/{i.thread_id}/cancel", {}),
         ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
         ("POST", "/api/interrupts/<interrupt_id>/release"): (
             f"/api/interrupts/{i.pk}/release",
@@ -253,8 +255,6 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             f"/api/interrupts/{i.pk}/withdraw",
             {},
         ),
-        ("POST", "/api/threads/<thread_id>/retry"): (f"/api/threads/{world.failed.pk}/retry", {}),
-        ("POST", "/api/threads/<thread_id>/cancel"): (f"/api/threads/{i.thread_id}/cancel", {}),
         ("POST", "/api/threads/<thread_id>/resume"): (
             f"/api/threads/{i.thread_id}/resume",
             {"resume": {"approved": True}, "resume_interrupt_id": i.pk},
