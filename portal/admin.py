@@ -35,6 +35,7 @@ from portal.errors import Refused
 from portal.forms import DecisionForm
 from portal.models import (
     ApiToken,
+    Approval,
     Assignment,
     AuditEvent,
     Checkpoint,
@@ -393,6 +394,39 @@ _DECISION_FIELDS: list[str] = [
     "prev_hash",
     "hash",
 ]
+
+
+_APPROVAL_FIELDS: list[str] = [
+    "interrupt",
+    "reviewer",
+    "outcome",
+    "note",
+    "answer",
+    "created_at",
+    "payload_hash",
+    "prev_hash",
+    "hash",
+]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    """Each reviewer's vote on a request that needs several; written once, never changed."""
+
+    ordering = ["-id"]  # ids grow with time
+    list_display = ["interrupt", "outcome", "reviewer", "created_at"]
+    list_filter = ["outcome"]
+    search_fields = ["interrupt__id", "reviewer__username", "note"]
+    list_select_related = ["reviewer", "interrupt"]
+    fields = tuple(_APPROVAL_FIELDS)
+    readonly_fields = _APPROVAL_FIELDS
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return {}  # no bulk delete, not even for superusers
+
+    @admin.display(description="Answer")
+    def answer(self, obj: Approval) -> str:
+        return pretty(obj.value)
 
 
 @admin.register(Decision)
