@@ -9,13 +9,68 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import connection, connections
+from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models.functions import Now
+
+from portal.models import WorkerHeartbeat
 
 log = logging.getLogger(__name__)
+
+# How often a loop records that it is alive (WorkerHeartbeat).
+HEARTBEAT_SECONDS = 5.0
+# A heartbeat row this old belongs to a loop killed long ago; the next loop to start
+# removes it.
+HEARTBEAT_FORGET_SECONDS = 86_400.0
+
+
+def _db_now_plus(seconds: float) -> Any:
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def beat(name: str, *, kind: str = "worker") -> None:
+    """Record that loop ``name`` (a run worker or a notifier) is alive now, on the
+    database's clock (the one the health check and the metrics compare against)."""
+    if not WorkerHeartbeat.objects.filter(name=name).update(beat_at=Now(), kind=kind):
+        # A new loop. Rows of loops killed long ago go now: each is a label the metrics
+        # would otherwise carry for ever.
+        WorkerHeartbeat.objects.filter(beat_at__lt=_db_now_plus(-HEARTBEAT_FORGET_SECONDS)).delete()
+        WorkerHeartbeat.objects.create(name=name, kind=kind, started_at=Now(), beat_at=Now())
+
+
+class Heartbeat:
+    """A loop's heartbeat row: ``maybe_beat`` once per round (it writes at most every
+    ``HEARTBEAT_SECONDS``), ``forget`` when the loop stops in order. Neither raises: the
+    health check sees a heartbeat that failed as one that ages."""
+
+    def __init__(self, name: str, *, kind: str) -> None:
+        self.name = name
+        self.kind = kind
+        self._last = -HEARTBEAT_SECONDS
+
+    def maybe_beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last < HEARTBEAT_SECONDS:
+            return
+        self._last = now
+        try:
+            beat(self.name, kind=self.kind)
+        except Exception:
+            log.warning(
+                "%s %s: recording its heartbeat failed", self.kind, self.name, exc_info=True
+            )
+
+    def forget(self) -> None:
+        # A loop that stops in order takes its row away; only a dead one leaves it ageing.
+        try:
+            WorkerHeartbeat.objects.filter(name=self.name).delete()
+        except Exception:
+            log.warning("%s %s: removing its heartbeat failed", self.kind, self.name, exc_info=True)
 
 
 class Loop(Protocol):

@@ -1063,12 +1063,18 @@ def audit_record(
 
 
 class WorkerHeartbeat(models.Model):
-    """The last time each running worker went round its loop (health and metrics read it).
+    """The last time each running loop (a run worker or a notifier) went round (health and
+    metrics read it).
 
-    Not a record: a worker deletes its row when it stops in order; a killed worker's row
-    stays behind, ageing, which is what a health check should see."""
+    Not a record: a loop deletes its row when it stops in order; a killed one's row stays
+    behind, ageing, which is what a health check should see."""
+
+    class Kind(models.TextChoices):
+        WORKER = "worker", "run worker"
+        NOTIFIER = "notifier", "notifier"
 
     name = models.CharField(max_length=128, primary_key=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.WORKER)
     started_at = models.DateTimeField()
     beat_at = models.DateTimeField()
 

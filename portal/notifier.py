@@ -25,7 +25,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from portal import assignments, loops, outbox
-from portal.models import Delivery, Notification, Subscription
+from portal.models import Delivery, Notification, Subscription, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ class Notifier:
         self.poll = poll
         self.stopping = threading.Event()
         self._last_routing = 0.0
+        self._heartbeat = loops.Heartbeat(self.name, kind=WorkerHeartbeat.Kind.NOTIFIER)
 
     def tick(self) -> int:
         """Route, fan out and send what is due; returns how much it did."""
@@ -172,6 +173,7 @@ class Notifier:
                 if not connection.in_atomic_block:
                     close_old_connections()
                 _wake.clear()
+                self._heartbeat.maybe_beat()
                 try:
                     done = self.tick()
                 except Exception:
@@ -186,6 +188,7 @@ class Notifier:
                 if not done:
                     _wake.wait(self.poll)
         finally:
+            self._heartbeat.forget()
             if not connection.in_atomic_block:
                 close_old_connections()
         log.info("notifier %s stopped", self.name)
@@ -197,7 +200,7 @@ class Notifier:
 
 
 _embedded = loops.Embedded(
-    lambda: Notifier(name=f"embedded:{os.getpid()}"), thread_name="portal-notifier"
+    lambda: Notifier(name=f"embedded-notifier:{os.getpid()}"), thread_name="portal-notifier"
 )
 
 

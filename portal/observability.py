@@ -105,11 +105,16 @@ def _check_redis(report: Health) -> None:
         client.close()
 
 
-def heartbeat_ages() -> dict[str, float]:
-    """Seconds since each worker's last heartbeat, on the database's clock."""
+def heartbeat_ages() -> dict[str, dict[str, float]]:
+    """Seconds since each loop's last heartbeat, by kind (run worker, notifier) and name,
+    on the database's clock."""
     age = ExpressionWrapper(Now() - F("beat_at"), output_field=DurationField())
-    rows = WorkerHeartbeat.objects.annotate(age=age).values_list("name", "age")
-    return {name: max(_seconds(value), 0.0) for name, value in rows}
+    out: dict[str, dict[str, float]] = {kind: {} for kind in WorkerHeartbeat.Kind.values}
+    for name, kind, value in WorkerHeartbeat.objects.annotate(age=age).values_list(
+        "name", "kind", "age"
+    ):
+        out.setdefault(kind, {})[name] = max(_seconds(value), 0.0)
+    return out
 
 
 def _seconds(value: Any) -> float:
@@ -118,33 +123,43 @@ def _seconds(value: Any) -> float:
     return float(value or 0) / 1_000_000  # SQLite hands durations back in microseconds
 
 
-def _check_workers(report: Health) -> None:
-    limit = settings.PORTAL_HEALTH_WORKER_MAX_AGE
-    ages = heartbeat_ages()
-    freshest = min(ages.values()) if ages else None
-    report.checks["workers"] = {
-        "count": len(ages),
-        "freshest_heartbeat_age_seconds": round(freshest, 3) if freshest is not None else None,
-        "max_age_seconds": limit or None,
-    }
-    if not limit:
-        return
-    if freshest is None:
-        report.problems.append("workers: no worker has sent a heartbeat")
-    elif freshest > limit:
-        report.problems.append(
-            f"workers: the freshest heartbeat is {freshest:.0f} s old, over the limit of "
-            f"{limit} s (PORTAL_HEALTH_WORKER_MAX_AGE)"
-        )
+# (check name, heartbeat kind, what one is called, its limit's setting)
+_LOOPS = (
+    ("workers", WorkerHeartbeat.Kind.WORKER, "worker", "PORTAL_HEALTH_WORKER_MAX_AGE"),
+    ("notifiers", WorkerHeartbeat.Kind.NOTIFIER, "notifier", "PORTAL_HEALTH_NOTIFIER_MAX_AGE"),
+)
+
+
+def _check_loops(report: Health) -> None:
+    by_kind = heartbeat_ages()
+    for check, kind, one, setting in _LOOPS:
+        limit = getattr(settings, setting)
+        ages = by_kind.get(kind, {})
+        freshest = min(ages.values()) if ages else None
+        report.checks[check] = {
+            "count": len(ages),
+            "freshest_heartbeat_age_seconds": round(freshest, 3) if freshest is not None else None,
+            "max_age_seconds": limit or None,
+        }
+        if not limit:
+            continue
+        if freshest is None:
+            report.problems.append(f"{check}: no {one} has sent a heartbeat")
+        elif freshest > limit:
+            report.problems.append(
+                f"{check}: the freshest heartbeat is {freshest:.0f} s old, over the limit of "
+                f"{limit} s ({setting})"
+            )
 
 
 def health() -> Health:
-    """The database, Redis when configured, and the workers' heartbeats."""
+    """The database, Redis when configured, and the run workers' and notifiers'
+    heartbeats."""
     report = Health()
     database = _check_database(report)
     _check_redis(report)
     if database:
-        _check_workers(report)
+        _check_loops(report)
     return report
 
 
@@ -292,17 +307,22 @@ def _runs() -> Iterator[Metric]:
 
 
 def _workers() -> Iterator[Metric]:
-    ages = heartbeat_ages()
-    per_worker = GaugeMetricFamily(
+    by_kind = heartbeat_ages()
+    per_loop = GaugeMetricFamily(
         "portal_worker_heartbeat_age_seconds",
-        "Seconds since each worker's loop last reported in (a stopped worker's row goes; "
-        "a killed one's stays and ages).",
-        labels=["worker"],
+        "Seconds since each run worker's or notifier's loop last reported in (one stopped "
+        "in order takes its row away; a killed one's stays and ages).",
+        labels=["worker", "kind"],
     )
-    for name, age in sorted(ages.items()):
-        per_worker.add_metric([name], age)
-    yield per_worker
-    yield GaugeMetricFamily("portal_workers", "Workers with a heartbeat row.", value=len(ages))
+    counts = GaugeMetricFamily(
+        "portal_workers", "Run workers and notifiers with a heartbeat row.", labels=["kind"]
+    )
+    for kind, ages in sorted(by_kind.items()):
+        for name, age in sorted(ages.items()):
+            per_loop.add_metric([name, kind], age)
+        counts.add_metric([kind], len(ages))
+    yield per_loop
+    yield counts
 
 
 class _PortalCollector:

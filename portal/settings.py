@@ -418,6 +418,8 @@ if PORTAL_METRICS_TOKEN and len(PORTAL_METRICS_TOKEN) < 32:
 # default): the freshest heartbeat's age is reported but not judged, so a load balancer
 # probing the web processes does not take them out when only the workers are down.
 PORTAL_HEALTH_WORKER_MAX_AGE = env_int("PORTAL_HEALTH_WORKER_MAX_AGE", 0)
+# The same for the notifiers (manage.py run_notifier, or the demo's embedded one).
+PORTAL_HEALTH_NOTIFIER_MAX_AGE = env_int("PORTAL_HEALTH_NOTIFIER_MAX_AGE", 0)
 
 # Per agent and reason policies; "*" matches any. See portal/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {

@@ -81,12 +81,9 @@ log = logging.getLogger(__name__)
 
 # How often an idle worker looks for requests whose expires_at has passed.
 EXPIRY_CHECK_SECONDS = 5.0
-# How often a worker's loop records that it is alive (WorkerHeartbeat); while a run holds
-# the loop, the run's lease heartbeat records it instead.
-HEARTBEAT_SECONDS = 5.0
-# A heartbeat row this old belongs to a worker killed long ago; the next worker to start
-# removes it.
-HEARTBEAT_FORGET_SECONDS = 86_400.0
+# A worker's loop records that it is alive (loops.Heartbeat); while a run holds the loop,
+# the run's lease heartbeat records it instead.
+beat = loops.beat
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
 # so their poll only has to notice expired leases; SQLite workers in other processes
 # have nothing but the poll.
@@ -118,16 +115,6 @@ def _lease_until(seconds: float) -> Any:
     clock: on each worker's own, a worker whose clock ran ahead would take over runs
     whose workers are alive."""
     return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
-
-
-def beat(name: str) -> None:
-    """Record that worker ``name`` is alive now, on the database's clock (the one the
-    health check and the metrics compare against)."""
-    if not WorkerHeartbeat.objects.filter(name=name).update(beat_at=Now()):
-        # A new worker. Rows of workers killed long ago go now: each is a label the
-        # metrics would otherwise carry for ever.
-        WorkerHeartbeat.objects.filter(beat_at__lt=_lease_until(-HEARTBEAT_FORGET_SECONDS)).delete()
-        WorkerHeartbeat.objects.create(name=name, started_at=Now(), beat_at=Now())
 
 
 # The PostgreSQL claim (Worker._claim_one_statement). An expired lease first, then the
@@ -247,7 +234,7 @@ class Worker:
         self.stopping = threading.Event()
         self._listener: Any = None
         self._last_expiry = -EXPIRY_CHECK_SECONDS
-        self._last_beat = -HEARTBEAT_SECONDS
+        self._heartbeat = loops.Heartbeat(self.name, kind=WorkerHeartbeat.Kind.WORKER)
         # One event loop for the worker's life (a loop per run costs a thread and a new
         # channel-layer connection each time), and on PostgreSQL one async connection the
         # checkpointer writes through without hopping threads.
@@ -267,7 +254,7 @@ class Worker:
             while not self.stopping.is_set():
                 _refresh_connections()
                 wake.clear()
-                self._beat()
+                self._heartbeat.maybe_beat()
                 self._expire_due()
                 try:
                     run = self.claim()
@@ -296,7 +283,7 @@ class Worker:
         finally:
             self._close_listener()
             self._close_loop()
-            self._forget_heartbeat()
+            self._heartbeat.forget()
             _refresh_connections()
         log.info("worker %s stopped after %d runs", self.name, done)
         return done
@@ -304,25 +291,6 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
         wake.set()
-
-    def _beat(self) -> None:
-        now = time.monotonic()
-        if now - self._last_beat < HEARTBEAT_SECONDS:
-            return
-        self._last_beat = now
-        try:
-            beat(self.name)
-        except Exception:
-            # The health check will see the heartbeat age; the loop goes on (claiming
-            # reports a database that is really gone).
-            log.warning("worker %s: recording its heartbeat failed", self.name, exc_info=True)
-
-    def _forget_heartbeat(self) -> None:
-        # A worker that stops in order takes its row away; only a dead one leaves it ageing.
-        try:
-            WorkerHeartbeat.objects.filter(name=self.name).delete()
-        except Exception:
-            log.warning("worker %s: removing its heartbeat failed", self.name, exc_info=True)
 
     def _expire_due(self) -> None:
         # Overdue requests are declined here, so expiry needs no cron job; several

@@ -53,11 +53,12 @@ def test_healthz_is_200_naming_each_check_when_all_is_well(client, settings):
     assert body["status"] == "ok" and body["problems"] == []
     assert body["database"] == "ok"
     assert body["redis"] == "not configured"
-    assert body["workers"] == {
-        "count": 0,
-        "freshest_heartbeat_age_seconds": None,
-        "max_age_seconds": None,
-    }
+    for loops in ("workers", "notifiers"):
+        assert body[loops] == {
+            "count": 0,
+            "freshest_heartbeat_age_seconds": None,
+            "max_age_seconds": None,
+        }
     assert response["Cache-Control"].startswith("max-age=0")
 
 
@@ -171,6 +172,54 @@ def test_a_killed_workers_heartbeat_stays_behind_and_ages(spawn, settings):
     assert WorkerHeartbeat.objects.filter(name="hb-killed").exists()
 
 
+def test_a_running_notifier_beats_shows_in_healthz_and_metrics_and_a_stopped_one_goes(
+    spawn, client, settings
+):
+    settings.REDIS_URL = ""
+    settings.PORTAL_METRICS_TOKEN = TOKEN
+    settings.PORTAL_HEALTH_NOTIFIER_MAX_AGE = 60
+    assert client.get("/healthz").json()["problems"] == [
+        "notifiers: no notifier has sent a heartbeat"
+    ]
+    notifier = spawn("run_notifier", "--id", "hb-notifier", "--poll", "0.1")
+    row = wait_for(
+        lambda: WorkerHeartbeat.objects.filter(name="hb-notifier").first(), what="a heartbeat"
+    )
+    assert row.kind == WorkerHeartbeat.Kind.NOTIFIER
+    wait_for(
+        lambda: WorkerHeartbeat.objects.get(name="hb-notifier").beat_at > row.beat_at,
+        timeout=20,
+        what="a second heartbeat",
+    )
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok"
+    assert body["notifiers"]["count"] == 1 and body["workers"]["count"] == 0
+    metrics = _scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    ages = metrics["portal_worker_heartbeat_age_seconds"]
+    age = _value(ages, "portal_worker_heartbeat_age_seconds", worker="hb-notifier", kind="notifier")
+    assert age < 10
+    assert _value(metrics["portal_workers"], "portal_workers", kind="notifier") == 1
+    assert _value(metrics["portal_workers"], "portal_workers", kind="worker") == 0
+    notifier.send_signal(signal.SIGTERM)
+    notifier.wait(timeout=20)
+    assert not WorkerHeartbeat.objects.filter(name="hb-notifier").exists()
+
+
+def test_a_killed_notifiers_heartbeat_stays_behind_and_fails_the_health_check(spawn, settings):
+    settings.REDIS_URL = ""
+    settings.PORTAL_HEALTH_NOTIFIER_MAX_AGE = 1
+    notifier = spawn("run_notifier", "--id", "hb-notifier-killed", "--poll", "0.1")
+    wait_for(
+        lambda: WorkerHeartbeat.objects.filter(name="hb-notifier-killed").exists(), what="a beat"
+    )
+    notifier.send_signal(signal.SIGKILL)
+    notifier.wait(timeout=10)
+    wait_for(lambda: not observability.health().ok, timeout=10, what="the heartbeat to go stale")
+    (problem,) = observability.health().problems
+    assert problem.startswith("notifiers: the freshest heartbeat is")
+    assert problem.endswith("(PORTAL_HEALTH_NOTIFIER_MAX_AGE)")
+
+
 def test_a_starting_worker_clears_heartbeats_of_workers_killed_a_day_ago():
     now = timezone.now()
     for name, age in (("long-dead", timedelta(days=2)), ("recently-dead", timedelta(hours=2))):
@@ -279,9 +328,11 @@ def test_worker_heartbeats_are_exposed_per_worker(scraper):
     )
     metrics = scraper()
     ages = metrics["portal_worker_heartbeat_age_seconds"]
-    assert _value(ages, "portal_worker_heartbeat_age_seconds", worker="w-a") < 5
-    assert _value(ages, "portal_worker_heartbeat_age_seconds", worker="w-dead") >= 300
-    assert _value(metrics["portal_workers"], "portal_workers") == 2
+    assert _value(ages, "portal_worker_heartbeat_age_seconds", worker="w-a", kind="worker") < 5
+    age = _value(ages, "portal_worker_heartbeat_age_seconds", worker="w-dead", kind="worker")
+    assert age >= 300
+    assert _value(metrics["portal_workers"], "portal_workers", kind="worker") == 2
+    assert _value(metrics["portal_workers"], "portal_workers", kind="notifier") == 0
 
 
 def test_the_outbox_backlog_follows_notifications_until_they_are_delivered(scraper):
