@@ -70,10 +70,12 @@ from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
     Approval,
+    Assignment,
     AuditEvent,
     Checkpoint,
     Decision,
     Interrupt,
+    RoutingEvent,
     Run,
     Thread,
     audit_record,
@@ -454,6 +456,33 @@ class ApprovalOut(Schema):
         return str(obj.reviewer.get_username())
 
 
+class AssigneeOut(Schema):
+    user: str | None = Field(
+        None, description="The user it is assigned to (their username), or null for a group."
+    )
+    group: str | None = Field(
+        None, description="The group it is assigned to (its name), or null for a user."
+    )
+    source: str = Field(
+        ...,
+        description="Why: ``policy`` (its policy's assign_to), ``interrupt`` (the agent "
+        "named them when it asked) or ``escalation``.",
+    )
+    assigned_at: datetime
+
+    @staticmethod
+    def resolve_user(obj: Assignment) -> str | None:
+        return obj.user.get_username() if obj.user else None
+
+    @staticmethod
+    def resolve_group(obj: Assignment) -> str | None:
+        return obj.group.name if obj.group else None
+
+    @staticmethod
+    def resolve_assigned_at(obj: Assignment) -> datetime:
+        return obj.created_at
+
+
 class InterruptOut(Schema):
     id: str
     thread_id: str
@@ -495,6 +524,17 @@ class InterruptOut(Schema):
         description="The answers recorded so far on a request that needs several "
         "reviewers, oldest first: who, how and when.",
     )
+    assigned_to: list[AssigneeOut] = Field(
+        [],
+        description="The users and groups the request is routed to, oldest first (empty "
+        "until the notifier has routed a new request, and for one no policy routes).",
+    )
+    reminded_at: datetime | None = Field(
+        None, description="When the reminder before expiry went out, if it has."
+    )
+    escalated_at: datetime | None = Field(
+        None, description="When the request was escalated to its policy's escalate_to group."
+    )
 
     @staticmethod
     def resolve_approvals_required(obj: Interrupt) -> int:
@@ -507,6 +547,18 @@ class InterruptOut(Schema):
     @staticmethod
     def resolve_approvals(obj: Interrupt) -> list[Approval]:
         return list(obj.approvals.all())
+
+    @staticmethod
+    def resolve_assigned_to(obj: Interrupt) -> list[Assignment]:
+        return list(obj.assignments.all())
+
+    @staticmethod
+    def resolve_reminded_at(obj: Interrupt) -> datetime | None:
+        return _routed_at(obj, RoutingEvent.Action.REMINDED)
+
+    @staticmethod
+    def resolve_escalated_at(obj: Interrupt) -> datetime | None:
+        return _routed_at(obj, RoutingEvent.Action.ESCALATED)
 
     @staticmethod
     def resolve_user_message(obj: Interrupt) -> str | None:
@@ -524,6 +576,11 @@ class InterruptOut(Schema):
     @staticmethod
     def resolve_claimed_by(obj: Interrupt) -> str | None:
         return obj.claimed_by.get_username() if obj.claimed_by else None
+
+
+def _routed_at(interrupt: Interrupt, action: str) -> datetime | None:
+    # Prefetched (_visible_interrupts); each happens once per request.
+    return next((e.created_at for e in interrupt.routing_events.all() if e.action == action), None)
 
 
 class ThreadOut(Schema):
@@ -592,9 +649,17 @@ class InterruptFilter(Schema):
 
 def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     votes = Approval.objects.select_related("reviewer").order_by("id")
+    assignees = Assignment.objects.select_related("user", "group").order_by("created_at", "id")
+    routed = RoutingEvent.objects.filter(
+        action__in=[RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED]
+    )
     return (
         Interrupt.objects.select_related("claimed_by")
-        .prefetch_related(Prefetch("approvals", queryset=votes))
+        .prefetch_related(
+            Prefetch("approvals", queryset=votes),
+            Prefetch("assignments", queryset=assignees),
+            Prefetch("routing_events", queryset=routed),
+        )
         .filter(thread__in=access.visible_threads(user))
     )
 

@@ -522,7 +522,7 @@ def test_listing_fifty_requests_costs_the_same_queries_as_listing_one(
     with CaptureQueriesContext(connection) as for_one:
         one = api.get("/api/interrupts", status="pending").json()
     assert one["items"][0]["user_message"] == "the first request's words"
-    assert len(for_one) <= 8
+    assert len(for_one) <= 10  # the page, its count, and one query per prefetch
     for n in range(49):
         make_interrupt(text=f"words {n}")
     with django_assert_max_num_queries(len(for_one)):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from jsonschema import Draft202012Validator
@@ -17,7 +18,7 @@ from jsonschema import Draft202012Validator
 from portal import broadcast
 from portal.api import api_token_create
 from portal.decisions import interrupt_claim
-from portal.models import Thread, api_tokens_revoke
+from portal.models import Assignment, RoutingEvent, Thread, api_tokens_revoke
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 from tests.portal.test_api_events import Stream
 
@@ -121,6 +122,13 @@ def test_every_response_fits_the_documented_schema(document):
     make_decision(interrupt=decided, reviewer=other)
     held = make_interrupt(owner=owner)
     interrupt_claim(interrupt=held, user=other)
+    # Routed, reminded and escalated, so the routing fields are checked filled in.
+    Assignment.objects.create(interrupt=held, user=reviewer, source="interrupt")
+    Assignment.objects.create(
+        interrupt=held, group=Group.objects.create(name="leads"), source="escalation"
+    )
+    for action in ("reminded", "escalated"):
+        RoutingEvent.objects.create(interrupt=held, action=action)
 
     def fresh() -> Any:
         return make_interrupt(owner=owner)

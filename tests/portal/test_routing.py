@@ -142,6 +142,48 @@ def test_assigned_to_me_in_the_api_lists_only_requests_for_me_or_my_groups(
     assert listed(reviewer) == []
 
 
+def test_the_api_lists_whom_a_request_is_assigned_to_and_when_it_was_reminded_and_escalated(
+    client, desk_reviewer, lead_reviewer
+):
+    interrupt = make_interrupt(agent="refunds", reason="tool_approval")
+    token = api_token_create(user=desk_reviewer, name="t")[1]
+
+    def shown() -> dict:
+        response = client.get(
+            f"/api/interrupts/{interrupt.pk}", HTTP_AUTHORIZATION=f"Bearer {token}"
+        )
+        assert response.status_code == 200, response.content
+        listed = client.get("/api/interrupts", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+        (item,) = [i for i in listed["items"] if i["id"] == interrupt.pk]
+        assert item == response.json()  # the list says what the request's own page says
+        return response.json()
+
+    before = shown()
+    assert (before["assigned_to"], before["reminded_at"], before["escalated_at"]) == (
+        [],
+        None,
+        None,
+    )
+    outbox_dispatch()
+    routed = shown()
+    assert [(a["user"], a["group"], a["source"]) for a in routed["assigned_to"]] == [
+        (None, "refund-desk", "policy")
+    ]
+    assert routed["reminded_at"] is None
+    expires = Interrupt.objects.get(pk=interrupt.pk).expires_at
+    requests_remind_and_escalate(now=expires - timedelta(seconds=600))
+    requests_remind_and_escalate(now=expires - timedelta(seconds=300))
+    escalated = shown()
+    assert [(a["group"], a["source"]) for a in escalated["assigned_to"]] == [
+        ("refund-desk", "policy"),
+        ("refund-leads", "escalation"),
+    ]
+    events = {e.action: e.created_at for e in RoutingEvent.objects.filter(interrupt=interrupt)}
+    assert escalated["reminded_at"] is not None and escalated["escalated_at"] is not None
+    assert escalated["reminded_at"].startswith(events["reminded"].isoformat()[:19])
+    assert escalated["escalated_at"].startswith(events["escalated"].isoformat()[:19])
+
+
 def test_a_reminder_goes_out_before_expiry_and_an_escalation_after_a_further_delay(
     desk_reviewer, lead_reviewer
 ):
