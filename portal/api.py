@@ -3,8 +3,8 @@ at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
 USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
-scopes (``read``, ``start``, ``decide``; a missing one is a 403 naming it), may expire, and
-is refused (401, saying why) once expired or once its user is deactivated or changes
+scopes (``read``, ``start``, ``decide``, ``request``; a missing one is a 403 naming it),
+may expire, and is refused (401, saying why) once expired or once its user is deactivated or changes
 password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
 ``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
 whatever the token.
@@ -48,6 +48,7 @@ from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
 TOKEN_PREFIX = "prt_"
+WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
@@ -65,13 +66,17 @@ def api_token_create(
     expires_at: datetime | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
-    stored, so this is the only time it can be shown. ``scopes`` defaults to all three
-    (read, start, decide); the token never does more than its user may."""
+    stored, so this is the only time it can be shown. ``scopes`` defaults to all of them;
+    the token never does more than its user may. A token with the ``request`` scope gets
+    a webhook secret (``row.webhook_secret``) that signs the answers sent to its
+    requests' callback URLs."""
     scopes = sorted(set(scopes))
     unknown = set(scopes) - set(ALL_SCOPES)
     if unknown:
         raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    # The key the answers to this token's requests are signed with, shown once with it.
+    secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(
         user=user,
         name=name,
@@ -79,6 +84,7 @@ def api_token_create(
         scopes=scopes,
         expires_at=expires_at,
         password_fingerprint=password_fingerprint(user),
+        webhook_secret=secret if ApiToken.Scope.REQUEST in scopes else "",
     )
     return row, token
 
@@ -169,7 +175,8 @@ api = NinjaAPI(
         "List and answer the requests agents raise, start threads and read them. "
         "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
         "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads, "
-        "`decide` to resume them. Too many requests with one token get 429 and Retry-After."
+        "`decide` to resume them, `request` for an external agent to raise approval "
+        "requests (`/api/requests`). Too many requests with one token get 429 and Retry-After."
     ),
     auth=BearerToken(),
     throttle=[TokenRateThrottle()],
@@ -386,7 +393,10 @@ class ResumeIn(Schema):
 
 class ResumeOut(Schema):
     thread_id: str
-    run_id: str
+    run_id: str | None = Field(
+        description="The queued resume; null for an external agent's request, which has "
+        "no graph to resume (its agent is told instead)."
+    )
     decision_id: int
     outcome: str
 
@@ -526,11 +536,12 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
         resume_interrupt_id=payload.resume_interrupt_id,
         note=payload.note,
     )
+    run = decision.resume_run  # type: ignore[attr-defined]
     return Status(
         202,
         {
             "thread_id": str(thread.pk),
-            "run_id": str(decision.resume_run.pk),  # type: ignore[attr-defined]
+            "run_id": str(run.pk) if run is not None else None,
             "decision_id": decision.pk,
             "outcome": decision.outcome,
         },

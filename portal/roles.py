@@ -19,6 +19,8 @@ permission             lets the user                                         gro
 ``view_history``       browse the decision history                           reviewer, auditor
 ``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
 ``view_metrics``       open the metrics page                                 reviewer, auditor
+``raise_request``      raise approval requests over the API (external        agent
+                       agents' service users)
 =====================  ====================================================  =============
 
 Whatever the permissions, the policies (``portal.policies``) still refuse a decider who
@@ -32,7 +34,7 @@ from django.contrib.auth.models import AnonymousUser, Permission
 from django.contrib.auth.models import User as AuthUser
 from django.db.models import Q, QuerySet
 
-SUPPORT, REVIEWER, AUDITOR = "support", "reviewer", "auditor"
+SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
 
 START_THREAD = "portal.start_thread"
 DECIDE = "portal.decide_interrupt"
@@ -42,6 +44,7 @@ VIEW_ALL = "portal.view_all_threads"
 VIEW_HISTORY = "portal.view_history"
 EXPORT_HISTORY = "portal.export_history"
 VIEW_METRICS = "portal.view_metrics"
+RAISE_REQUEST = "portal.raise_request"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
 ROLE_PERMISSIONS: dict[str, list[str]] = {
@@ -55,6 +58,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "view_metrics",
     ],
     AUDITOR: ["view_all_threads", "view_history", "export_history", "view_metrics"],
+    AGENT: ["raise_request"],
 }
 
 User = AuthUser | AnonymousUser
@@ -96,6 +100,10 @@ def can_export_history(user: User) -> bool:
 
 def can_view_metrics(user: User) -> bool:
     return _has(user, VIEW_METRICS)
+
+
+def can_raise_requests(user: User) -> bool:
+    return _has(user, RAISE_REQUEST)
 
 
 def deciders() -> QuerySet[AuthUser]:

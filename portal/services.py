@@ -16,9 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, worker
+from portal import broadcast, external, worker
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import Decision, ExternalRequest, Interrupt, Run, Thread
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -108,21 +108,26 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     return thread, run
 
 
-def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = None) -> Run:
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = None) -> Run | None:
     """Queue a run that answers ``interrupt_id`` with ``value`` (None means cancelled).
 
     Called by the decision services inside their own transaction, after they locked and
-    resolved the interrupt; the run is only visible to workers once that commits.
+    resolved the interrupt; the run is only visible to workers once that commits. An
+    external agent's request has no graph to resume: its thread is closed instead and the
+    agent told (``portal.external``), and there is no run (None).
     """
     payload = {"resume": value, "resume_interrupt_id": interrupt_id}
     _check_size(payload, "the decision")
+    if external.is_external(interrupt_id):
+        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
+        return None
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
         worker.notify_workers()
     return run
 
 
-def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
+def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
     """Withdraw a pending request: the thread resumes with ``None`` (the tool declines).
 
     Raises ``InterruptNotPending`` when it was already decided, cancelled or expired.
@@ -203,6 +208,11 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             "start a new conversation instead."
         )
     clean = validate_start_input({"messages": [{"role": "user", "content": text}]})
+    if ExternalRequest.objects.filter(interrupt__thread=thread).exists():
+        raise ThreadNotRetryable(
+            "This thread holds an external agent's request; that agent runs elsewhere and "
+            "takes no messages here."
+        )
     with transaction.atomic():
         # Row lock: two sends at once (a double click) would otherwise queue two turns
         # built on the same checkpoint.
