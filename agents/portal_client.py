@@ -141,8 +141,7 @@ class PortalClient:
         self.token = token
         self.webhook_secret = webhook_secret
         self.timeout = timeout
-        # The longest single long-poll; the portal refuses more than its own limit (30 s
-        # unless configured otherwise).
+        # The longest single long-poll; the portal refuses more than 30 s.
         self.poll_seconds = poll_seconds
 
     # --- HTTP ---------------------------------------------------------------------------

@@ -25,7 +25,15 @@ from django.utils.html import format_html
 from portal import roles
 from portal.decisions import DecisionRefused
 from portal.forms import DecisionForm
-from portal.models import ApiToken, Checkpoint, Decision, Interrupt, Run, Thread
+from portal.models import (
+    ApiToken,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Run,
+    Thread,
+    api_token_delete,
+)
 
 
 def pretty(value: Any) -> str:
@@ -417,3 +425,10 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiToken]:
         return super().get_queryset(request).select_related("user")
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        api_token_delete(token=obj, by=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        for token in queryset.select_related("user"):
+            api_token_delete(token=token, by=request.user)

@@ -25,7 +25,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
@@ -39,11 +41,20 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, roles
+from portal import access, roles, waiting
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
-from portal.models import ApiToken, Checkpoint, Interrupt, Thread, password_fingerprint
+from portal.models import (
+    ApiToken,
+    AuditEvent,
+    Checkpoint,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+    password_fingerprint,
+)
 from portal.registry import UnknownAgentError
 from portal.services import thread_start
 
@@ -52,6 +63,8 @@ WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# The longest a waiting GET holds its answer back.
+WAIT_MAX_SECONDS = 30
 
 
 def hash_token(token: str) -> str:
@@ -64,12 +77,14 @@ def api_token_create(
     name: str = "",
     scopes: Iterable[str] = ALL_SCOPES,
     expires_at: datetime | None = None,
+    by: Any = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
     stored, so this is the only time it can be shown. ``scopes`` defaults to all of them;
     the token never does more than its user may. A token with the ``request`` scope gets
     a webhook secret (``row.webhook_secret``) that signs the answers sent to its
-    requests' callback URLs."""
+    requests' callback URLs. ``by``: who created it (None: an operator at the command
+    line), for the audit trail."""
     scopes = sorted(set(scopes))
     unknown = set(scopes) - set(ALL_SCOPES)
     if unknown:
@@ -77,15 +92,27 @@ def api_token_create(
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     # The key the answers to this token's requests are signed with, shown once with it.
     secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(
-        user=user,
-        name=name,
-        token_hash=hash_token(token),
-        scopes=scopes,
-        expires_at=expires_at,
-        password_fingerprint=password_fingerprint(user),
-        webhook_secret=secret if ApiToken.Scope.REQUEST in scopes else "",
-    )
+    with transaction.atomic():
+        row = ApiToken.objects.create(
+            user=user,
+            name=name,
+            token_hash=hash_token(token),
+            scopes=scopes,
+            expires_at=expires_at,
+            password_fingerprint=password_fingerprint(user),
+            webhook_secret=secret if ApiToken.Scope.REQUEST in scopes else "",
+        )
+        audit_record(
+            action=AuditEvent.Action.TOKEN_CREATE,
+            actor=by,
+            target=row,
+            detail={
+                "user": user.get_username(),
+                "name": name,
+                "scopes": scopes,
+                "expires_at": expires_at,
+            },
+        )
     return row, token
 
 
@@ -489,26 +516,65 @@ def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
         raise ApiProblem(404, f"No thread {thread_id} that you can see.") from exc
 
 
+class WaitParams(Schema):
+    wait: float = Field(
+        0,
+        ge=0,
+        le=WAIT_MAX_SECONDS,
+        description=(
+            "Seconds to wait, at most "
+            f"{WAIT_MAX_SECONDS:g}, for the thread's queued or running work to finish or "
+            "pause before answering. The answer comes as soon as it does; at the limit, "
+            "the thread as it is then (still `running`, or `idle` while queued)."
+        ),
+    )
+
+
+def _thread_busy(thread_id: Any) -> bool:
+    return Run.objects.filter(
+        thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
+    ).exists()
+
+
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
-def get_thread(request: HttpRequest, thread_id: str) -> Any:
-    """A thread's status, its messages and the request it waits on (if any)."""
-    thread = _thread_or_404(request, thread_id)
+async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitParams]) -> Any:
+    """A thread's status, its messages and the request it waits on (if any).
+
+    With ``?wait=<seconds>`` the answer waits until nothing of the thread is queued or
+    running (its run paused, finished or failed), or until the seconds have passed: poll
+    with it instead of polling often."""
+    thread = await sync_to_async(_thread_or_404)(request, thread_id)
+    if params.wait:
+        key = waiting.thread_key(thread.pk)
+
+        async def settled() -> bool:
+            return not await sync_to_async(_thread_busy)(thread.pk)
+
+        await waiting.await_until(key, settled, seconds=params.wait)
+    return await sync_to_async(_thread_out)(request, thread.pk)
+
+
+def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
+    # Built here, in a thread, because the schema's resolvers may read the database.
+    thread = Thread.objects.get(pk=thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
     pending = None
     if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
         pending_id = (snapshot.interrupt or {}).get("id")
         pending = _visible_interrupts(_user(request)).filter(pk=pending_id).first()
-    return {
-        "id": str(thread.pk),
-        "agent": thread.agent,
-        "status": thread.status,
-        "title": thread.title,
-        "created_at": thread.created_at,
-        "updated_at": thread.updated_at,
-        "messages": messages,
-        "pending_interrupt": pending,
-    }
+    return ThreadOut.model_validate(
+        {
+            "id": str(thread.pk),
+            "agent": thread.agent,
+            "status": thread.status,
+            "title": thread.title,
+            "created_at": thread.created_at,
+            "updated_at": thread.updated_at,
+            "messages": messages,
+            "pending_interrupt": pending,
+        }
+    )
 
 
 @api.post(

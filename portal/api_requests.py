@@ -11,13 +11,13 @@ webhook secret; see ``agents.signing`` and ``agents.portal_client``).
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from portal import external
-from portal.api import ApiProblem, BearerToken, Problem
+from portal import external, waiting
+from portal.api import WAIT_MAX_SECONDS, ApiProblem, BearerToken, Problem
 from portal.models import ApiToken, ExternalRequest
 
 router = Router(tags=["external agents"], auth=BearerToken(ApiToken.Scope.REQUEST))
@@ -95,12 +95,16 @@ class RequestOut(Schema):
     answer: AnswerOut | None = None
 
 
-class WaitQuery(Schema):
+class WaitParams(Schema):
     wait: float = Field(
         0,
         ge=0,
-        description="Seconds to wait for the answer while the request is pending, at most "
-        "PORTAL_LONG_POLL_SECONDS; 0 answers at once.",
+        le=WAIT_MAX_SECONDS,
+        description=(
+            f"Seconds to wait, at most {WAIT_MAX_SECONDS:g}, for the answer while the "
+            "request is pending. The answer comes as soon as it is recorded; at the limit, "
+            "the request as it is then (still `pending`)."
+        ),
     )
 
 
@@ -127,21 +131,28 @@ def raise_request(request: HttpRequest, payload: RequestIn) -> Any:
 
 
 @router.get("/{request_id}", response={200: RequestOut, 404: Problem, 422: Problem})
-def get_request(request: HttpRequest, request_id: str, query: Query[WaitQuery]) -> Any:
-    """A request you raised, with its answer once decided. ``?wait=N`` holds the call
-    until the answer is there or N seconds passed (then it answers with the request still
-    pending). Reading an answer marks it collected."""
-    found = external.external_request_for(user=request.user, request_id=request_id)
+async def get_request(request: HttpRequest, request_id: str, params: Query[WaitParams]) -> Any:
+    """A request you raised, with its answer once decided. ``?wait=<seconds>`` holds the
+    answer back until the decision is recorded or the seconds have passed: long-poll
+    with it instead of polling often. Reading an answer marks it collected."""
+    found = await sync_to_async(external.external_request_for)(
+        user=request.user, request_id=request_id
+    )
     if found is None:
         raise ApiProblem(404, f"No request {request_id} that you raised.")
-    limit = settings.PORTAL_LONG_POLL_SECONDS
-    if query.wait > limit:
-        raise ApiProblem(
-            422,
-            f"wait is {query.wait:g} s; the most this server waits is {limit} s.",
-            [f"$.wait: at most {limit}"],
-        )
-    row: ExternalRequest = external.external_request_wait(found, timeout=query.wait)
+    if params.wait:
+
+        async def settled() -> bool:
+            return await sync_to_async(external.external_request_settled)(found.pk)
+
+        await waiting.await_until(waiting.interrupt_key(found.pk), settled, seconds=params.wait)
+    return await sync_to_async(_answer)(found.pk)
+
+
+def _answer(request_id: str) -> dict[str, Any]:
+    row = ExternalRequest.objects.select_related("interrupt", "interrupt__thread").get(
+        pk=request_id
+    )
     body = external.external_answer(row)
     if body["answer"] is not None:
         external.external_request_collect(row)

@@ -7,8 +7,10 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receivers that close a user's sockets when their rights change.
+        # Connects the receivers that close a user's sockets when their rights change, and
+        # those that record logins in the audit trail.
         from portal import (
             checks,  # noqa: F401  (registers the system checks)
+            logins,  # noqa: F401
             signals,  # noqa: F401
         )

@@ -20,9 +20,11 @@ Canonical JSON: keys sorted, no whitespace, UTF-8 kept, integral floats written 
 microseconds. A value hashes the same before insert and after a round trip through either
 database.
 
-``Decision.save()`` calls ``sealing()`` on insert; every path that records a decision (the
-decision service, cancellation, expiry, the admin) goes through it. ``bulk_create`` and raw
-SQL do not, and ``verify_chain`` reports what they leave behind.
+This module sits below ``portal.models``: it is handed the decision (or the decisions to
+walk) and never imports the model. ``Decision.save()`` calls ``sealing()`` on insert; every
+path that records a decision (the decision service, cancellation, expiry, the admin) goes
+through it. ``bulk_create`` and raw SQL do not, and ``verify_chain`` reports what they
+leave behind.
 """
 
 from __future__ import annotations
@@ -33,12 +35,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django.db import connections, router, transaction
-
-if TYPE_CHECKING:
-    from portal.models import Decision
+from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
 # pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
@@ -130,21 +129,21 @@ def _lock_chain(using: str) -> None:
 
 
 @contextmanager
-def sealing(decision: Decision, *, using: str | None = None) -> Iterator[None]:
+def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
     """Fill in the decision's hashes and keep the chain locked until its transaction ends.
 
     The insert must happen inside the ``with`` block (``Decision.save`` does so).
     """
-    from portal.models import Decision
-
-    db = using or router.db_for_write(Decision, instance=decision)
+    model = type(decision)
+    db = using or router.db_for_write(model, instance=decision)
     with transaction.atomic(using=db):
         # The race: two decisions committed at the same moment would both read the same
         # chain head and both store it as prev_hash, forking the chain. The transaction-
         # level advisory lock is held from reading the head until this insert commits, so
         # the second decision waits and then reads the first one's hash.
         _lock_chain(db)
-        head = Decision.objects.using(db).order_by("-id").values_list("hash", flat=True).first()
+        heads = model._default_manager.using(db).order_by("-id")
+        head = heads.values_list("hash", flat=True).first()
         decision.prev_hash = head if head is not None else GENESIS
         interrupt = decision.interrupt
         decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
@@ -220,16 +219,15 @@ def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
 
 
 def verify_chain(
-    *, batch_size: int = 2000, using: str = "default", expect_head: str | None = None
+    decisions: models.QuerySet[Any], *, batch_size: int = 2000, expect_head: str | None = None
 ) -> ChainReport:
-    """Walk the chain in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so
-    memory stays flat however long the chain is), and report the first broken link.
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check) in
+    ``id`` order, ``batch_size`` rows at a time (keyset pagination, so memory stays flat
+    however long the chain is), and report the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
     is no longer one of its decisions' (decisions added since are fine)."""
-    from portal.models import Decision
-
     columns = (
         "id",
         *DECISION_FIELDS,
@@ -241,12 +239,7 @@ def verify_chain(
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:
-        batch = list(
-            Decision.objects.using(using)
-            .filter(id__gt=last_id)
-            .order_by("id")
-            .values(*columns)[:batch_size]
-        )
+        batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
         for row in batch:
             reason = _check_row(row, expected_prev, prev_id)
             if reason is not None:

@@ -57,6 +57,7 @@ from portal import broadcast
 from portal import checkpoint_sql as sql
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.policies import expires_at_for, expiry_names_agents
+from portal.runs import connect_kwargs
 
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
@@ -471,24 +472,6 @@ def _announce(changes: list[dict[str, Any]]) -> None:
             broadcast.publish_queue_change(**change)
     finally:
         close_old_connections()
-
-
-# OPTIONS that Django's backend interprets itself rather than passing to psycopg.
-_DJANGO_ONLY = frozenset({"isolation_level", "server_side_binding", "pool", "assume_role"})
-
-
-def connect_kwargs() -> dict[str, Any]:
-    """``psycopg.connect`` arguments for the database Django uses (its test database
-    during tests), for the connections the worker keeps beside Django's own."""
-    db = django_connection.settings_dict
-    return {
-        "dbname": db["NAME"],
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": db.get("PORT") or None,
-        **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY},
-    }
 
 
 async def aconnect() -> Any:

@@ -29,7 +29,7 @@ from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal import broadcast, policies, roles
 from portal.errors import InputError, Refused
-from portal.models import Checkpoint, Decision, Interrupt, Thread
+from portal.models import AuditEvent, Checkpoint, Decision, Interrupt, Thread, audit_record
 from portal.services import thread_resume
 
 __all__ = [
@@ -452,6 +452,8 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         if holder is None or holder.pk != user.pk:
             locked.claimed_by, locked.claimed_at = user, timezone.now()
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            taken = {"taken_over_from": holder.get_username()} if holder is not None else {}
+            audit_record(action=AuditEvent.Action.CLAIM, actor=user, target=locked, detail=taken)
             broadcast.queue_change_on_commit(locked)
     interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
     return interrupt
@@ -477,6 +479,12 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
                 )
             locked.claimed_by, locked.claimed_at = None, None
             locked.save(update_fields=["claimed_by", "claimed_at"])
+            audit_record(
+                action=AuditEvent.Action.RELEASE,
+                actor=user,
+                target=locked,
+                detail={"held_by": holder.get_username()},
+            )
             broadcast.queue_change_on_commit(locked, by=user)
     interrupt.claimed_by, interrupt.claimed_at = None, None
     return interrupt

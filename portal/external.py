@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,7 +43,14 @@ from agents.state import new_id
 from portal import audit, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.errors import Refused
-from portal.models import ApiToken, Decision, ExternalRequest, Interrupt, Thread
+from portal.models import (
+    ApiToken,
+    Decision,
+    ExternalRequest,
+    Interrupt,
+    Thread,
+    audit_record,
+)
 
 __all__ = [
     "IdempotencyConflict",
@@ -64,6 +70,8 @@ KEY = "external:-:0"
 # The longest an external request may wait for a person.
 MAX_EXPIRES_IN = 30 * 24 * 3600
 AGENT_MAX_CHARS = 64
+# The audit trail's action for a request an external agent raised.
+RAISE_ACTION = "interrupt.raise"
 TITLE_MAX_CHARS = 200
 
 
@@ -328,6 +336,17 @@ def external_request_create(
                 callback_secret=(token.webhook_secret if token is not None else ""),
                 assign_to=assign_to,
             )
+            audit_record(
+                action=RAISE_ACTION,
+                actor=user,
+                target=interrupt,
+                detail={
+                    "agent": spec.agent,
+                    "external_ref": spec.external_ref,
+                    "token": token.pk if token is not None else None,
+                    "callback": urlsplit(spec.callback_url).hostname or "",
+                },
+            )
     except IntegrityError:
         # The race: the same key sent twice at once. Both passed the lookup above; the
         # unique constraint let one commit, and this one's thread and pause rolled back.
@@ -427,14 +446,6 @@ def external_request_for(*, user: Any, request_id: str) -> ExternalRequest | Non
     )
 
 
-def external_request_wait(request: ExternalRequest, *, timeout: float) -> ExternalRequest:
-    """``request`` as it is once it left the queue, or after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        request.interrupt.refresh_from_db(fields=["status", "resolved_at", "expires_at"])
-        if request.interrupt.status != Interrupt.Status.PENDING:
-            return request
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return request
-        time.sleep(min(left, 0.2))
+def external_request_settled(request_id: str) -> bool:
+    """Whether the request left the queue (decided, expired or withdrawn)."""
+    return not Interrupt.objects.filter(pk=request_id, status=Interrupt.Status.PENDING).exists()

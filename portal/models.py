@@ -15,17 +15,20 @@ Only ``portal.services``, the ORM checkpointer and the worker write to these tab
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
-from django.utils import timezone  # audit helper (issue 7)
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
+
+from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -219,6 +222,7 @@ class Interrupt(models.Model):
         caller records in the same transaction: the only way a request is marked decided."""
         self.status, self.resolved_at, self.decided = status, at, True
         self.save(update_fields=["status", "resolved_at", "decided"])
+        waiting.changed(waiting.interrupt_key(self.pk))
 
     @property
     def is_pending(self) -> bool:
@@ -276,7 +280,7 @@ class Decision(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     original_args = models.JSONField(null=True, blank=True)
     executed_args = models.JSONField(null=True, blank=True)
-    # --- audit helper (issue 7): a default, not auto_now_add, so the time is known before
+    # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/audit.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Tamper evidence (a hash chain over decisions); filled in by a later change.
@@ -300,9 +304,7 @@ class Decision(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
             raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
-        # --- audit helper (issue 7): chain the decision's hashes on insert (portal/audit.py).
-        from portal import audit
-
+        # Chain the decision's hashes on insert (portal/audit.py).
         with audit.sealing(self, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
@@ -444,11 +446,46 @@ class ApiToken(models.Model):
         return None
 
 
-def api_tokens_revoke(*, user: Any, reason: str) -> int:
-    """Revoke every live token of ``user`` for good; returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), revoked_reason=reason
-    )
+def api_tokens_revoke(*, user: Any, reason: str, by: Any = None) -> int:
+    """Revoke every live token of ``user`` for good, recording each in the audit trail
+    (``by``: who did it; None for the system); returns how many."""
+    with transaction.atomic():
+        # Row locks: two revocations at once (a deactivation and a password change saved
+        # together) would otherwise both record the same token as revoked by them.
+        live = list(
+            ApiToken.objects.select_for_update()
+            .filter(user=user, revoked_at__isnull=True)
+            .values_list("pk", "name")
+        )
+        if not live:
+            return 0
+        ApiToken.objects.filter(pk__in=[pk for pk, _ in live]).update(
+            revoked_at=timezone.now(), revoked_reason=reason
+        )
+        for pk, name in live:
+            audit_record(
+                action=AuditEvent.Action.TOKEN_REVOKE,
+                actor=by,
+                target=("apitoken", pk),
+                detail={"user": user.get_username(), "name": name, "reason": reason},
+            )
+    return len(live)
+
+
+def api_token_delete(*, token: ApiToken, by: Any) -> None:
+    """Delete a token (the admin's way to revoke one), recording who did it."""
+    with transaction.atomic():
+        audit_record(
+            action=AuditEvent.Action.TOKEN_REVOKE,
+            actor=by,
+            target=token,
+            detail={
+                "user": token.user.get_username(),
+                "name": token.name,
+                "reason": "deleted in the admin",
+            },
+        )
+        token.delete()
 
 
 @receiver(pre_save, sender=settings.AUTH_USER_MODEL)
@@ -549,3 +586,145 @@ WITHDRAWN = models.Case(
     default=models.Value(False),
     output_field=models.BooleanField(),
 )
+
+
+# --- audit trail of actions (portal.trail) ------------------------------------------------
+_APPEND_ONLY_EVENTS = (
+    "audit events are a record: they are appended once and never updated or deleted "
+    "(record a new event instead)"
+)
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent.objects.update() refused: {_APPEND_ONLY_EVENTS}")
+
+    def delete(self) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent.objects.delete() refused: {_APPEND_ONLY_EVENTS}")
+
+
+class AuditEvent(models.Model):
+    """One action someone (or the system) took: a claim, a login, a token revoked...
+
+    Append-only and hash-chained like ``Decision`` (its own chain; ``portal.trail``).
+    Recorded with ``audit_record`` inside the transaction of the action it records, so an
+    action that rolled back leaves no event and an event names nothing that did not happen.
+    """
+
+    class Action(models.TextChoices):
+        CLAIM = "interrupt.claim", "claimed a request"
+        RELEASE = "interrupt.release", "released a claim"
+        WITHDRAW = "interrupt.withdraw", "withdrew a request"
+        CANCEL = "interrupt.cancel", "cancelled a request"
+        LOGIN = "login", "logged in"
+        LOGIN_FAILED = "login.failed", "failed to log in"
+        LOGOUT = "logout", "logged out"
+        TOKEN_CREATE = "api_token.create", "created an API token"
+        TOKEN_REVOKE = "api_token.revoke", "revoked an API token"
+
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    # Not a choices field on purpose: other parts add their actions (assignments,
+    # cancellations, retries, subscriptions) without a migration each.
+    action = models.CharField(max_length=64)
+    # Who acted. No database constraint and nothing done on delete: the record outlives
+    # the account, and ``actor_name`` keeps who it was. Null: the system, or nobody known
+    # (a failed login).
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,  # auditevent_actor (Meta) serves lookups by who acted
+        related_name="+",
+    )
+    actor_name = models.CharField(max_length=150, blank=True)
+    # What it was done to: a kind ("interrupt", "thread", "api_token", "user") and its id.
+    target_type = models.CharField(max_length=32, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        permissions = [("view_audit_trail", "Can browse the audit trail of actions")]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="auditevent_recent"),
+            models.Index(fields=["action", "-created_at"], name="auditevent_action"),
+            models.Index(fields=["target_type", "target_id"], name="auditevent_target"),
+            models.Index(fields=["actor_name", "-created_at"], name="auditevent_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_name or 'system'} at {self.created_at:%Y-%m-%d %H:%M}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(
+                f"AuditEvent {self.pk} cannot be saved again: {_APPEND_ONLY_EVENTS}"
+            )
+        with trail.sealing(self, using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"AuditEvent {self.pk} cannot be deleted: {_APPEND_ONLY_EVENTS}")
+
+
+# Longest canonical ``detail`` accepted: an event says what happened, it is not a store.
+MAX_AUDIT_DETAIL_CHARS = 4000
+
+
+def audit_record(
+    *,
+    action: str,
+    actor: Any = None,
+    target: Any = None,
+    detail: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one event to the audit trail; call it inside the transaction of the action.
+
+    ``actor``: the user who acted (None or an anonymous user: the system, or nobody known).
+    ``target``: a model instance, a ``(kind, id)`` pair, or None. ``detail``: small JSON
+    data about the action, never a secret (``ValueError`` over ``MAX_AUDIT_DETAIL_CHARS``).
+    """
+    # Stored as its canonical JSON reads back (times as UTC text, ids as text), so the
+    # hash computed now is the one recomputed from the row later.
+    text = trail.canonical(dict(detail or {}))
+    if len(text) > MAX_AUDIT_DETAIL_CHARS:
+        raise ValueError(
+            f"audit detail for {action!r} is over {MAX_AUDIT_DETAIL_CHARS} characters of "
+            "JSON; record identifiers, not contents"
+        )
+    person = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    if target is None:
+        target_type, target_id = "", ""
+    elif isinstance(target, tuple):
+        target_type, target_id = str(target[0]), str(target[1])
+    else:
+        target_type, target_id = target._meta.model_name, str(target.pk)
+    event = AuditEvent(
+        action=action,
+        actor_id=person.pk if person is not None else None,
+        actor_name=person.get_username() if person is not None else "",
+        target_type=target_type,
+        target_id=target_id,
+        detail=json.loads(text),
+    )
+    event.save()
+    return event
+
+
+class WorkerHeartbeat(models.Model):
+    """The last time each running worker went round its loop (health and metrics read it).
+
+    Not a record: a worker deletes its row when it stops in order; a killed worker's row
+    stays behind, ageing, which is what a health check should see."""
+
+    name = models.CharField(max_length=128, primary_key=True)
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.beat_at:%Y-%m-%d %H:%M:%S}"

@@ -19,6 +19,8 @@ permission             lets the user                                         gro
 ``view_history``       browse the decision history                           reviewer, auditor
 ``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
 ``view_metrics``       open the metrics page                                 reviewer, auditor
+``view_audit_trail``   browse and (with ``export_history``) export the       auditor
+                       audit trail of actions (claims, logins, tokens...)
 ``raise_request``      raise approval requests over the API (external        agent
                        agents' service users)
 =====================  ====================================================  =============
@@ -44,6 +46,7 @@ VIEW_ALL = "portal.view_all_threads"
 VIEW_HISTORY = "portal.view_history"
 EXPORT_HISTORY = "portal.export_history"
 VIEW_METRICS = "portal.view_metrics"
+VIEW_AUDIT_TRAIL = "portal.view_audit_trail"
 RAISE_REQUEST = "portal.raise_request"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
@@ -57,7 +60,13 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "export_history",
         "view_metrics",
     ],
-    AUDITOR: ["view_all_threads", "view_history", "export_history", "view_metrics"],
+    AUDITOR: [
+        "view_all_threads",
+        "view_history",
+        "export_history",
+        "view_metrics",
+        "view_audit_trail",
+    ],
     AGENT: ["raise_request"],
 }
 
@@ -100,6 +109,10 @@ def can_export_history(user: User) -> bool:
 
 def can_view_metrics(user: User) -> bool:
     return _has(user, VIEW_METRICS)
+
+
+def can_view_audit_trail(user: User) -> bool:
+    return _has(user, VIEW_AUDIT_TRAIL)
 
 
 def can_raise_requests(user: User) -> bool:

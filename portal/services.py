@@ -16,9 +16,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.schema import json_problem
-from portal import broadcast, external, worker
+from portal import broadcast, external, runs
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Decision, ExternalRequest, Interrupt, Run, Thread
+from portal.models import (
+    AuditEvent,
+    Decision,
+    ExternalRequest,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+)
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -104,7 +112,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
             status=Thread.Status.IDLE,
         )
         run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return thread, run
 
 
@@ -123,7 +131,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = 
         return None
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -141,12 +149,22 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
         locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        Decision.objects.create(
+        decision = Decision.objects.create(
             interrupt=locked,
             thread=locked.thread,
             reviewer=_user_or_none(user),
             value=None,
             outcome=Decision.Outcome.CANCELLED,
+        )
+        audit_record(
+            action=(
+                AuditEvent.Action.WITHDRAW
+                if decision.is_withdrawal(locked.thread)
+                else AuditEvent.Action.CANCEL
+            ),
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
         )
         run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
         broadcast.queue_change_on_commit(locked)
@@ -185,7 +203,7 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         run = Run.objects.create(
             thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
         )
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 
@@ -229,7 +247,7 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
-        worker.notify_workers()
+        runs.notify_workers()
     return run
 
 

@@ -361,8 +361,6 @@ PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
 # How often an open queue page re-fetches its table: live updates are best effort (see
 # portal/broadcast.py), and this bounds how long a missed one can leave it stale.
 PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum=5)
-# The longest GET /api/requests/<id>?wait= holds a call open for an external agent.
-PORTAL_LONG_POLL_SECONDS = env_int("PORTAL_LONG_POLL_SECONDS", 30, minimum=0)
 # How often an open websocket checks its session and permission again. Changes made
 # through Django (logout, deactivation, groups) close sockets at once; this bounds how long
 # a lost event or a change made behind Django's back leaves one open.

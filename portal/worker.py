@@ -32,10 +32,10 @@ again. A call the checkpoint records as in flight (started, no result saved) may
 acted: an idempotent tool runs again with the same idempotency key; any other becomes a
 request to a reviewer (confirm, retry or fail), and the run ends paused on it.
 
-Waking up. Services call ``notify_workers()`` in their transaction: on PostgreSQL a
-``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle workers
-``LISTEN`` for; in-process, a ``threading.Event`` set on commit. A short poll covers lost
-wake-ups and expired leases.
+Waking up. Services call ``portal.runs.notify_workers()`` in their transaction: on
+PostgreSQL a ``NOTIFY portal_runs`` (delivered at commit, dropped on rollback) that idle
+workers ``LISTEN`` for; in-process, ``portal.runs.wake`` set on commit. A short poll covers
+lost wake-ups and expired leases.
 
 Executing. On PostgreSQL a worker keeps one event loop and one autocommit async connection
 for its life, and the checkpointer writes each step through that connection in one
@@ -70,12 +70,13 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast
+from portal import broadcast, waiting
+from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.runs import NOTIFY_CHANNEL, wake
 
 log = logging.getLogger(__name__)
 
-NOTIFY_CHANNEL = "portal_runs"
 # How often an idle worker looks for requests whose expires_at has passed.
 EXPIRY_CHECK_SECONDS = 5.0
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
@@ -90,18 +91,6 @@ LEASE_LOST = (
     "stopped: this worker's lease expired and another worker took the run over; that "
     "worker's outcome is the one recorded"
 )
-
-_wake = threading.Event()
-
-
-def notify_workers() -> None:
-    """Wake idle workers once the current transaction commits."""
-    if connection.vendor == "postgresql":
-        # Inside a transaction PostgreSQL delivers the notification at commit and drops
-        # it on rollback, which is exactly "on commit".
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-    transaction.on_commit(_wake.set)
 
 
 def _refresh_connections() -> None:
@@ -209,7 +198,7 @@ class Worker:
         try:
             while not self.stopping.is_set():
                 _refresh_connections()
-                _wake.clear()
+                wake.clear()
                 self._expire_due()
                 try:
                     run = self.claim()
@@ -244,7 +233,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
-        _wake.set()
+        wake.set()
 
     def _expire_due(self) -> None:
         # Overdue requests are declined here, so expiry needs no cron job; several
@@ -253,8 +242,6 @@ class Worker:
         if now - self._last_expiry < EXPIRY_CHECK_SECONDS:
             return
         self._last_expiry = now
-        from portal.decisions import interrupts_expire  # decisions imports this module
-
         try:
             expired = interrupts_expire()
         except Exception:
@@ -575,6 +562,7 @@ class Worker:
         else:
             status = Thread.Status.IDLE
         Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        waiting.changed(waiting.thread_key(run.thread_id))
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(
                 run.thread_id, status, run_id=run.pk, run_status=run.status, error=run.error
@@ -602,13 +590,13 @@ class Worker:
 
     def _sleep(self, seconds: float) -> None:
         # In-process notify_workers() (and stop()) set the event and end the wait early.
-        _wake.wait(seconds)
+        wake.wait(seconds)
 
     def _listen(self) -> Any:
         if self._listener is None:
             import psycopg
 
-            from portal.checkpointer import connect_kwargs
+            from portal.runs import connect_kwargs
 
             try:
                 self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)

@@ -9,6 +9,19 @@ import pytest
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+@pytest.fixture(autouse=True)
+def _stop_listening():
+    """A test that waited leaves no LISTEN connection behind: it would keep the test
+    database from being dropped."""
+    yield
+    from django.conf import settings
+
+    if settings.configured:
+        from portal import waiting
+
+        waiting.stop()
+
+
 @pytest.fixture
 def roles(db):
     from portal.setup import ensure_roles

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from portal import broadcast, services, worker
+from portal import broadcast, runs, services
 from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.registry import UnknownAgentError
@@ -22,12 +22,12 @@ def say(text: str) -> dict:
 def test_starting_a_thread_creates_it_with_a_queued_run_and_wakes_workers_on_commit(
     support_agent, django_capture_on_commit_callbacks
 ):
-    worker._wake.clear()
+    runs.wake.clear()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         thread, run = services.thread_start(
             agent="echo", input=say("Where is my parcel?"), user=support_agent
         )
-        assert not worker._wake.is_set()  # nothing is announced before the commit
+        assert not runs.wake.is_set()  # nothing is announced before the commit
 
     assert (thread.agent, thread.owner, thread.status) == ("echo", support_agent, "idle")
     assert thread.title == "Where is my parcel?"
@@ -35,7 +35,7 @@ def test_starting_a_thread_creates_it_with_a_queued_run_and_wakes_workers_on_com
     assert run.input == say("Where is my parcel?")
     for callback in callbacks:
         callback()
-    assert worker._wake.is_set()
+    assert runs.wake.is_set()
 
 
 def test_a_long_first_message_makes_a_truncated_one_line_title(support_agent):
@@ -103,13 +103,13 @@ def test_on_postgresql_workers_hear_of_a_queued_run_at_commit_and_not_before(
     with psycopg.connect(
         dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"], autocommit=True
     ) as listener:
-        listener.execute(f"LISTEN {worker.NOTIFY_CHANNEL}")
+        listener.execute(f"LISTEN {runs.NOTIFY_CHANNEL}")
         with transaction.atomic():
             services.thread_start(agent="echo", input=say("hi"), user=support_agent)
             early = list(listener.notifies(timeout=0.1, stop_after=1))
         late = list(listener.notifies(timeout=2, stop_after=1))
     assert early == []
-    assert [n.channel for n in late] == [worker.NOTIFY_CHANNEL]
+    assert [n.channel for n in late] == [runs.NOTIFY_CHANNEL]
 
 
 def test_cancelling_a_request_records_a_decision_and_resumes_with_none(

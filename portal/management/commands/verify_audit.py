@@ -1,11 +1,13 @@
-"""``manage.py verify_audit``: walk the decision hash chain and report the first broken link.
+"""``manage.py verify_audit``: walk the decision hash chain, then the audit trail's
+(``portal.trail``), and report the first broken link of each.
 
 Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
 non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
 is worth recording somewhere else: a chain that lost its newest rows, or was rewritten
 from some row to the end, is consistent with itself, and only a head recorded earlier
 shows it. Pass that head back with ``--expect-head HASH``: the check then also fails
-unless a decision still has that hash.
+unless a decision still has that hash. ``--expect-event-head HASH`` does the same for the
+audit trail's chain, whose head is printed on the second line.
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.audit import verify_chain
+from portal.models import AuditEvent, Decision
+from portal.trail import verify_events
 
 
 class Command(BaseCommand):
-    help = "Verify the decision hash chain and report the first broken link."
+    help = (
+        "Verify the decision hash chain and the audit trail's, and report the first broken "
+        "link of each."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -31,22 +38,45 @@ class Command(BaseCommand):
             metavar="HASH",
             help="A head hash printed by an earlier run: fail if no decision has it now.",
         )
+        parser.add_argument(
+            "--expect-event-head",
+            metavar="HASH",
+            help="An audit trail head printed by an earlier run: fail if no event has it now.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        expect_head = options["expect_head"]
-        if expect_head is not None:
-            expect_head = expect_head.strip().lower()
-            if not re.fullmatch(r"[0-9a-f]{64}", expect_head):
-                raise CommandError(
-                    "--expect-head must be a head hash as verify_audit prints it "
-                    f"(64 hex digits), got {options['expect_head']!r}"
-                )
-        report = verify_chain(
-            batch_size=options["batch_size"], using=options["database"], expect_head=expect_head
+        expect_head = _head_option(options, "expect_head")
+        expect_event_head = _head_option(options, "expect_event_head")
+        batch, db = options["batch_size"], options["database"]
+        report = verify_chain(Decision.objects.using(db), batch_size=batch, expect_head=expect_head)
+        events = verify_events(
+            AuditEvent.objects.using(db), batch_size=batch, expect_head=expect_event_head
         )
+        problems = []
         if report.broken is not None:
-            raise CommandError(
-                f"first broken link: {report.broken} ({report.count} decisions before it verified)",
-                returncode=2,
+            problems.append(
+                f"first broken link: {report.broken} ({report.count} decisions before it verified)"
             )
+        if not events.ok:
+            problems.append(
+                f"first broken link in the audit trail: {events} ({events.count} events "
+                "before it verified)"
+            )
+        if problems:
+            raise CommandError("; ".join(problems), returncode=2)
         self.stdout.write(f"ok: {report.count} decisions verified (head {report.head})")
+        self.stdout.write(f"ok: {events.count} audit events verified (head {events.head})")
+
+
+def _head_option(options: dict[str, Any], name: str) -> str | None:
+    value = options[name]
+    if value is None:
+        return None
+    value = str(value).strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        flag = "--" + name.replace("_", "-")
+        raise CommandError(
+            f"{flag} must be a head hash as verify_audit prints it (64 hex digits), "
+            f"got {options[name]!r}"
+        )
+    return value
