@@ -24,11 +24,13 @@ from django.utils.html import format_html
 
 from portal import roles
 from portal.decisions import DecisionRefused
+from portal.external import request_state
 from portal.forms import DecisionForm
 from portal.models import (
     ApiToken,
     Checkpoint,
     Decision,
+    ExternalRequest,
     Interrupt,
     Run,
     Thread,
@@ -432,3 +434,76 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         for token in queryset.select_related("user"):
             api_token_delete(token=token, by=request.user)
+
+
+class CollectionFilter(admin.SimpleListFilter):
+    """Where an external request's answer stands: a decided request whose agent never
+    read its answer (nor took its webhook) is one an operator should look at."""
+
+    title = "answer"
+    parameter_name = "answer"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("pending", "waiting for a decision"),
+            ("uncollected", "decided, not collected"),
+            ("collected", "collected"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = Interrupt.Status.PENDING
+        if self.value() == "pending":
+            return queryset.filter(interrupt__status=pending)
+        if self.value() == "uncollected":
+            return queryset.exclude(interrupt__status=pending).filter(collected_at__isnull=True)
+        if self.value() == "collected":
+            return queryset.filter(collected_at__isnull=False)
+        return queryset
+
+
+@admin.register(ExternalRequest)
+class ExternalRequestAdmin(ReadOnlyAdmin):
+    """Requests raised by agents outside the portal, and whether their answers reached
+    them. The request itself (payload, decision form) is on its interrupt's page."""
+
+    ordering = ["-created_at"]
+    list_display = ["interrupt_link", "agent", "title", "requester", "answer", "created_at"]
+    list_filter = [CollectionFilter]
+    list_select_related = ["interrupt", "interrupt__thread", "requester"]
+    search_fields = ["interrupt__id", "external_ref", "idempotency_key", "requester__username"]
+    readonly_fields = (
+        "interrupt_link",
+        "agent",
+        "title",
+        "requester",
+        "token",
+        "external_ref",
+        "idempotency_key",
+        "callback_url",
+        "assign_to",
+        "created_at",
+        "answer",
+        "collected_at",
+    )
+
+    @admin.display(description="Request")
+    def interrupt_link(self, obj: ExternalRequest) -> str:
+        url = reverse("admin:portal_interrupt_change", args=[quote(obj.interrupt_id)])
+        return format_html('<a href="{}">{}</a>', url, obj.interrupt_id)
+
+    @admin.display(description="Agent")
+    def agent(self, obj: ExternalRequest) -> str:
+        return obj.interrupt.agent
+
+    @admin.display(description="Title")
+    def title(self, obj: ExternalRequest) -> str:
+        return obj.interrupt.thread.title
+
+    @admin.display(description="Answer")
+    def answer(self, obj: ExternalRequest) -> str:
+        if obj.interrupt.status == Interrupt.Status.PENDING:
+            return "waiting for a decision"
+        state = request_state(obj.interrupt)
+        if obj.collected_at is None:
+            return f"{state}, not collected"
+        return f"{state}, collected {obj.collected_at:%Y-%m-%d %H:%M} UTC"

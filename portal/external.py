@@ -390,6 +390,12 @@ _STATES: dict[str, str] = {
 }
 
 
+def request_state(interrupt: Interrupt) -> str:
+    """What the request's status means to its requester: pending, decided, expired or
+    cancelled."""
+    return _STATES.get(interrupt.status, interrupt.status)
+
+
 def external_answer(request: ExternalRequest) -> dict[str, Any]:
     """The request and, once it left the queue, its answer: what the long-poll returns
     and the webhook carries. ``answer.audit_hash`` is the decision's place in the audit
@@ -413,7 +419,7 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
         }
     return {
         "id": interrupt.pk,
-        "status": _STATES.get(interrupt.status, interrupt.status),
+        "status": request_state(interrupt),
         "agent": interrupt.agent,
         "reason": interrupt.reason,
         "title": interrupt.thread.title,

@@ -523,3 +523,34 @@ def test_a_token_with_the_request_scope_gets_a_webhook_secret_shown_once(agent_u
     assert lines[-2].endswith(row.webhook_secret)
     assert lines[-1].startswith("prt_")
     assert api_token_create(user=agent_user, scopes=["read"])[0].webhook_secret == ""
+
+
+# --- the admin -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_which_decided_requests_were_never_collected(agent, reviewer, admin_user):
+    waiting = _raise(agent, title="Still waiting")
+    uncollected = _raise(agent, title="Nobody came")
+    collected = _raise(agent, title="Picked up")
+    for body in (uncollected, collected):
+        decision_submit(
+            interrupt=body["id"],
+            reviewer=reviewer,
+            value={"approved": True},
+            resume_interrupt_id=body["id"],
+        )
+    agent.get(collected["id"])
+    page = Client()
+    page.force_login(admin_user)
+    url = "/admin/portal/externalrequest/"
+
+    listed = page.get(url, {"answer": "uncollected"}).content.decode()
+    assert "Nobody came" in listed and "decided, not collected" in listed
+    assert "Still waiting" not in listed and "Picked up" not in listed
+    everything = page.get(url).content.decode()
+    assert "waiting for a decision" in everything and "decided, collected" in everything
+    detail = page.get(f"{url}{uncollected['id']}/change/")
+    assert detail.status_code == 200
+    assert "whsec_" not in detail.content.decode()
+    assert waiting["id"] in everything
