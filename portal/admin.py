@@ -480,7 +480,6 @@ class ExternalRequestAdmin(ReadOnlyAdmin):
         "external_ref",
         "idempotency_key",
         "callback_url",
-        "assign_to",
         "created_at",
         "answer",
         "collected_at",

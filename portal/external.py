@@ -73,6 +73,7 @@ AGENT_MAX_CHARS = 64
 # The audit trail's action for a request an external agent raised.
 RAISE_ACTION = "interrupt.raise"
 TITLE_MAX_CHARS = 200
+CALLBACK_MAX_CHARS = 500
 
 
 class RequestInvalid(Refused):
@@ -144,8 +145,10 @@ def _check_agent(errors: list[str], agent: str) -> None:
 def _check_callback(errors: list[str], url: str) -> None:
     if not url:
         return
-    if len(url) > 2000:
-        errors.append(f"$.callback_url: {len(url):,} characters, over the limit of 2,000")
+    if len(url) > CALLBACK_MAX_CHARS:
+        errors.append(
+            f"$.callback_url: {len(url):,} characters, over the limit of {CALLBACK_MAX_CHARS}"
+        )
         return
     try:
         parts = urlsplit(url)
@@ -176,9 +179,11 @@ def _check_size(errors: list[str], name: str, value: Any) -> None:
         )
 
 
-def _assignees(errors: list[str], assign_to: dict[str, list[str]] | None) -> dict[str, list[str]]:
+def _assignees(errors: list[str], assign_to: dict[str, list[str]] | None) -> list[str]:
+    """The request's assignees as the routing reads them from its checkpoint, as an
+    in-process ``interrupt()`` names them: ``user:<name>`` and ``group:<name>``."""
     if not assign_to:
-        return {}
+        return []
     users = sorted(set(assign_to.get("users") or []))
     groups = sorted(set(assign_to.get("groups") or []))
     User = get_user_model()
@@ -194,12 +199,7 @@ def _assignees(errors: list[str], assign_to: dict[str, list[str]] | None) -> dic
     for name in groups:
         if name not in known:
             errors.append(f"$.assign_to.groups: there is no group {name!r}")
-    out = {}
-    if users:
-        out["users"] = users
-    if groups:
-        out["groups"] = groups
-    return out
+    return [f"user:{name}" for name in users] + [f"group:{name}" for name in groups]
 
 
 def _runtime_interrupt(spec: RequestSpec, errors: list[str]) -> RuntimeInterrupt | None:
@@ -311,11 +311,11 @@ def external_request_create(
                 title=spec.title or Thread.title_from(spec.message or spec.agent),
                 status=Thread.Status.IDLE,
             )
+            raised = request.to_dict()
+            if assign_to:
+                raised["assign_to"] = assign_to
             pause = CheckpointWrite(
-                status=ThreadStatus.INTERRUPTED,
-                next_node=None,
-                interrupt=request.to_dict(),
-                node=NODE,
+                status=ThreadStatus.INTERRUPTED, next_node=None, interrupt=raised, node=NODE
             )
             DjangoCheckpointer().put_sync(str(thread.pk), pause, parent_seq=None)
             interrupt = Interrupt.objects.get(pk=request.id)
@@ -334,7 +334,6 @@ def external_request_create(
                 external_ref=spec.external_ref,
                 callback_url=spec.callback_url,
                 callback_secret=(token.webhook_secret if token is not None else ""),
-                assign_to=assign_to,
             )
             audit_record(
                 action=RAISE_ACTION,

@@ -546,12 +546,10 @@ class ExternalRequest(models.Model):
     # sha256 of the fields that made the request: a reused key with other fields is refused.
     fingerprint = models.CharField(max_length=64, editable=False)
     external_ref = models.CharField(max_length=200, blank=True)
-    callback_url = models.URLField(max_length=2000, blank=True)
+    callback_url = models.URLField(max_length=500, blank=True)
     # The requesting token's webhook secret when the request was made, so a later change
     # of the token does not leave an answer unsigned.
     callback_secret = models.CharField(max_length=64, blank=True, editable=False)
-    # Users and groups the request is assigned to, by name, as the requester asked.
-    assign_to = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # When the answer reached the agent: its long-poll read it, or its webhook was taken.
     collected_at = models.DateTimeField(null=True, blank=True)

@@ -554,3 +554,30 @@ def test_the_admin_shows_which_decided_requests_were_never_collected(agent, revi
     assert detail.status_code == 200
     assert "whsec_" not in detail.content.decode()
     assert waiting["id"] in everything
+
+
+@pytest.mark.django_db
+def test_a_decided_request_is_in_the_history_the_metrics_and_the_exports(agent, reviewer):
+    body = _raise(agent, title="Pay invoice 7", message="Pay ACME?")
+    decision_submit(
+        interrupt=body["id"],
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=body["id"],
+    )
+    page = Client()
+    page.force_login(reviewer)
+
+    history = page.get("/history/", {"agent": "invoice-bot"}).content.decode()
+    assert "Pay ACME?" in history
+    assert "invoice-bot" in page.get("/metrics/").content.decode()
+    export = b"".join(page.get("/history/export.jsonl").streaming_content).decode()
+    assert body["id"] in export
+
+
+@pytest.mark.django_db
+def test_assignees_are_named_in_the_pause_as_an_agents_interrupt_names_them(agent, reviewer):
+    body = _raise(agent, assign_to={"users": [reviewer.username], "groups": ["reviewer"]})
+
+    pause = Checkpoint.objects.get(interrupt_id=body["id"])
+    assert pause.interrupt["assign_to"] == [f"user:{reviewer.username}", "group:reviewer"]
