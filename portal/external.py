@@ -298,6 +298,12 @@ def external_request_create(
         )
     _check_size(errors, "payload", spec.payload)
     _check_callback(errors, spec.callback_url)
+    if spec.callback_url and not (token is not None and token.webhook_secret):
+        # Fail closed: an unsigned answer could not be told from anyone else's.
+        errors.append(
+            "$.callback_url: this token has no webhook secret to sign the answer with; "
+            "make one with manage.py create_api_token USER --scope request"
+        )
     expires_at = _expiry(spec, now, errors)
     assign_to = _assignees(errors, spec.assign_to)
     request = None if errors else _runtime_interrupt(spec, errors)

@@ -20,6 +20,7 @@ from django.test import Client
 from portal import decisions
 from portal.api import api_token_create
 from portal.decisions import DecisionForbidden, decision_submit
+from portal.external import RequestInvalid, RequestSpec, external_request_create
 from portal.models import (
     ApiToken,
     AuditEvent,
@@ -581,3 +582,16 @@ def test_assignees_are_named_in_the_pause_as_an_agents_interrupt_names_them(agen
 
     pause = Checkpoint.objects.get(interrupt_id=body["id"])
     assert pause.interrupt["assign_to"] == [f"user:{reviewer.username}", "group:reviewer"]
+
+
+@pytest.mark.django_db
+def test_a_callback_without_a_secret_to_sign_it_is_refused(agent_user):
+    token = api_token_create(user=agent_user, scopes=["request"])[0]
+    ApiToken.objects.filter(pk=token.pk).update(webhook_secret="")
+
+    with pytest.raises(RequestInvalid, match="no webhook secret"):
+        external_request_create(
+            user=agent_user,
+            token=ApiToken.objects.get(pk=token.pk),
+            spec=RequestSpec(agent="invoice-bot", callback_url="https://bot.test/hook"),
+        )
