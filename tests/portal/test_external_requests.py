@@ -13,6 +13,7 @@ import time
 from io import StringIO
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
@@ -551,7 +552,7 @@ def test_the_admin_shows_which_decided_requests_were_never_collected(agent, revi
     assert "Still waiting" not in listed and "Picked up" not in listed
     everything = page.get(url).content.decode()
     assert "waiting for a decision" in everything and "decided, collected" in everything
-    detail = page.get(f"{url}{uncollected['id']}/change/")
+    detail = page.get(f"{url}{quote(uncollected['id'])}/change/")
     assert detail.status_code == 200
     assert "whsec_" not in detail.content.decode()
     assert waiting["id"] in everything
