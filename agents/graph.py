@@ -34,6 +34,7 @@ from agents.errors import (
     ThreadNotPausedError,
 )
 from agents.interrupt import (
+    MAX_SUMMARY_CHARS,
     GraphInterrupt,
     Interrupt,
     RunContext,
@@ -51,7 +52,7 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, describe_call, edits_key
+from agents.tools import ToolNode, describe_call, edits_key, summarize_call
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -240,12 +241,14 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
     # Say what is at stake in the reviewer's terms: the calls about to run, when there are.
     # The node's name is for developers; it stays in the request's ``node`` field.
     message = "The agent stopped for a check: approve to let it go on, or decline."
+    summary = "Check before the agent goes on"
     if last is not None and last.role == "assistant" and last.tools_calls:
         calls = last.tool_call_arguments()
         value = {"tool_calls": [{"id": i, "name": n, "arguments": a} for i, n, a in calls]}
         tools = tool_node.tools if isinstance(tool_node, ToolNode) else {}
         wanted = "; ".join(describe_call(n, a, tools.get(n)) for _, n, a in calls)
         message = f"Approve {wanted}?"
+        summary = "; ".join(summarize_call(n, a, tools.get(n)) for _, n, a in calls)
         if when == "before" and isinstance(tool_node, ToolNode):
             # Before the tools run, a reviewer may approve them with edited arguments,
             # each call's checked against its tool's parameters.
@@ -266,6 +269,7 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         message=message,
         reason="breakpoint",
         response_schema=schema,
+        summary=summary if len(summary) <= MAX_SUMMARY_CHARS else summary[:199] + "…",
     )
 
 

@@ -20,6 +20,7 @@ outside that count.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -53,9 +54,15 @@ class Interrupt:
     response_schema: dict[str, Any] | None = None
     tool_call_id: str | None = None
     tool: str | None = None  # the name of the tool whose call raised it
+    # Who should answer, as "user:<name>"/"group:<name>" (the portal routes it there).
+    assign_to: list[str] | None = None
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), shown
+    # beside the message; ``interrupt()`` fills it in when the caller gives none.
+    summary: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = {"assign_to": list(self.assign_to)} if self.assign_to else {}
+        return extra | {
             "id": self.id,
             "key": self.key,
             "node": self.node,
@@ -65,6 +72,7 @@ class Interrupt:
             "response_schema": self.response_schema,
             "tool_call_id": self.tool_call_id,
             "tool": self.tool,
+            "summary": self.summary,
         }
 
     @classmethod
@@ -79,7 +87,27 @@ class Interrupt:
             response_schema=data.get("response_schema"),
             tool_call_id=data.get("tool_call_id"),
             tool=data.get("tool"),
+            assign_to=data.get("assign_to"),
+            summary=data.get("summary"),
         )
+
+
+# What a summary may hold: one line a queue row shows whole.
+MAX_SUMMARY_CHARS = 200
+_MARKDOWN_MARKS = re.compile(r"[*_`#>~]+|\[([^\]]*)\]\([^)]*\)")
+
+
+def fallback_summary(message: str | None, reason: str) -> str:
+    """A summary for a request whose agent wrote none: the message's first line without
+    its Markdown marks, cut to fit; or, without a message, the reason in words."""
+    for line in (message or "").splitlines():
+        text = " ".join(_MARKDOWN_MARKS.sub(lambda m: m.group(1) or "", line).split())
+        if text:
+            if len(text) > MAX_SUMMARY_CHARS:
+                text = text[: MAX_SUMMARY_CHARS - 1].rstrip() + "…"
+            return text
+    text = " ".join((reason or "request").replace("-", "_").split("_")).strip()
+    return text[:1].upper() + text[1:MAX_SUMMARY_CHARS]
 
 
 # A BaseException, not an Exception: tools routinely wrap their work in `except Exception`
@@ -126,6 +154,9 @@ class RunContext:
         # The running tool call's arguments and their schema: what an edit may change.
         self.call_args: dict[str, Any] | None = None
         self.call_schema: dict[str, Any] | None = None
+        # The running tool call in a reviewer's words: the summary of a request it raises
+        # without one of its own.
+        self.call_summary: str | None = None
         # The id of the interrupt whose answer interrupt() returned last.
         self.last_interrupt_id: str | None = None
         self._counts: dict[str, int] = {}
@@ -186,13 +217,22 @@ class RunContext:
         *,
         args: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
+        summary: str | None = None,
     ) -> Iterator[None]:
         """Inside it, ``interrupt()`` belongs to this call of ``tool``, ``agents.tools.
-        idempotency_key()`` returns ``key``, and an ``interrupt()`` allowing "edit" offers
-        ``args`` for editing, checked against ``schema`` (the tool's parameters)."""
-        previous = self.tool_call_id, self.call_key, self.tool, self.call_args, self.call_schema
+        idempotency_key()`` returns ``key``, an ``interrupt()`` allowing "edit" offers
+        ``args`` for editing, checked against ``schema`` (the tool's parameters), and one
+        without a summary of its own is summarised as ``summary`` (the call in words)."""
+        previous = (
+            self.tool_call_id,
+            self.call_key,
+            self.tool,
+            self.call_args,
+            self.call_schema,
+            self.call_summary,
+        )
         self.tool_call_id, self.call_key, self.tool = tool_call_id, key, tool
-        self.call_args, self.call_schema = args, schema
+        self.call_args, self.call_schema, self.call_summary = args, schema, summary
         try:
             yield
         finally:
@@ -202,6 +242,7 @@ class RunContext:
                 self.tool,
                 self.call_args,
                 self.call_schema,
+                self.call_summary,
             ) = previous
 
     def ask(
@@ -212,6 +253,8 @@ class RunContext:
         message: str | None = None,
         reason: str = "input_required",
         response_schema: dict[str, Any] | None = None,
+        assign_to: Iterable[str] | None = None,
+        summary: str | None = None,
     ) -> Any:
         """``interrupt()`` under an explicit answer key (the runtime's own questions use
         keys of their own, so they never take a position in a tool's ordering)."""
@@ -230,6 +273,10 @@ class RunContext:
                 response_schema=response_schema,
                 tool_call_id=self.tool_call_id,
                 tool=self.tool,
+                assign_to=list(assign_to) if assign_to else None,
+                summary=summary
+                or self.call_summary
+                or fallback_summary(message if isinstance(message, str) else None, reason),
             )
         )
 
@@ -263,11 +310,16 @@ def interrupt(
     actions: Iterable[str] | None = None,
     args: dict[str, Any] | None = None,
     args_schema: dict[str, Any] | None = None,
+    assign_to: Iterable[str] | None = None,
+    summary: str | None = None,
 ) -> Any:
     """Pause the graph and return the answer once the thread is resumed.
 
     ``value`` (JSON-serialisable) is what the person needs to see, ``message`` the prompt
-    (Markdown), ``response_schema`` a JSON schema every answer must satisfy. Returns
+    (Markdown), ``response_schema`` a JSON schema every answer must satisfy. ``summary``
+    says what the agent wants in one plain line ("Refund $120.00 to order 1234"; at most
+    200 characters); without it, a tool's call is summarised by its ``summary=`` template
+    (or in words), and anything else by the message's first line. Returns
     ``None`` when the request was cancelled. See the module docstring for the re-run and
     ordering rules. The graph checks the request before saving the pause
     (``check_interrupt``): an unsafe schema or an over-long ``reason`` fails the run instead.
@@ -276,6 +328,9 @@ def interrupt(
     "edit", "response" and "ignore" (``agents.inbox``); the answer is then a
     ``HumanResponse``. An edit changes ``args`` and must fit ``args_schema``; inside a
     tool both default to the tool call's arguments and the tool's parameters.
+
+    ``assign_to`` names who should answer, as ``"user:<username>"`` or ``"group:<name>"``
+    strings; the portal routes the request to them (beside any its policy names).
     """
     run = current_run()
     if actions is not None:
@@ -290,7 +345,13 @@ def interrupt(
             args_schema = run.call_schema
         response_schema = inbox.response_schema(actions, args=args, args_schema=args_schema)
     return run.ask(
-        run.next_key(), value, message=message, reason=reason, response_schema=response_schema
+        run.next_key(),
+        value,
+        message=message,
+        reason=reason,
+        response_schema=response_schema,
+        assign_to=assign_to,
+        summary=summary,
     )
 
 
@@ -372,8 +433,25 @@ def check_interrupt(interrupt: Interrupt) -> None:
     for name, data in (("reason", interrupt.reason), ("message", interrupt.message)):
         if isinstance(data, str) and (bad := json_problem(data)) is not None:
             problems.append(f"{name} {bad.removeprefix('$: ')}")
+    if interrupt.summary is not None:
+        if not isinstance(interrupt.summary, str) or not interrupt.summary.strip():
+            problems.append(f"summary must be a non-empty string, got {interrupt.summary!r}")
+        elif len(interrupt.summary) > MAX_SUMMARY_CHARS or "\n" in interrupt.summary:
+            problems.append(
+                f"summary is {len(interrupt.summary)} characters on "
+                f"{interrupt.summary.count(chr(10)) + 1} line(s); it must be one line of at "
+                f"most {MAX_SUMMARY_CHARS}; put the detail in `message`"
+            )
+        elif (bad := json_problem(interrupt.summary)) is not None:
+            problems.append(f"summary {bad.removeprefix('$: ')}")
     if (bad := json_problem(interrupt.value)) is not None:
         problems.append(f"value {bad}")
+    for name in interrupt.assign_to or []:
+        kind, _, rest = name.partition(":") if isinstance(name, str) else ("", "", "")
+        if kind not in ("user", "group") or not rest or len(name) > 200:
+            problems.append(
+                f"assign_to has {name!r}; each entry is 'user:<username>' or 'group:<name>'"
+            )
     if interrupt.response_schema is not None:
         if (bad := schema_problem(interrupt.response_schema)) is not None:
             problems.append(f"response_schema {bad}")

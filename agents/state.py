@@ -17,8 +17,7 @@ JSON = Any
 
 
 def new_id(prefix: str) -> str:
-    """``prefix_`` and 16 random hex digits: 64 bits from the OS's generator (the 16
-    digits of ``uuid4().hex`` used before held 60, and cost a UUID object)."""
+    """``prefix_`` and 16 random hex digits: 64 bits from the OS's generator."""
     return f"{prefix}_{os.urandom(8).hex()}"
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
-from agents.interrupt import GraphInterrupt, current_run, interrupt
+from agents.interrupt import MAX_SUMMARY_CHARS, GraphInterrupt, current_run, interrupt
 from agents.state import AgentState, Message
 
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -95,6 +95,10 @@ class Tool:
     string filled with the call's arguments (``"a ${amount:,.2f} transfer to {recipient}"``)
     or a function of them. Without one (or when it does not fit the arguments), requests
     name the tool in words and list its arguments (see ``describe_call``).
+
+    ``summary`` says what one call wants, as a short plain sentence a queue row shows
+    (``"Refund ${amount:,.2f} to order {order_id}"``), the same way; without one, the
+    call's title (or its words) stands in (see ``summarize_call``).
     """
 
     name: str
@@ -105,6 +109,7 @@ class Tool:
     idempotent: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
     title: str | Callable[[dict[str, Any]], str] | None = None
+    summary: str | Callable[[dict[str, Any]], str] | None = None
 
     @classmethod
     def from_function(
@@ -116,9 +121,10 @@ class Tool:
         high_risk: bool = False,
         idempotent: bool = False,
         title: str | Callable[[dict[str, Any]], str] | None = None,
+        summary: str | Callable[[dict[str, Any]], str] | None = None,
     ) -> Tool:
         """Build a tool from a sync or async function's signature, hints and docstring."""
-        summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        first_paragraph, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         try:
             hints = typing.get_type_hints(fn)
         except (NameError, TypeError):
@@ -137,7 +143,7 @@ class Tool:
                 required.append(param.name)
         return cls(
             name=name or fn.__name__,
-            description=description or summary,
+            description=description or first_paragraph,
             parameters={
                 "type": "object",
                 "properties": properties,
@@ -148,6 +154,7 @@ class Tool:
             high_risk=high_risk,
             idempotent=idempotent,
             title=title,
+            summary=summary,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -175,6 +182,7 @@ def tool(
     high_risk: bool = False,
     idempotent: bool = False,
     title: str | Callable[[dict[str, Any]], str] | None = None,
+    summary: str | Callable[[dict[str, Any]], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -184,9 +192,11 @@ def tool(
     high_risk: bool = False,
     idempotent: bool = False,
     title: str | Callable[[dict[str, Any]], str] | None = None,
+    summary: str | Callable[[dict[str, Any]], str] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool``, ``@tool(high_risk=True)`` or ``@tool(idempotent=True)`` turns a
-    function into a ``Tool``; ``title=`` words its calls for reviewers (see ``Tool``)."""
+    function into a ``Tool``; ``title=`` and ``summary=`` word its calls for reviewers (see
+    ``Tool``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool.from_function(
@@ -196,6 +206,7 @@ def tool(
             high_risk=high_risk,
             idempotent=idempotent,
             title=title,
+            summary=summary,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -261,15 +272,29 @@ def describe_call(name: str, args: dict[str, Any] | None, tool: Tool | None = No
     """One call in words: the tool's ``title`` filled in with ``args``, or else the tool's
     name in words and its arguments, readably (``delete account (user id: u-381)``)."""
     args = args or {}
-    if tool is not None and tool.title is not None:
-        try:
-            text = tool.title(args) if callable(tool.title) else tool.title.format(**args)
-        except Exception:  # a title that does not fit these arguments falls back
-            text = ""
-        if isinstance(text, str) and text.strip():
-            return text.strip()
+    text = _filled(tool.title if tool is not None else None, args)
+    if text:
+        return text
     listed = ", ".join(f"{words(k)}: {_value_words(v)}" for k, v in args.items())
     return f"{words(name)} ({listed})" if listed else words(name)
+
+
+def _filled(template: str | Callable[[dict[str, Any]], str] | None, args: dict[str, Any]) -> str:
+    if template is None:
+        return ""
+    try:
+        text = template(args) if callable(template) else template.format(**args)
+    except Exception:  # a template that does not fit these arguments falls back
+        return ""
+    return " ".join(text.split()) if isinstance(text, str) else ""
+
+
+def summarize_call(name: str, args: dict[str, Any] | None, tool: Tool | None = None) -> str:
+    """One call as a request's summary: the tool's ``summary`` filled in with ``args``, or
+    else the call in words (``describe_call``), starting with a capital."""
+    text = _filled(tool.summary if tool is not None else None, args or {})
+    text = text or describe_call(name, args, tool)
+    return text[:1].upper() + text[1:]
 
 
 @dataclass
@@ -282,6 +307,10 @@ class _Call:
     message_id: str = ""  # the assistant message that asked for it
     requested: dict[str, Any] | None = None  # what the model asked, when a reviewer edited it
     edited_by: str | None = None  # the breakpoint whose answer edited the arguments
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SUMMARY_CHARS else text[: MAX_SUMMARY_CHARS - 1] + "…"
 
 
 # What a person answers about a call whose outcome a crash left unknown.
@@ -395,6 +424,7 @@ class ToolNode:
                 + "?",
                 reason="tool_approval",
                 response_schema=_approval_schema(risky),
+                summary=_cut("; ".join(summarize_call(c.name, c.args, t) for c, t in risky)),
             )
             approval_id = run.last_interrupt_id
         risky_ids = {c.id for c, _ in risky}
@@ -471,7 +501,14 @@ class ToolNode:
         # Recorded in flight before it acts; the write's compare-and-swap also makes sure
         # this run owns the thread (a conflict propagates: it is not the tool's failure).
         await run.call_starting(call.id)
-        with run.tool_scope(call.id, key, call.name, args=args, schema=tool.parameters):
+        with run.tool_scope(
+            call.id,
+            key,
+            call.name,
+            args=args,
+            schema=tool.parameters,
+            summary=_cut(summarize_call(call.name, args, tool)),
+        ):
             try:
                 if inspect.iscoroutinefunction(tool.fn):
                     result = await tool.fn(**args)
@@ -498,6 +535,7 @@ class ToolNode:
         run = current_run()
         # A key of its own, so the tool's interrupt() calls keep their positions.
         ask = f"{run.node}:{call.id}:outcome"
+        tool = self.tools.get(call.name)
         with run.tool_scope(call.id, key, call.name):
             answer = run.ask(
                 ask,
@@ -510,6 +548,7 @@ class ToolNode:
                 ),
                 reason=OUTCOME_REASON,
                 response_schema=OUTCOME_SCHEMA,
+                summary=_cut(f"Did this take effect? {summarize_call(call.name, args, tool)}"),
             )
         outcome = answer.get("outcome") if isinstance(answer, dict) else None
         note = answer.get("note") if isinstance(answer, dict) else None

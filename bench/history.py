@@ -1,4 +1,4 @@
-"""Issue 7's benchmark: the decision history over 1,000,000 decisions on PostgreSQL.
+"""The decision history over 1,000,000 decisions on PostgreSQL.
 
 Two sections of docs/benchmarks.md:
 
@@ -315,7 +315,7 @@ def _random_filters(rng: random.Random) -> tuple[str, dict[str, str]]:
 def _page_times(client: Any) -> dict[str, list[float]]:
     from urllib.parse import urlencode
 
-    from portal.history import Cursor
+    from portal.paging import Cursor
 
     rng = random.Random(7)
     times: dict[str, list[float]] = {}

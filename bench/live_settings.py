@@ -1,7 +1,7 @@
 """Settings for ``bench.portal``: the portal's own, with the channel layer chosen by
 ``BENCH_CHANNEL_LAYER``: "pubsub", the portal's ``RedisPubSubChannelLayer``, or "core",
-channels-redis's ``RedisChannelLayer`` as the portal configured it before issue 6's
-fan-out work, so the fan-out can be compared on both."""
+channels-redis's ``RedisChannelLayer`` as the portal configured it before it moved to
+pub/sub, so the fan-out can be compared on both."""
 
 import os
 

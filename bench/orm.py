@@ -1,4 +1,4 @@
-"""Issue 4's benchmark: the runtime scenario through the ORM on PostgreSQL, side by side
+"""The runtime scenario through the ORM on PostgreSQL, side by side
 with LangGraph's ``PostgresSaver`` and a bare psycopg floor, plus the real worker.
 
 Part 1 (checkpointers, driven directly). The scenario of ``bench.runtime`` (user message ->
@@ -18,8 +18,8 @@ With 1 process, then with 4 OS processes each driving its own quarter of the thr
 (each process its own connections).
 
 Part 2 (the real queue). ``manage.py run_worker`` subprocesses (1, then 4) drain runs queued
-through ``portal.services`` (``thread_start`` then ``thread_resume``) for the agent above,
-registered as ``bench``; and the queued->started latency of an idle worker
+through ``portal.services.thread_start`` then ``portal.decisions.thread_resume`` for the
+agent above, registered as ``bench``; and the queued->started latency of an idle worker
 (``Run.started_at - Run.created_at``, one run at a time).
 
 Bytes per thread: threads pre-seeded with 10, 100 or 1,000 messages of ~200 bytes, then one
@@ -687,7 +687,7 @@ def drain(count: int, n: int) -> dict[str, Any]:
     queue the n resumes at once and drain those. Times from commit to the last finish."""
     from django.db import transaction
 
-    from portal import services
+    from portal import decisions, services
     from portal.models import Interrupt, Run, Thread
 
     workers = Workers(count)
@@ -707,7 +707,7 @@ def drain(count: int, n: int) -> dict[str, Any]:
         ).values_list("thread_id", "id")
         with transaction.atomic():
             resumed = [
-                services.thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
+                decisions.thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
                 for tid, iid in pending
             ]
         t3 = time.perf_counter()
@@ -715,16 +715,16 @@ def drain(count: int, n: int) -> dict[str, Any]:
         t4 = time.perf_counter()
     finally:
         workers.stop()
-    runs = list(
+    finished = list(
         Run.objects.filter(thread_id__in=list(threads)).values_list(
             "kind", "status", "started_at", "finished_at"
         )
     )
-    exec_start = [(f - s).total_seconds() for k, st, s, f in runs if k == "start" and s and f]
-    exec_resume = [(f - s).total_seconds() for k, st, s, f in runs if k == "resume" and s and f]
+    exec_start = [(f - s).total_seconds() for k, st, s, f in finished if k == "start" and s and f]
+    exec_resume = [(f - s).total_seconds() for k, st, s, f in finished if k == "resume" and s and f]
     bad = sum(
         1
-        for k, st, _s, _f in runs
+        for k, st, _s, _f in finished
         if (k == "start" and st != "interrupted") or (k == "resume" and st != "succeeded")
     )
     done = Thread.objects.filter(pk__in=list(threads), status=Thread.Status.DONE).count()
@@ -959,7 +959,7 @@ def _main() -> None:
             table(bytes_headers, bytes_rows),
             f"Real workers: `manage.py run_worker` processes drain {WORKER_N} start runs queued "
             "at once through `services.thread_start` (each pauses), then the "
-            f"{WORKER_N} resumes queued at once through `services.thread_resume`; cycles/s = "
+            f"{WORKER_N} resumes queued at once through `decisions.thread_resume`; cycles/s = "
             "cycles / (time from each batch's commit to its last run finishing). Exec = "
             "`Run.finished_at - Run.started_at`.",
             table(worker_headers, worker_rows),

@@ -1,4 +1,4 @@
-"""Issue 6's benchmarks: the live portal on PostgreSQL and Redis.
+"""The live portal on PostgreSQL and Redis.
 
 Three parts, each writing its own section of docs/benchmarks.md:
 
@@ -63,7 +63,7 @@ ROUNDS = int(os.environ.get("BENCH_FANOUT_ROUNDS", "40"))
 TOKEN_THREADS = int(os.environ.get("BENCH_TOKEN_THREADS", "5"))
 TOKENS_PER_ANSWER = int(os.environ.get("BENCH_TOKENS_PER_ANSWER", "200"))
 PARTS = ["queue", "fanout", "tokens"]
-# The portal's layer first; RedisChannelLayer (its layer until issue 6) for comparison.
+# The portal's layer first; RedisChannelLayer (its layer before pub/sub) for comparison.
 FANOUT_RUNS = [("pubsub", CLIENTS), ("core", CLIENTS), ("pubsub", 1), ("core", 1)]
 SERVERS = int(os.environ.get("BENCH_FANOUT_SERVERS", "1"))
 PENDING_FIRST = 5_000_000  # row numbers of pending rows, clear of the decided ones

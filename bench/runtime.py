@@ -1,4 +1,4 @@
-"""Issue 3's benchmark: pause and resume N threads with no model, ours vs LangGraph vs floor.
+"""Pause and resume N threads with no model, ours vs LangGraph vs floor.
 
 Each thread runs one cycle: a user message goes in, node ``agent`` appends an assistant
 message, node ``approve`` calls ``interrupt()`` with a small ``response_schema`` and the run

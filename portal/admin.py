@@ -14,25 +14,32 @@ import copy
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import roles
+from portal import outbox, roles
 from portal.decisions import DecisionRefused
-from portal.external import request_state
+from portal.external import request_state, with_collection
 from portal.forms import DecisionForm
 from portal.models import (
     ApiToken,
+    Assignment,
     Checkpoint,
     Decision,
+    Delivery,
+    DeliveryAttempt,
     ExternalRequest,
     Interrupt,
+    Notification,
+    RoutingEvent,
     Run,
+    Subscription,
     Thread,
     api_token_delete,
 )
@@ -133,7 +140,7 @@ class InterruptAdmin(ReadOnlyAdmin):
     ]
     list_display_links = ["short_message"]
     list_filter = ["status", "agent", "reason"]
-    search_fields = ["id", "message", "thread__id", "thread__title", "node"]
+    search_fields = ["id", "message", "summary", "thread__id", "thread__title", "node"]
     list_select_related = ["claimed_by"]
     date_hierarchy = "created_at"
     change_form_template = "admin/portal/interrupt/change_form.html"
@@ -141,7 +148,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         (None, {"fields": ["id", "thread", "agent", "reason", "node", "key", "status"]}),
         (
             "What the agent asks",
-            {"fields": ["message_display", "payload", "schema", "tool_call_id"]},
+            {"fields": ["message_display", "summary", "payload", "schema", "tool_call_id"]},
         ),
         (
             "Queue",
@@ -167,6 +174,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         "key",
         "status",
         "message_display",
+        "summary",
         "payload",
         "schema",
         "tool_call_id",
@@ -182,7 +190,11 @@ class InterruptAdmin(ReadOnlyAdmin):
     @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
         text = obj.message or obj.id  # the link to the page needs some text
-        return text if len(text) <= 80 else text[:79] + "…"
+        text = text if len(text) <= 80 else text[:79] + "…"
+        # The summary in the same cell, under the message: one more column would not fit.
+        if obj.summary_line:
+            return format_html('{}<span class="portal-summary">{}</span>', text, obj.summary_line)
+        return text
 
     @admin.display(description="Message")
     def message_display(self, obj: Interrupt) -> str:
@@ -455,9 +467,11 @@ class CollectionFilter(admin.SimpleListFilter):
         if self.value() == "pending":
             return queryset.filter(interrupt__status=pending)
         if self.value() == "uncollected":
-            return queryset.exclude(interrupt__status=pending).filter(collected_at__isnull=True)
+            return queryset.exclude(interrupt__status=pending).filter(
+                collected_at__isnull=True, delivered=False
+            )
         if self.value() == "collected":
-            return queryset.filter(collected_at__isnull=False)
+            return queryset.filter(Q(collected_at__isnull=False) | Q(delivered=True))
         return queryset
 
 
@@ -485,6 +499,9 @@ class ExternalRequestAdmin(ReadOnlyAdmin):
         "collected_at",
     )
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExternalRequest]:
+        return with_collection(super().get_queryset(request))
+
     @admin.display(description="Request")
     def interrupt_link(self, obj: ExternalRequest) -> str:
         url = reverse("admin:portal_interrupt_change", args=[quote(obj.interrupt_id)])
@@ -503,6 +520,161 @@ class ExternalRequestAdmin(ReadOnlyAdmin):
         if obj.interrupt.status == Interrupt.Status.PENDING:
             return "waiting for a decision"
         state = request_state(obj.interrupt)
-        if obj.collected_at is None:
-            return f"{state}, not collected"
-        return f"{state}, collected {obj.collected_at:%Y-%m-%d %H:%M} UTC"
+        if obj.collected_at is not None:
+            return f"{state}, collected {obj.collected_at:%Y-%m-%d %H:%M} UTC"
+        if getattr(obj, "delivered", False):
+            return f"{state}, collected by its webhook"
+        return f"{state}, not collected"
+
+
+# --- notifications and routing -----------------------------------------------------------
+
+
+class SubscriptionForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Subscription
+        fields = [
+            "name",
+            "channel",
+            "target",
+            "secret",
+            "events",
+            "agent",
+            "reason",
+            "group",
+            "active",
+        ]
+        widgets = {"secret": forms.PasswordInput(render_value=True)}
+        help_texts = {"events": "A JSON list of: " + ", ".join(outbox.KINDS) + ". [] is all."}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            outbox.check_subscription(
+                channel=data.get("channel", ""),
+                target=data.get("target", ""),
+                secret=data.get("secret", ""),
+                events=data.get("events"),
+                has_group=data.get("group") is not None,
+            )
+        except outbox.TargetError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Who is told about what. Saved and deleted through ``portal.outbox``'s services."""
+
+    class Media:
+        css = {"all": ["portal/admin.css"]}
+
+    form = SubscriptionForm
+    list_display = ["name", "channel", "target", "events", "agent", "reason", "group", "active"]
+    list_filter = ["channel", "active", "group"]
+    search_fields = ["name", "target", "agent", "reason"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        outbox.subscription_save(subscription=obj, user=request.user)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        outbox.subscription_delete(subscription=obj, user=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            outbox.subscription_delete(subscription=obj, user=request.user)
+
+
+class DeliveryInline(ReadOnlyInline):
+    model = Delivery
+    fields = ["channel", "target", "status", "attempts", "next_attempt_at", "last_error"]
+    ordering = ["created_at"]
+
+
+class DeliveryAttemptInline(ReadOnlyInline):
+    model = DeliveryAttempt
+    fields = ["number", "at", "ok", "status_code", "error", "duration_ms"]
+    ordering = ["number"]
+    show_change_link = False
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]
+    list_display = ["kind", "agent", "reason", "interrupt", "created_at", "dispatched_at"]
+    list_filter = ["kind", "agent"]
+    search_fields = ["id", "interrupt__id", "thread__id"]
+    readonly_fields = [
+        "id",
+        "kind",
+        "agent",
+        "reason",
+        "interrupt",
+        "thread",
+        "created_at",
+        "dispatched_at",
+        "payload_display",
+    ]
+    fields = list(readonly_fields)
+    inlines = [DeliveryInline]
+
+    @admin.display(description="Payload")
+    def payload_display(self, obj: Notification) -> str:
+        return pretty(obj.payload)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """The delivery log: each delivery's status, attempts and last error, and every try."""
+
+    ordering = ["-created_at"]
+    list_display = [
+        "notification",
+        "channel",
+        "target",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "sent_at",
+        "last_error",
+    ]
+    list_filter = ["status", "channel"]
+    search_fields = ["id", "target", "notification__id"]
+    exclude = ["secret"]  # a webhook's signing secret is not for every admin reader
+    readonly_fields = [
+        "id",
+        "notification",
+        "subscription",
+        "channel",
+        "target",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+    ]
+    inlines = [DeliveryAttemptInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
+        return super().get_queryset(request).select_related("notification")
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(ReadOnlyAdmin):
+    ordering = ["-created_at"]
+    list_display = ["interrupt", "user", "group", "source", "created_at"]
+    list_filter = ["source", "group"]
+    search_fields = ["interrupt__id", "user__username", "group__name"]
+    readonly_fields = ["interrupt", "user", "group", "source", "created_at"]
+
+
+@admin.register(RoutingEvent)
+class RoutingEventAdmin(ReadOnlyAdmin):
+    """The record of every assignment, reminder and escalation."""
+
+    ordering = ["-created_at"]
+    list_display = ["interrupt", "action", "user", "group", "detail", "created_at"]
+    list_filter = ["action"]
+    search_fields = ["interrupt__id", "user__username", "group__name"]
+    readonly_fields = ["interrupt", "action", "user", "group", "detail", "created_at"]

@@ -42,6 +42,7 @@ from pydantic import ConfigDict
 from agents import inbox
 from agents.checkpoint import ThreadStatus
 from portal import access, roles, waiting
+from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import DecisionRefused, decision_submit_for_thread
 from portal.errors import InputError
@@ -280,8 +281,8 @@ class Problem(Schema):
     errors: list[str] = []
 
 
-def _last_user_words(messages: Any) -> str | None:
-    for message in reversed(messages or []):
+def _first_user_words(newest_first: Iterable[Any]) -> str | None:
+    for message in newest_first:
         if isinstance(message, dict) and message.get("role") == "user":
             return str(message.get("content") or "")
     return None
@@ -292,16 +293,10 @@ def latest_user_message(interrupt: Interrupt) -> str | None:
     after a step or two however long the thread is)."""
     if hasattr(interrupt, "_latest_user_message"):  # set for a whole page by InterruptPage
         return interrupt._latest_user_message  # type: ignore[no-any-return]
-    chunks = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)
+    steps = Checkpoint.objects.filter(
+        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )
-    for chunk in chunks.iterator(chunk_size=20):
-        words = _last_user_words(chunk)
-        if words is not None:
-            return words
-    return None
+    return _first_user_words(steps.messages_newest_first())
 
 
 # Newest checkpoints read per thread for a page of requests; the user's words are almost
@@ -329,12 +324,12 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
         by_thread.setdefault(thread_id, []).append((seq, messages))
     for interrupt in interrupts:
         read = by_thread.get(interrupt.thread_id, [])
-        found = None
-        for seq, messages in read:
-            if seq <= interrupt.checkpoint_seq:
-                found = _last_user_words(messages)
-                if found is not None:
-                    break
+        found = _first_user_words(
+            message
+            for seq, messages in read
+            if seq <= interrupt.checkpoint_seq
+            for message in reversed(messages or [])
+        )
         if found is None and len(read) == _RECENT_CHECKPOINTS:
             found = latest_user_message(interrupt)  # older than the window: look further
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
@@ -347,6 +342,9 @@ class InterruptOut(Schema):
     node: str
     reason: str
     message: str
+    summary: str = Field(
+        "", description="What the agent wants, in one plain line (empty on old requests)."
+    )
     value: Any = None
     response_schema: dict[str, Any] | None = None
     status: str
@@ -430,6 +428,11 @@ class ResumeOut(Schema):
 
 class InterruptFilter(Schema):
     status: Literal["pending", "resolved", "cancelled", "expired"] | None = None
+    assigned: Literal["me"] | None = Field(
+        None,
+        description="``me``: only requests assigned to you or to one of your groups "
+        "(by a policy, by the agent, or by an escalation).",
+    )
 
 
 # --- endpoints -------------------------------------------------------------------------
@@ -469,11 +472,15 @@ class InterruptPage(LimitOffsetPagination):
 @api.get("/interrupts", response=list[InterruptOut], tags=["interrupts"])
 @paginate(InterruptPage)
 def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> Any:
-    """Requests visible to you, oldest first; ``?status=pending`` for the queue. Pages
-    hold at most 100 requests (``limit``); walk them with ``offset``."""
-    qs = _visible_interrupts(_user(request))
+    """Requests visible to you, oldest first; ``?status=pending`` for the queue and
+    ``?assigned=me`` for those assigned to you. Pages hold at most 100 requests
+    (``limit``); walk them with ``offset``."""
+    user = _user(request)
+    qs = _visible_interrupts(user)
     if filters.status:
         qs = qs.filter(status=filters.status)
+    if filters.assigned == "me":
+        qs = qs.filter(assigned_to(user))
     return qs.order_by("created_at", "id")
 
 

@@ -41,6 +41,11 @@ class RequestIn(Schema):
     )
     title: str = Field("", description="A short title, shown under the message in the queue.")
     message: str = Field("", description="What the reviewer is asked (Markdown).")
+    summary: str = Field(
+        "",
+        description="What the agent wants, in one plain line (at most 200 characters), "
+        "shown beside the message; by default the message's first line.",
+    )
     payload: Any = Field(None, description="The data the reviewer needs to see (JSON).")
     reason: str = Field("input_required", description="A label (64 characters at most).")
     response_schema: dict[str, Any] | None = Field(

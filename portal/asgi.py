@@ -29,12 +29,13 @@ application = ProtocolTypeRouter(
 )
 
 if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1":
+    from portal.notifier import start_embedded_notifier
     from portal.worker import start_embedded_worker
 
     start_embedded_worker()
+    start_embedded_notifier()
 
-# live portal (issue 6): everything imported and built above lives as long as the process,
-# yet each full garbage collection walks it again: about 100 ms on the 2-core benchmark
-# machine, during which no websocket of this process gets anything (the fan-out
-# benchmark's slowest rounds). Frozen objects are left out of collections.
+# Everything imported and built above lives as long as the process, yet each full garbage
+# collection would walk it again, and no websocket of this process gets anything while it
+# does. Frozen objects are left out of collections.
 gc.freeze()

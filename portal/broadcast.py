@@ -98,9 +98,8 @@ async def agroup_send(group: str, message: dict[str, Any]) -> None:
 
 # Sync publishes (on_commit callbacks) all run on one event loop in a daemon thread.
 # async_to_sync would start a new loop in a new thread for every call, and channels-redis
-# keeps its Redis connections per loop, so each publish paid for a thread, a loop and a
-# fresh connection (about 7 ms on the benchmark machine) before its message left; a
-# long-lived loop keeps one connection open. Issue 6's fan-out benchmark measures this.
+# keeps its Redis connections per loop, so each publish would pay for a thread, a loop and
+# a fresh connection before its message left; a long-lived loop keeps one connection open.
 PUBLISH_TIMEOUT = 2.0  # seconds a sync caller waits for its publish before moving on
 _publisher: asyncio.AbstractEventLoop | None = None
 _publisher_lock = threading.Lock()

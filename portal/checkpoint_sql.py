@@ -56,7 +56,8 @@ STEP = """, step AS (
 # Keeping the queue equal to the checkpoint, only in the statements of steps that can
 # change it (each part costs the server its table's indexes to set up, even when it
 # writes no row): pending requests of the thread that the step no longer names leave the
-# queue (`stale`), and a pause's request enters it (`entered`).
+# queue (`stale`), and a pause's request enters it (`entered`) with its outbox row
+# (`announced`: portal.outbox fills in the payload when it fans the event out).
 QUEUE = """, stale AS (
     UPDATE portal_interrupt SET status = %(resolved)s, resolved_at = %(now)s
     WHERE thread_id = %(thread)s AND status = %(pending)s AND id <> %(pending_key)s
@@ -64,17 +65,25 @@ QUEUE = """, stale AS (
     RETURNING id, reason
 ), entered AS (
     INSERT INTO portal_interrupt (id, thread_id, agent, key, node, value, message, reason,
-                                  response_schema, tool_call_id, tool, status, created_at,
+                                  response_schema, tool_call_id, tool, summary, status,
+                                  created_at,
                                   expires_at, claimed_by_id, claimed_at, resolved_at,
                                   decided, checkpoint_seq)
     SELECT %(pending_key)s::varchar, id, agent, %(key)s::varchar, %(request_node)s::varchar,
            %(value)s::jsonb, %(message)s::text, %(reason)s::varchar, %(schema)s::jsonb,
-           %(tool_call_id)s::varchar, %(tool)s::varchar, %(pending)s::varchar,
+           %(tool_call_id)s::varchar, %(tool)s::varchar, %(summary)s::varchar,
+           %(pending)s::varchar,
            %(now)s::timestamptz,
            %(expires_at)s::timestamptz, NULL, NULL, NULL, false, %(seq)s::integer
     FROM moved WHERE %(pending_key)s::varchar <> ''
     ON CONFLICT (id) DO NOTHING
-    RETURNING id
+    RETURNING id, thread_id, agent
+), announced AS (
+    INSERT INTO portal_notification (id, kind, payload, agent, reason, interrupt_id, thread_id,
+                                     created_at, dispatched_at)
+    SELECT gen_random_uuid(), %(created_kind)s::varchar, '{}'::jsonb, agent,
+           %(reason)s::varchar, id, thread_id, %(now)s::timestamptz, NULL
+    FROM entered
 )
 SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved),
        (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),

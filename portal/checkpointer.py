@@ -20,6 +20,9 @@ the caller's Django connection, inside the caller's transaction if it holds one.
 Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
 ``uuid5``. A first write to a thread with no row creates one with no agent and no owner
 (tests and scripts; the portal's threads come from ``services.thread_start``).
+A request entering the queue writes its ``request.created`` outbox row (``portal.outbox``)
+in the same statement or transaction, so nobody is told of a pause that was not saved and
+no saved pause goes untold.
 ``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
 recorded decisions (``ProtectedError``: they are an audit record).
 """
@@ -53,9 +56,9 @@ from agents.checkpoint import (
     compact_json,
     encode_step,
 )
-from portal import broadcast
+from portal import broadcast, outbox
 from portal import checkpoint_sql as sql
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
 from portal.runs import connect_kwargs
 
@@ -82,6 +85,13 @@ class _Known:
 
 def _dump(value: Any) -> str | None:
     return None if value is None else compact_json(value)
+
+
+def _summary(request: dict[str, Any]) -> str:
+    # The runtime keeps a summary to one line of the column's size; a request written by
+    # an older or foreign runtime is cut to fit rather than failing its step.
+    summary = request.get("summary")
+    return " ".join(summary.split())[:200] if isinstance(summary, str) else ""
 
 
 def _pending(write: CheckpointWrite) -> dict[str, Any] | None:
@@ -213,7 +223,7 @@ class DjangoCheckpointer:
             return None
         seq, status, next_node, _, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status))
-        messages = [message for row in rows for message in row[3] or []]
+        messages = conversation(row[3] for row in rows)
         return Snapshot(
             thread_id, seq, ThreadStatus(status), next_node, messages, meta or {}, interrupt
         )
@@ -264,7 +274,7 @@ class DjangoCheckpointer:
         if rows[0][1] is None:
             self._known[pk] = _Known(None, agent)
             return None
-        messages = [message for row in rows for message in json.loads(row[4]) or []]
+        messages = conversation(json.loads(row[4]) for row in rows)
         _agent, seq, status, next_node, _messages, meta, interrupt = rows[-1]
         self._known[pk] = _Known(ThreadStatus(status), agent)
         meta, interrupt = json.loads(meta or "{}"), json.loads(interrupt or "null")
@@ -325,7 +335,9 @@ class DjangoCheckpointer:
             schema=_dump(request.get("response_schema")),
             tool_call_id=request.get("tool_call_id"),
             tool=request.get("tool") or "",
+            summary=_summary(request),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
+            created_kind=outbox.REQUEST_CREATED,
         )
         return _Step(sql.WRITES[first, True], params, pending)
 
@@ -420,12 +432,22 @@ class DjangoCheckpointer:
                     "response_schema": pending.get("response_schema"),
                     "tool_call_id": pending.get("tool_call_id"),
                     "tool": pending.get("tool") or "",
+                    "summary": _summary(pending),
                     "checkpoint_seq": seq,
                     "expires_at": expires_at_for(agent, reason),
                 },
             )
             if created:
                 changes.append((pending_id, reason, Interrupt.Status.PENDING))
+                # The new request's event, in the transaction that queues it.
+                Notification.objects.create(
+                    kind=outbox.REQUEST_CREATED,
+                    agent=agent,
+                    reason=reason,
+                    interrupt_id=pending_id,
+                    thread_id=pk,
+                )
+                outbox.wake_on_commit()
         for i, reason, status in changes:
             change: dict[str, Any] = {"interrupt_id": i, "thread_id": pk, "reason": reason}
             announce = partial(

@@ -97,8 +97,8 @@ class _ForwardingConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' own dispatch first closes stale database connections in its single
-        # sync thread: one thread hop per message and per socket, so a broadcast to 200
-        # open queues waited on 200 hops in a row (issue 6's fan-out benchmark). These
+        # sync thread: one thread hop per message and per socket, so a broadcast to many
+        # open queues would wait on as many hops in a row. These
         # handlers never touch the database; connect's checks and the re-checks use
         # database_sync_to_async, which does the same cleanup itself.
         handler = getattr(self, get_handler_name(message), None)

@@ -3,10 +3,11 @@
 ``decision_submit`` does everything in one transaction, all or nothing: lock the interrupt,
 check against the thread's newest checkpoint that it is still the request the thread waits
 on, check role, claim and policy, validate the answer with the runtime's own validator,
-record the ``Decision``, resolve the interrupt and queue the resume (the worker sees it
-only after commit). Any refusal raises a ``DecisionRefused`` subclass whose
-``status_code`` says how an HTTP caller should answer and whose message can be shown to
-the user as it is; nothing has been written when one is raised.
+record the ``Decision``, resolve the interrupt and queue the resume (``thread_resume``:
+the ``Run`` row the worker claims, seen only after commit). Any refusal raises a
+``DecisionRefused`` subclass whose ``status_code`` says how an HTTP caller should answer
+and whose message can be shown to the user as it is; nothing has been written when one
+is raised.
 
 Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 (``interrupts_expire``, run by ``manage.py expire_interrupts`` and the worker).
@@ -27,10 +28,19 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, policies, roles
+from portal import broadcast, external, outbox, policies, roles
 from portal.errors import InputError, Refused
-from portal.models import AuditEvent, Checkpoint, Decision, Interrupt, Thread, audit_record
-from portal.services import thread_resume
+from portal.inputs import check_input
+from portal.models import (
+    AuditEvent,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+)
+from portal.runs import notify_workers
 
 __all__ = [
     "AlreadyDecided",
@@ -40,11 +50,13 @@ __all__ = [
     "InvalidDecision",
     "StaleDecision",
     "ThreadNotPaused",
+    "decision_forbidden",
     "decision_submit",
     "decision_submit_for_thread",
     "interrupt_claim",
     "interrupt_unclaim",
     "interrupts_expire",
+    "thread_resume",
 ]
 
 
@@ -133,22 +145,26 @@ def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
         )
 
 
-def _check_may_decide(interrupt: Interrupt, reviewer: Any) -> None:
-    if reviewer is None or not reviewer.is_authenticated:
-        raise DecisionForbidden("Log in as a reviewer to decide requests.")
-    if not roles.can_decide(reviewer):
-        raise DecisionForbidden("Your role can read this request but not decide it.")
+def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionForbidden | None:
+    """Why ``user`` may not decide ``interrupt`` now (role, claim, policy), or None when
+    they may. ``decision_submit`` refuses with it; the request page shows it instead of
+    the form."""
+    if user is None or not user.is_authenticated:
+        return DecisionForbidden("Log in as a reviewer to decide requests.")
+    if not roles.can_decide(user):
+        return DecisionForbidden("Your role can read this request but not decide it.")
     holder = interrupt.claimed_by
     # Claims coordinate reviewers; they do not block whoever may take claims over.
-    if holder is not None and holder.pk != reviewer.pk and not roles.can_take_over_claims(reviewer):
-        raise DecisionForbidden(
+    if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
+        return DecisionForbidden(
             f"{_who(holder)} claimed this request at {_when(interrupt.claimed_at)}; "
             "ask them to release it first."
         )
     try:
-        policies.check_decider(interrupt=interrupt, user=reviewer)
+        policies.check_decider(interrupt=interrupt, user=user)
     except policies.PolicyViolation as exc:
-        raise DecisionForbidden(str(exc)) from None
+        return DecisionForbidden(str(exc))
+    return None
 
 
 def _schema_has_note(schema: Any) -> bool:
@@ -188,28 +204,18 @@ def _validate(schema: Any, value: Any, note: str) -> None:
         raise InvalidDecision(f"Not recorded: {'; '.join(errors)}.", errors=errors)
 
 
-def _tool_calls(interrupt: Interrupt) -> list[dict[str, Any]]:
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    calls = value.get("tool_calls")
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
 def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
     """Arguments of the tool call an in-tool ``interrupt()`` belongs to, from the thread's
     checkpoints (newest first: the call is in the step that paused or just before)."""
-    chunks = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)
+    steps = Checkpoint.objects.filter(
+        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )
-    for chunk in chunks.iterator(chunk_size=20):
-        for data in reversed(chunk or []):
-            if not isinstance(data, dict) or data.get("role") != "assistant":
-                continue
-            message = Message.from_dict(data)
-            for call_id, _name, args in message.tool_call_arguments():
-                if call_id == interrupt.tool_call_id:
-                    return args
+    for data in steps.messages_newest_first():
+        if not isinstance(data, dict) or data.get("role") != "assistant":
+            continue
+        for call_id, _name, args in Message.from_dict(data).tool_call_arguments():
+            if call_id == interrupt.tool_call_id:
+                return args
     return None
 
 
@@ -238,9 +244,9 @@ def _outcome_and_args(
         outcome = Decision.Outcome.REJECTED if failed else Decision.Outcome.APPROVED
     else:
         outcome = Decision.Outcome.APPROVED  # an answer to a question, not a yes/no
-    calls = _tool_calls(interrupt)
+    calls = interrupt.tool_calls
     if calls:
-        original = {str(c.get("id")): c.get("arguments") for c in calls}
+        original = {call.id: call.args for call in calls}
     elif interrupt.tool_call_id:
         original = {interrupt.tool_call_id: _asking_call_args(interrupt)}
     else:
@@ -287,6 +293,25 @@ def _typed_outcome(
     if kind == "edit":
         return outcome, original, {key: value.get("args")}
     return outcome, original, None
+
+
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | None:
+    """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
+
+    Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
+    is the durable queue, and workers see it (and are woken) only once that commits. An
+    external agent's request has no graph to resume: its thread is closed instead and the
+    agent told (``portal.external``), and there is no run (None).
+    """
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    check_input(payload, "the decision")
+    if external.is_external(interrupt_id):
+        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
+        return None
+    with transaction.atomic():
+        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
+        notify_workers()
+    return run
 
 
 def decision_submit(
@@ -344,7 +369,9 @@ def decision_submit(
                 "Reload and decide the request the thread waits on."
             )
         _check_pending_in_checkpoint(locked)
-        _check_may_decide(locked, reviewer)
+        forbidden = decision_forbidden(interrupt=locked, user=reviewer)
+        if forbidden is not None:
+            raise forbidden
         outcome, original, executed = _outcome_and_args(locked, value)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
@@ -364,10 +391,9 @@ def decision_submit(
         except IntegrityError:
             raise _already_decided(locked) from None
         locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
+        outbox.notify_decision(decision, locked)
         try:
-            run = thread_resume(
-                thread=locked.thread, value=value, interrupt_id=locked.pk, user=reviewer
-            )
+            run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
         except InputError as exc:
             raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
         broadcast.queue_change_on_commit(locked)
@@ -542,7 +568,8 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 original_args=_outcome_and_args(locked, None)[1],
             )
             locked.decided_as(Interrupt.Status.EXPIRED, now)
-            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk, user=None)
+            outbox.notify_decision(decision, locked)
+            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
             broadcast.queue_change_on_commit(locked)
             recorded.append(decision)
     return recorded

@@ -13,7 +13,8 @@ What differs:
   closes it: ``external_request_close`` writes its last checkpoint where an in-process
   thread gets a queued resume, so nothing ever tries to run it.
 - The requester learns the answer by a signed webhook to its ``callback_url``, queued in
-  the same transaction as the decision and retried until the receiver takes it, or by
+  the outbox in the same transaction as the decision and retried until the receiver
+  takes it (the envelope's ``data`` is ``external_answer``), or by
   reading it (``GET /api/requests/<id>``, which may wait for it). Either marks it
   collected; a decided request nobody collected shows so in the admin.
 """
@@ -31,21 +32,23 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from agents import inbox
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.errors import InvalidInterruptError
-from agents.interrupt import MAX_REASON_CHARS, check_interrupt
+from agents.interrupt import MAX_REASON_CHARS, check_interrupt, fallback_summary
 from agents.interrupt import Interrupt as RuntimeInterrupt
 from agents.schema import json_problem, text_problem
 from agents.state import new_id
-from portal import audit, roles
+from portal import audit, outbox, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.errors import Refused
 from portal.models import (
     ApiToken,
     Decision,
+    Delivery,
     ExternalRequest,
     Interrupt,
     Thread,
@@ -105,6 +108,7 @@ class RequestSpec:
     agent: str
     title: str = ""
     message: str = ""
+    summary: str = ""
     payload: Any = None
     reason: str = "input_required"
     response_schema: dict[str, Any] | None = None
@@ -202,7 +206,9 @@ def _assignees(errors: list[str], assign_to: dict[str, list[str]] | None) -> lis
     return [f"user:{name}" for name in users] + [f"group:{name}" for name in groups]
 
 
-def _runtime_interrupt(spec: RequestSpec, errors: list[str]) -> RuntimeInterrupt | None:
+def _runtime_interrupt(
+    spec: RequestSpec, assign_to: list[str], errors: list[str]
+) -> RuntimeInterrupt | None:
     schema = spec.response_schema
     if spec.actions is not None:
         if schema is not None:
@@ -229,6 +235,9 @@ def _runtime_interrupt(spec: RequestSpec, errors: list[str]) -> RuntimeInterrupt
         message=spec.message or None,
         reason=spec.reason,
         response_schema=schema,
+        assign_to=assign_to or None,
+        # As interrupt() does for an agent that wrote no summary of its own.
+        summary=spec.summary or fallback_summary(spec.message, spec.reason),
     )
     try:
         check_interrupt(request)
@@ -306,7 +315,7 @@ def external_request_create(
         )
     expires_at = _expiry(spec, now, errors)
     assign_to = _assignees(errors, spec.assign_to)
-    request = None if errors else _runtime_interrupt(spec, errors)
+    request = None if errors else _runtime_interrupt(spec, assign_to, errors)
     if errors or request is None:
         raise RequestInvalid(f"The request was not raised: {'; '.join(errors)}.", errors)
     try:
@@ -317,11 +326,11 @@ def external_request_create(
                 title=spec.title or Thread.title_from(spec.message or spec.agent),
                 status=Thread.Status.IDLE,
             )
-            raised = request.to_dict()
-            if assign_to:
-                raised["assign_to"] = assign_to
             pause = CheckpointWrite(
-                status=ThreadStatus.INTERRUPTED, next_node=None, interrupt=raised, node=NODE
+                status=ThreadStatus.INTERRUPTED,
+                next_node=None,
+                interrupt=request.to_dict(),
+                node=NODE,
             )
             DjangoCheckpointer().put_sync(str(thread.pk), pause, parent_seq=None)
             interrupt = Interrupt.objects.get(pk=request.id)
@@ -381,9 +390,23 @@ def external_request_close(*, thread: Thread, interrupt_id: str) -> None:
 
 
 def _queue_webhook(interrupt_id: str) -> None:
-    """Queue the answer for the requester's callback URL (when it gave one)."""
-    # Delivered through the outbox (signed, retried); see external_answer for the body.
-    return None
+    """Queue the answer for the requester's callback URL, when it gave one, in the
+    decision's transaction: the outbox signs it with the token's webhook secret and
+    retries it until the receiver takes it, so a receiver that is down delays the answer
+    but never blocks the decision nor loses the answer."""
+    request = ExternalRequest.objects.select_related("interrupt", "interrupt__thread").get(
+        pk=interrupt_id
+    )
+    if not request.callback_url:
+        return
+    body = external_answer(request)
+    kind = _EVENTS.get(body["status"], outbox.REQUEST_DECIDED)
+    outbox.outbox_enqueue(
+        kind=kind,
+        payload=body,
+        interrupt=request.interrupt,
+        to=outbox.Target.webhook(request.callback_url, secret=request.callback_secret),
+    )
 
 
 # What a request's ``Interrupt.status`` means to the requester.
@@ -393,6 +416,10 @@ _STATES: dict[str, str] = {
     Interrupt.Status.EXPIRED: "expired",
     Interrupt.Status.CANCELLED: "cancelled",
 }
+
+
+# The event a request's answer is sent as, by what became of the request.
+_EVENTS = {"expired": outbox.REQUEST_EXPIRED, "cancelled": outbox.REQUEST_WITHDRAWN}
 
 
 def request_state(interrupt: Interrupt) -> str:
@@ -434,6 +461,17 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
         "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
         "answer": answer,
     }
+
+
+def with_collection(queryset: QuerySet[ExternalRequest]) -> QuerySet[ExternalRequest]:
+    """``queryset`` with ``delivered``: whether the answer's webhook reached its receiver
+    (which collects it as surely as reading it does)."""
+    sent = Delivery.objects.filter(
+        notification__interrupt_id=OuterRef("pk"),
+        target=OuterRef("callback_url"),
+        status=Delivery.Status.SENT,
+    )
+    return queryset.annotate(delivered=Exists(sent))
 
 
 def external_request_collect(request: ExternalRequest) -> None:

@@ -57,13 +57,12 @@ def _args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
     """The ``args`` part of a ToolNode approval schema, each call titled by its tool."""
     schema = interrupt.response_schema or {}
     args = (schema.get("properties") or {}).get("args")
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    calls = value.get("tool_calls")
-    if not isinstance(calls, list) or not calls:
+    calls = interrupt.tool_calls
+    if not calls:
         return None
     if not isinstance(args, dict) or not isinstance(args.get("properties"), dict):
         return None
-    names = {str(c.get("id")): c.get("name") for c in calls if isinstance(c, dict)}
+    names = {call.id: call.name for call in calls}
     # Titled by the tool in words; a call id means nothing to a reviewer, so calls of the
     # same tool are told apart by number.
     titles = [tool_words(str(names.get(call_id) or "tool")) for call_id in args["properties"]]
@@ -81,11 +80,7 @@ def _args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
 
 
 def original_args(interrupt: Interrupt) -> dict[str, Any]:
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    calls = value.get("tool_calls")
-    if not isinstance(calls, list):
-        return {}
-    return {str(c.get("id")): c.get("arguments") for c in calls if isinstance(c, dict)}
+    return {call.id: call.args for call in interrupt.tool_calls}
 
 
 class DecisionForm(forms.Form):

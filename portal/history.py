@@ -14,8 +14,6 @@ against a ``websearch_to_tsquery``, served by a GIN expression index over decide
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
@@ -29,11 +27,11 @@ from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField, Valu
 from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from portal import access, roles
+from portal import access, paging, roles
 from portal.inputs import DayField
-from portal.models import Decision
+from portal.models import Decision, summary_beside, tool_calls_in
+from portal.paging import Cursor
 
 PAGE_SIZE = 50
 EXPORT_BATCH = 2000
@@ -48,6 +46,7 @@ _VALUES = (
     "interrupt__reason",
     "interrupt__node",
     "interrupt__message",
+    "interrupt__summary",
     "interrupt__value",
     "interrupt__tool",
     "interrupt__created_at",
@@ -72,6 +71,7 @@ COLUMNS = [
     ("tools", "Tools"),
     ("node", "Node"),
     ("message", "Message"),
+    ("summary", "Summary"),
     ("payload", "Payload"),
     ("value", "Submitted value"),
     ("requested_args", "Requested arguments"),
@@ -92,11 +92,9 @@ def tool_names(payload: Any, tool: str = "") -> list[str]:
     ``interrupt()`` inside a tool), or the calls a tool approval lists
     (``value["tool_calls"]``)."""
     names = [tool] if tool else []
-    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
-    if isinstance(calls, list):
-        for call in calls:
-            if isinstance(call, dict) and call.get("name") and str(call["name"]) not in names:
-                names.append(str(call["name"]))
+    for call in tool_calls_in(payload):
+        if call.name and call.name not in names:
+            names.append(call.name)
     return names
 
 
@@ -113,6 +111,9 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
         "node": values["interrupt__node"],
         "message": values["interrupt__message"],
+        "summary": values["interrupt__summary"],
+        # Shown beside the message only when it says more than the message does.
+        "summary_line": summary_beside(values["interrupt__summary"], values["interrupt__message"]),
         "payload": values["interrupt__value"],
         "value": values["value"],
         # Keyed by tool call id: what the model asked for, and what ran (after an edit).
@@ -166,30 +167,6 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
 # --- filters --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cursor:
-    created_at: datetime
-    id: int
-
-    def encode(self) -> str:
-        raw = f"{self.created_at.isoformat()}|{self.id}".encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> Cursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-            stamp, _, ident = raw.partition("|")
-            created_at = parse_datetime(stamp)
-            if created_at is None or timezone.is_naive(created_at):
-                raise ValueError(stamp)
-            return cls(created_at, int(ident))
-        except (ValueError, UnicodeDecodeError, binascii.Error):
-            raise forms.ValidationError(
-                "This page link is damaged; start from the first page."
-            ) from None
-
-
 class HistoryFilter(forms.Form):
     date_from = DayField(required=False, label="From")
     date_to = DayField(required=False, label="To")
@@ -203,7 +180,12 @@ class HistoryFilter(forms.Form):
 
     def clean_after(self) -> Cursor | None:
         text = self.cleaned_data.get("after") or ""
-        return Cursor.decode(text) if text else None
+        if not text:
+            return None
+        cursor = Cursor.decode(text, int)
+        if cursor is None:
+            raise forms.ValidationError("This page link is damaged; start from the first page.")
+        return cursor
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -314,14 +296,8 @@ def filtered(criteria: dict[str, Any]) -> QuerySet[Decision]:
     return qs.order_by("-created_at", "-id")
 
 
-def _after(qs: QuerySet[Decision], cursor: Cursor | None) -> QuerySet[Decision]:
-    if cursor is None:
-        return qs
-    # `created_at <= c` is implied by the OR but lets the index scan start at the cursor
-    # instead of filtering its way down from the newest row.
-    return qs.filter(created_at__lte=cursor.created_at).filter(
-        Q(created_at__lt=cursor.created_at) | Q(id__lt=cursor.id)
-    )
+def _keyset(qs: QuerySet[Any], cursor: Cursor | None, size: int) -> tuple[list[Any], bool]:
+    return paging.page(qs, cursor, field="created_at", descending=True, size=size)
 
 
 @dataclass
@@ -334,12 +310,9 @@ def page(
     criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
 ) -> Page:
     """One page of rows after ``cursor``: a single query whatever the page number."""
-    size = size or PAGE_SIZE
-    values = list(_after(filtered(criteria), cursor).values(*_VALUES)[: size + 1])
-    more = len(values) > size
-    rows = [row_from(v) for v in values[:size]]
-    last = values[size - 1] if more else None
-    return Page(rows, Cursor(last["created_at"], last["id"]) if last else None)
+    values, more = _keyset(filtered(criteria).values(*_VALUES), cursor, size or PAGE_SIZE)
+    rows = [row_from(v) for v in values]
+    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
 
 
 def iter_rows(
@@ -348,14 +321,14 @@ def iter_rows(
     """Every matching row, newest first, reading ``batch_size`` rows per query."""
     batch_size = batch_size or EXPORT_BATCH
     cursor = None
-    qs = filtered(criteria)
+    qs = filtered(criteria).values(*_VALUES)
     while True:
-        batch = list(_after(qs, cursor).values(*_VALUES)[:batch_size])
+        batch, more = _keyset(qs, cursor, batch_size)
         for values in batch:
             yield row_from(values)
-        if len(batch) < batch_size:
+        if not more:
             return
-        cursor = Cursor(batch[-1]["created_at"], batch[-1]["id"])
+        cursor = Cursor.of(batch[-1], "created_at")
         del batch
 
 

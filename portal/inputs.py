@@ -10,8 +10,8 @@ runtime's strict-JSON rules (``agents.schema``); a refusal is 400 (413 for size)
 message naming the problem: in the JSON API's own shape (``{"detail", "errors"}``) under
 ``/api/``, as a short page elsewhere. Nothing has been recorded when it answers.
 
-The services check JSON the same way (``agents.schema.json_problem``), for callers that do
-not come through HTTP. ``DayField`` is the date filter every page uses: it refuses days the
+The services check JSON the same way (``check_input``), for callers that do not come
+through HTTP. ``DayField`` is the date filter every page uses: it refuses days the
 filters cannot turn into a range.
 """
 
@@ -30,7 +30,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.decorators import sync_and_async_middleware
 
-from agents.schema import loads, text_problem
+from agents.schema import json_problem, loads, text_problem
+from portal.errors import InputError
 
 API_PREFIX = "/api/"
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
@@ -143,3 +144,19 @@ def refuse_bad_input(get_response: Handler) -> Handler:
         return response
 
     return middleware
+
+
+def check_input(data: Any, what: str) -> None:
+    """``InputError`` naming the problem unless ``data`` can be stored as a run's input:
+    strict JSON within ``PORTAL_MAX_INPUT_BYTES``."""
+    # Strict JSON first: NaN, NUL or a lone surrogate would fail at the database instead.
+    problem = json_problem(data)
+    if problem is not None:
+        raise InputError(f"{what} is not JSON data that can be stored: {problem}")
+    size = len(json.dumps(data, separators=(",", ":")).encode())
+    limit = settings.PORTAL_MAX_INPUT_BYTES
+    if size > limit:
+        raise InputError(
+            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
+            "(PORTAL_MAX_INPUT_BYTES); send a shorter message"
+        )

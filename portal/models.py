@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
 from django.db import models, transaction
@@ -28,6 +29,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
+from agents.interrupt import fallback_summary
 from portal import audit, trail, waiting
 
 TITLE_MAX_CHARS = 80
@@ -92,6 +94,26 @@ class Thread(models.Model):
         return line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
 
 
+def conversation(steps: Iterable[list[Any] | None]) -> list[Any]:
+    """A thread's messages from its checkpoints' ``messages``, oldest step first: each
+    checkpoint holds only the messages its step added, so the conversation is their
+    concatenation."""
+    return [message for added in steps for message in added or []]
+
+
+class CheckpointQuerySet(models.QuerySet["Checkpoint"]):
+    def conversation(self) -> list[Any]:
+        """The messages these checkpoints hold, in the order they were added."""
+        return conversation(self.order_by("seq").values_list("messages", flat=True))
+
+    def messages_newest_first(self) -> Iterator[Any]:
+        """The messages these checkpoints hold, newest first, read a few steps at a time:
+        a search for a recent message stops after a step or two however long the thread."""
+        steps = self.order_by("-seq").values_list("messages", flat=True)
+        for added in steps.iterator(chunk_size=20):
+            yield from reversed(added or [])
+
+
 class Checkpoint(models.Model):
     """One step of a thread: the messages it added and where the thread stands after it."""
 
@@ -124,6 +146,8 @@ class Checkpoint(models.Model):
     # their own times).
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = CheckpointQuerySet.as_manager()
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="checkpoint_thread_seq"),
@@ -131,6 +155,28 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.seq} {self.status}"
+
+
+class ToolCall(NamedTuple):
+    """A tool call a request asks about: the call's id, the tool's name, its arguments."""
+
+    id: str
+    name: str
+    args: Any
+
+
+def tool_calls_in(payload: Any) -> list[ToolCall]:
+    """The tool calls a request's payload lists, as the runtime's tool approvals and
+    breakpoints write them (``{"tool_calls": [{"id", "name", "arguments"}, ...]}``); none
+    for any other payload. The payload is the agent's, so malformed entries are skipped."""
+    calls = payload.get("tool_calls") if isinstance(payload, dict) else None
+    if not isinstance(calls, list):
+        return []
+    return [
+        ToolCall(str(call.get("id")), str(call.get("name") or ""), call.get("arguments"))
+        for call in calls
+        if isinstance(call, dict)
+    ]
 
 
 class Interrupt(models.Model):
@@ -157,6 +203,9 @@ class Interrupt(models.Model):
     # question about a call's outcome); empty otherwise. A tool approval names its calls
     # in ``value["tool_calls"]`` instead.
     tool = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What the agent wants, in one plain line ("Refund $120.00 to order 1234"), beside the
+    # message (the request's title). Empty for requests recorded before it existed.
+    summary = models.CharField(max_length=200, blank=True, default="", db_default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -227,6 +276,27 @@ class Interrupt(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls this request asks to approve (none for a question, or for an
+        ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
+        return tool_calls_in(self.value)
+
+    @property
+    def summary_line(self) -> str:
+        """The summary, when it says more than the message does ("" otherwise)."""
+        return summary_beside(self.summary, self.message)
+
+
+def summary_beside(summary: str | None, message: str | None) -> str:
+    """``summary`` unless it only repeats ``message`` (its first line, give or take the
+    question mark and case): shown beside a title, it must add something."""
+    summary = (summary or "").strip()
+    first = fallback_summary(message, "") if (message or "").strip() else ""
+    if summary.rstrip(".?!…").casefold() == first.rstrip(".?!…").casefold():
+        return ""
+    return summary
 
 
 class ImmutableRecordError(Exception):
@@ -586,6 +656,240 @@ WITHDRAWN = models.Case(
 )
 
 
+# --- notifications and routing --------------------------------------------------------
+# ``Notification`` is the outbox: a row written in the same transaction as the event it
+# announces (portal/outbox.py), so an event that happened is never lost and one that was
+# rolled back is never sent. The notifier (``manage.py run_notifier``) fans each one out
+# into ``Delivery`` rows, one per matching ``Subscription`` (or the one target its writer
+# named), and sends those with retries; every try is a ``DeliveryAttempt``.
+
+
+class Subscription(models.Model):
+    """Who is told about which events: a channel and target, narrowed by event kind,
+    agent, reason and the group a request is routed to. Managed in the admin."""
+
+    class Channel(models.TextChoices):
+        EMAIL = "email", "email"
+        WEBHOOK = "webhook", "signed webhook (JSON)"
+        SLACK = "slack", "Slack-style incoming webhook"
+
+    name = models.CharField(max_length=100)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    target = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="A URL for webhooks; email addresses separated by commas for email "
+        "(empty: the members of the group below who have an address).",
+    )
+    secret = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Webhooks: the shared secret that signs each request (Portal-Signature).",
+    )
+    events = models.JSONField(
+        default=list, blank=True, help_text="Event kinds to send (empty: every kind)."
+    )
+    agent = models.CharField(max_length=64, blank=True, help_text="Empty: any agent.")
+    reason = models.CharField(max_length=64, blank=True, help_text="Empty: any reason.")
+    group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="portal_subscriptions",
+        help_text="Only requests routed to this group (assigned, escalated or required by "
+        "policy). Empty: any request.",
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.channel})"
+
+
+class Notification(models.Model):
+    """One event to announce (the outbox). Its id is the event id receivers dedupe by."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict, blank=True)
+    agent = models.CharField(max_length=64, blank=True)
+    reason = models.CharField(max_length=64, blank=True)
+    interrupt = models.ForeignKey(
+        Interrupt, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    thread = models.ForeignKey(
+        Thread, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    # Set when its deliveries were written: until then the notifier still owes a fan-out.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="notification_undispatched",
+                condition=Q(dispatched_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id}"
+
+
+class Delivery(models.Model):
+    """One notification to one target, retried with backoff until it is sent or given up."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"  # every attempt failed: given up
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    subscription = models.ForeignKey(
+        Subscription, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
+    channel = models.CharField(max_length=16, choices=Subscription.Channel.choices)
+    target = models.CharField(max_length=500)
+    # Copied when the delivery is written, so a retry signs as the first try did.
+    secret = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # When it is due. Claiming a delivery moves this past the send's timeout (the lease):
+    # a notifier that dies mid-send leaves it due again then, never lost.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        constraints = [
+            # A fan-out that runs twice (a notifier died after writing, before marking the
+            # notification dispatched) writes each subscription's delivery once.
+            models.UniqueConstraint(
+                fields=["notification", "subscription"],
+                name="delivery_once_per_subscription",
+                condition=Q(subscription__isnull=False),
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"], name="delivery_due", condition=Q(status="pending")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.target} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at sending a delivery: the delivery log the admin shows."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+    ok = models.BooleanField()
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} ({'ok' if self.ok else 'failed'})"
+
+
+class Assignment(models.Model):
+    """A request routed to a user or a group (one of the two)."""
+
+    class Source(models.TextChoices):
+        POLICY = "policy"
+        INTERRUPT = "interrupt"  # the agent named its reviewers when it asked
+        ESCALATION = "escalation"
+
+    interrupt = models.ForeignKey(Interrupt, on_delete=models.CASCADE, related_name="assignments")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="assignments",
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="assignments"
+    )
+    source = models.CharField(max_length=16, choices=Source.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True)
+                | Q(user__isnull=True, group__isnull=False),
+                name="assignment_user_or_group",
+            ),
+            models.UniqueConstraint(
+                fields=["interrupt", "user"],
+                name="assignment_once_per_user",
+                condition=Q(user__isnull=False),
+            ),
+            models.UniqueConstraint(
+                fields=["interrupt", "group"],
+                name="assignment_once_per_group",
+                condition=Q(group__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.interrupt_id} -> {self.user or self.group}"
+
+
+class RoutingEvent(models.Model):
+    """The record of every assignment, reminder and escalation."""
+
+    class Action(models.TextChoices):
+        ASSIGNED = "assigned"
+        REMINDED = "reminded"
+        ESCALATED = "escalated"
+
+    interrupt = models.ForeignKey(
+        Interrupt, on_delete=models.CASCADE, related_name="routing_events"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    detail = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # The reminder and the escalation happen once per request, however many
+            # notifiers sweep at the same moment.
+            models.UniqueConstraint(
+                fields=["interrupt", "action"],
+                name="routing_remind_escalate_once",
+                condition=Q(action__in=["reminded", "escalated"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.interrupt_id}"
+
+
+# --- end notifications and routing ----------------------------------------------------
+
+
 # --- audit trail of actions (portal.trail) ------------------------------------------------
 _APPEND_ONLY_EVENTS = (
     "audit events are a record: they are appended once and never updated or deleted "
@@ -619,6 +923,12 @@ class AuditEvent(models.Model):
         LOGOUT = "logout", "logged out"
         TOKEN_CREATE = "api_token.create", "created an API token"
         TOKEN_REVOKE = "api_token.revoke", "revoked an API token"
+        ASSIGN = "interrupt.assign", "assigned a request"
+        REMIND = "interrupt.remind", "sent a reminder about a request"
+        ESCALATE = "interrupt.escalate", "escalated a request"
+        SUBSCRIPTION_CREATE = "subscription.create", "created a notification subscription"
+        SUBSCRIPTION_CHANGE = "subscription.change", "changed a notification subscription"
+        SUBSCRIPTION_DELETE = "subscription.delete", "deleted a notification subscription"
 
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Not a choices field on purpose: other parts add their actions (assignments,

@@ -12,12 +12,27 @@ defaults below; with no matching entry at all the defaults apply too.
 - ``required_group`` (default None): the decider must be in this Django group.
 - ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
   pending request is resolved as expired and the run resumes with a decline.
+- ``assign_to`` (default none): who a new request is routed to, as ``"user:<username>"``
+  and ``"group:<name>"`` strings; they see it under "Assigned to me" and are told. An
+  agent can name more when it asks (``interrupt(..., assign_to=[...])``).
+- ``remind_before`` (default None): seconds before the request expires when a reminder
+  goes out (to its assignees and the subscriptions for ``request.reminder``). Needs
+  ``expires_after``.
+- ``escalate_after`` and ``escalate_to`` (default None): seconds after the reminder when a
+  request still pending is also assigned to the group ``escalate_to``.
 
 Example::
 
     PORTAL_POLICIES = {
         "*:*": {"separation_of_duties": True},
-        "transfers:tool_approval": {"required_group": "finance", "expires_after": 3600},
+        "transfers:tool_approval": {
+            "required_group": "finance",
+            "expires_after": 3600,
+            "assign_to": ["group:finance"],
+            "remind_before": 900,
+            "escalate_after": 600,
+            "escalate_to": "finance-leads",
+        },
     }
 """
 
@@ -41,6 +56,10 @@ class Policy:
     separation_of_duties: bool = True
     required_group: str | None = None
     expires_after: timedelta | None = None
+    assign_to: tuple[str, ...] = ()
+    remind_before: timedelta | None = None
+    escalate_after: timedelta | None = None
+    escalate_to: str | None = None
 
 
 def _policies() -> dict[str, dict[str, Any]]:
@@ -51,7 +70,7 @@ def _keys(agent: str, reason: str) -> tuple[str, ...]:
     return (f"{agent}:{reason}", f"{agent}:*", f"*:{reason}", "*:*")
 
 
-def _seconds(value: Any, key: str) -> timedelta | None:
+def _seconds(value: Any, key: str, name: str = "expires_after") -> timedelta | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -60,9 +79,24 @@ def _seconds(value: Any, key: str) -> timedelta | None:
         return timedelta(seconds=float(value))
     except (TypeError, ValueError):
         raise ValueError(
-            f"PORTAL_POLICIES[{key!r}]['expires_after'] must be seconds or a timedelta, "
-            f"got {value!r}"
+            f"PORTAL_POLICIES[{key!r}][{name!r}] must be seconds or a timedelta, got {value!r}"
         ) from None
+
+
+def check_assignees(names: Any, where: str) -> tuple[str, ...]:
+    """``names`` as a tuple of ``"user:<username>"``/``"group:<name>"`` strings; a
+    ``ValueError`` saying what is wrong otherwise."""
+    if names is None:
+        return ()
+    if isinstance(names, str) or not isinstance(names, list | tuple):
+        raise ValueError(f"{where} must be a list like ['group:finance', 'user:alice']")
+    for name in names:
+        kind, _, rest = str(name).partition(":")
+        if not isinstance(name, str) or kind not in ("user", "group") or not rest:
+            raise ValueError(
+                f"{where} has {name!r}; each entry is 'user:<username>' or 'group:<name>'"
+            )
+    return tuple(names)
 
 
 def policy_for(agent: str, reason: str) -> Policy:
@@ -76,8 +110,19 @@ def policy_for(agent: str, reason: str) -> Policy:
                 separation_of_duties=bool(entry.get("separation_of_duties", True)),
                 required_group=entry.get("required_group") or None,
                 expires_after=_seconds(entry.get("expires_after"), key),
+                assign_to=check_assignees(
+                    entry.get("assign_to"), f"PORTAL_POLICIES[{key!r}]['assign_to']"
+                ),
+                remind_before=_seconds(entry.get("remind_before"), key, "remind_before"),
+                escalate_after=_seconds(entry.get("escalate_after"), key, "escalate_after"),
+                escalate_to=entry.get("escalate_to") or None,
             )
     return Policy(key="")
+
+
+def configured_keys() -> list[str]:
+    """The ``PORTAL_POLICIES`` keys, as written."""
+    return list(_policies())
 
 
 def expiry_names_agents(reason: str) -> bool:

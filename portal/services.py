@@ -8,16 +8,15 @@ Refusals raise the exceptions of ``portal.errors`` with readable messages.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.schema import json_problem
-from portal import broadcast, external, runs
+from portal import broadcast, outbox, runs
+from portal.decisions import thread_resume
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
+from portal.inputs import check_input
 from portal.models import (
     AuditEvent,
     Decision,
@@ -37,27 +36,12 @@ __all__ = [
     "UnknownAgentError",
     "thread_cancel",
     "thread_continue",
-    "thread_resume",
     "thread_start",
 ]
 
 
 def _user_or_none(user: Any) -> Any:
     return user if user is not None and getattr(user, "is_authenticated", False) else None
-
-
-def _check_size(data: Any, what: str) -> None:
-    # Strict JSON first: NaN, NUL or a lone surrogate would fail at the database instead.
-    problem = json_problem(data)
-    if problem is not None:
-        raise InputError(f"{what} is not JSON data that can be stored: {problem}")
-    size = len(json.dumps(data, separators=(",", ":")).encode())
-    limit = settings.PORTAL_MAX_INPUT_BYTES
-    if size > limit:
-        raise InputError(
-            f"{what} is {size} bytes of JSON, over the limit of {limit} bytes "
-            "(PORTAL_MAX_INPUT_BYTES); send a shorter message"
-        )
 
 
 def validate_start_input(data: Any) -> dict[str, list[dict[str, str]]]:
@@ -67,7 +51,7 @@ def validate_start_input(data: Any) -> dict[str, list[dict[str, str]]]:
             f'input must be an object like {{"messages": [{{"role": "user", "content": "..."}}]}}'
             f", got {type(data).__name__}"
         )
-    _check_size(data, "input")
+    check_input(data, "input")
     extra = sorted(set(data) - {"messages"})
     if extra:
         raise InputError(f"input has unexpected keys {extra}: only 'messages' is accepted")
@@ -116,25 +100,6 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     return thread, run
 
 
-def thread_resume(*, thread: Thread, value: Any, interrupt_id: str, user: Any = None) -> Run | None:
-    """Queue a run that answers ``interrupt_id`` with ``value`` (None means cancelled).
-
-    Called by the decision services inside their own transaction, after they locked and
-    resolved the interrupt; the run is only visible to workers once that commits. An
-    external agent's request has no graph to resume: its thread is closed instead and the
-    agent told (``portal.external``), and there is no run (None).
-    """
-    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
-    _check_size(payload, "the decision")
-    if external.is_external(interrupt_id):
-        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
-        return None
-    with transaction.atomic():
-        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        runs.notify_workers()
-    return run
-
-
 def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
     """Withdraw a pending request: the thread resumes with ``None`` (the tool declines).
 
@@ -156,6 +121,7 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
             value=None,
             outcome=Decision.Outcome.CANCELLED,
         )
+        outbox.notify_decision(decision, locked)
         audit_record(
             action=(
                 AuditEvent.Action.WITHDRAW
@@ -166,7 +132,7 @@ def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
             target=locked,
             detail={"thread": str(locked.thread_id), "decision": decision.pk},
         )
-        run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk, user=user)
+        run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk)
         broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return run
@@ -205,9 +171,6 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         )
         runs.notify_workers()
     return run
-
-
-# --- live portal (issue 6): a new turn on an existing thread ----------------------------
 
 
 def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
@@ -249,6 +212,3 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
         run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
         runs.notify_workers()
     return run
-
-
-# --- end live portal ------------------------------------------------------------------

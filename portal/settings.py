@@ -48,6 +48,19 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+def env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ImproperlyConfigured(f"{name} must be more than 0 seconds, got {raw!r}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -223,12 +236,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         raise ImproperlyConfigured(f"REDIS_URL must start with redis://, got {REDIS_URL!r}")
-    # live portal (issue 6): Redis pub/sub. Every group here is broadcast-only (nothing is
+    # Redis pub/sub. Every group here is broadcast-only (nothing is
     # sent to one consumer by channel name), so a message is one PUBLISH that each server
     # process fans out to its own sockets. RedisChannelLayer instead reads the whole group
     # back from Redis on every send and copies the message per member process (members of
     # a killed process linger for a day), and its consumers pay more per message: the
-    # fan-out to 200 open queues is slower with it (docs/benchmarks.md, portal-fanout).
+    # fan-out to many open queues is slower with it (docs/benchmarks.md, portal-fanout).
     # What pub/sub gives up: a process whose Redis connection is being re-established
     # misses what is published meanwhile. Publishing is best effort anyway (see
     # portal/broadcast.py), and pages re-fetch when their websocket reconnects.
@@ -378,6 +391,27 @@ if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
 }
+
+# --- notifications ---------------------------------------------------------------------
+# Email goes through Django's backend: the console in the demo; set EMAIL_BACKEND (and
+# EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS) for SMTP.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "portal@localhost")
+# Deliveries: a failed try is retried after PORTAL_NOTIFY_BACKOFF_SECONDS, doubling each
+# time up to PORTAL_NOTIFY_BACKOFF_MAX_SECONDS; after PORTAL_NOTIFY_MAX_ATTEMPTS tries it
+# is given up (the admin's delivery log says why). A webhook gets PORTAL_NOTIFY_TIMEOUT
+# seconds to answer 2xx.
+PORTAL_NOTIFY_BACKOFF_SECONDS = env_seconds("PORTAL_NOTIFY_BACKOFF_SECONDS", 10)
+PORTAL_NOTIFY_BACKOFF_MAX_SECONDS = env_seconds("PORTAL_NOTIFY_BACKOFF_MAX_SECONDS", 3600)
+PORTAL_NOTIFY_MAX_ATTEMPTS = env_int("PORTAL_NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
+PORTAL_NOTIFY_TIMEOUT = env_int("PORTAL_NOTIFY_TIMEOUT", 10, minimum=1)
+# Links in notifications point here (empty: they are left out).
+PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
 
 # --- production hardening (effective with DEBUG off) -----------------------------------
 if not DEBUG:

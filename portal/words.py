@@ -84,3 +84,43 @@ def _plain(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+OUTCOMES = {
+    "approved": "Approved",
+    "rejected": "Rejected",
+    "edited": "Approved with edited arguments",
+    "expired": "Expired without a decision",
+    "cancelled": "Cancelled",
+    "responded": "Answered in words instead",
+    "ignored": "Ignored",
+}
+
+
+def outcome_words(outcome: str) -> str:
+    """``edited`` -> ``Approved with edited arguments``."""
+    return OUTCOMES.get(outcome) or reason_words(outcome)
+
+
+def answer_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str:
+    """What a reviewer answered, as a sentence: the outcome, and any text they wrote for
+    the agent (a response, an answer to a question) in their words."""
+    if withdrawn:
+        return "Withdrawn by its requester."
+    text = outcome_words(outcome)
+    said = None
+    if isinstance(value, dict):
+        if value.get("type") == "response" and isinstance(value.get("args"), str):
+            said = value["args"]
+        elif "type" not in value and "approved" not in value and "outcome" not in value:
+            # An answer to an agent's own question: its fields, readably.
+            said = "; ".join(
+                f"{words(str(k))}: {_plain(v)}" for k, v in value.items() if k != "note"
+            )
+        elif value.get("outcome") in ("confirm", "retry", "fail"):
+            said = {
+                "confirm": "it took effect",
+                "retry": "run it again",
+                "fail": "it did not take effect",
+            }[value["outcome"]]
+    return f"{text}: {_sentence(said)}" if said else f"{text}."

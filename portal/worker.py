@@ -70,7 +70,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast, waiting
+from portal import broadcast, outbox, waiting
 from portal.decisions import interrupts_expire
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.runs import NOTIFY_CHANNEL, wake
@@ -562,6 +562,10 @@ class Worker:
         else:
             status = Thread.Status.IDLE
         Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        if failed:
+            # Told to whoever subscribed, in the transaction that records the failure.
+            agent = Thread.objects.filter(pk=run.thread_id).values_list("agent", flat=True).first()
+            outbox.notify_run_failed(run, agent=agent or "")
         waiting.changed(waiting.thread_key(run.thread_id))
         transaction.on_commit(
             lambda: broadcast.publish_thread_status(

@@ -108,6 +108,8 @@ def _pause(
     tool_call_id: str | None,
     new_messages: list[dict[str, Any]],
     tool: str | None = None,
+    assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     interrupt_id = new_id("int")
     pending = {
@@ -120,7 +122,10 @@ def _pause(
         "response_schema": schema,
         "tool_call_id": tool_call_id,
         "tool": tool,
+        "summary": summary,
     }
+    if assign_to:
+        pending["assign_to"] = assign_to
     _put(
         thread,
         CheckpointWrite(
@@ -161,6 +166,8 @@ def make_interrupt(
     reason: str = "tool_approval",
     text: str = "Refund $42.50 for order A-1001, it arrived broken.",
     tool: str = "issue_refund",
+    assign_to: list[str] | None = None,
+    summary: str | None = None,
 ) -> Interrupt:
     """A thread paused by a tool that asks itself (like the refunds example)."""
     thread = make_thread(agent=agent, owner=owner, text=text)
@@ -175,7 +182,9 @@ def make_interrupt(
         node="TOOL",
         tool_call_id=assistant["tools_calls"][0]["id"],
         tool=tool,
+        summary=summary,
         new_messages=[assistant],
+        assign_to=assign_to,
     )
 
 

@@ -101,7 +101,7 @@ def test_database_urls_are_parsed_into_django_settings():
 
 
 def test_redis_url_selects_the_pub_sub_channel_layer():
-    # Issue 6: broadcast-only groups fan out faster over Redis pub/sub (see settings.py).
+    # Broadcast-only groups fan out faster over Redis pub/sub (see settings.py).
     result = run_manage(
         "shell",
         "-c",

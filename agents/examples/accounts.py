@@ -33,7 +33,7 @@ COMPILE_OPTIONS: dict[str, Any] = {"interrupt_before": ["TOOL"]}
 DELETED: list[str] = []
 
 
-@tool(title="the deletion of account {user_id}")
+@tool(title="the deletion of account {user_id}", summary="Delete account {user_id}")
 def delete_account(user_id: str) -> str:
     """Permanently delete a user account.
 

@@ -68,7 +68,11 @@ def get_availability() -> str:
     return "Available for new projects from March, two days a week."
 
 
-@tool(high_risk=True, title="passing {name}'s message on to the owner")
+@tool(
+    high_risk=True,
+    title="passing {name}'s message on to the owner",
+    summary="Pass {name}'s message on to the owner",
+)
 def draft_contact_message(name: str, email: str, message: str) -> str:
     """Pass a visitor's message on to the owner. A person approves it before it is recorded.
 

@@ -57,6 +57,7 @@ def issue_refund(order_id: str, amount: float) -> str:
         message=f"Approve a ${amount:.2f} refund for order {order_id}?",
         reason="tool_approval",
         response_schema=DECISION_SCHEMA,
+        summary=f"Refund ${amount:,.2f} to order {order_id}",
     )
     if not (isinstance(decision, dict) and decision.get("approved") is True):
         note = decision.get("note") if isinstance(decision, dict) else "the request was cancelled"

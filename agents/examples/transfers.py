@@ -63,6 +63,7 @@ def transfer_funds(amount: float, recipient: str) -> str:
         message=f"Approve transfer of ${amount:,.2f} to {recipient}?",
         reason="transfer_approval",
         response_schema=DECISION_SCHEMA,
+        summary=f"Send ${amount:,.2f} to {recipient}",
     )
     if not (isinstance(decision, dict) and decision.get("approved") is True):
         note = decision.get("note") if isinstance(decision, dict) else None

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0020_interrupt_tool"),
+        ("portal", "0028_interrupt_summary"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

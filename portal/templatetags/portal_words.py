@@ -5,3 +5,4 @@ from portal import words
 register = template.Library()
 register.filter("reason_words", words.reason_words)
 register.filter("tool_words", words.tool_words)
+register.filter("outcome_words", words.outcome_words)

@@ -8,6 +8,7 @@ shows; exports stream keyset batches, so their memory does not grow with the row
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -24,6 +25,8 @@ from django_htmx.middleware import HtmxDetails
 from portal import history, metrics
 from portal.history import COLUMNS, HistoryFilter
 from portal.models import Checkpoint, Decision
+from portal.views.threads import decisions_by_call, display_message
+from portal.words import answer_words, call_words
 
 
 class HtmxRequest(HttpRequest):
@@ -105,14 +108,8 @@ def _thread_context(decision: Decision) -> dict[str, Any]:
     paused = checkpoints.filter(seq=seq).first()
     following = list(checkpoints.filter(seq__gt=seq).order_by("seq")[:NEXT_CHECKPOINTS])
     resumed = following[0] if following else None
-    tail: list[Any] = []
-    for chunk in (
-        checkpoints.filter(seq__lte=seq)
-        .order_by("-seq")
-        .values_list("messages", flat=True)[:CONTEXT_MESSAGES]
-    ):
-        tail = list(chunk or []) + tail
-    tail = tail[-CONTEXT_MESSAGES:]
+    newest = checkpoints.filter(seq__lte=seq).messages_newest_first()
+    tail = list(reversed(list(itertools.islice(newest, CONTEXT_MESSAGES))))
     before = _state_lines(
         paused.status if paused else "unknown",
         paused.next_node if paused else None,
@@ -132,16 +129,75 @@ def _thread_context(decision: Decision) -> dict[str, Any]:
     }
 
 
+def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]]:
+    """The tool calls the request was about, and what was asked and executed of each,
+    in the words the request page uses (the raw JSON stays in the page's <details>)."""
+    interrupt = decision.interrupt
+    value = interrupt.value if isinstance(interrupt.value, dict) else {}
+    names = {
+        str(c.get("id")): str(c.get("name") or "")
+        for c in value.get("tool_calls") or []
+        if isinstance(c, dict)
+    }
+    if interrupt.tool_call_id and interrupt.tool:
+        names.setdefault(interrupt.tool_call_id, interrupt.tool)
+    original = decision.original_args if isinstance(decision.original_args, dict) else {}
+    executed = decision.executed_args if isinstance(decision.executed_args, dict) else None
+    asked = [
+        call_words(str(c.get("name") or ""), c.get("arguments"))
+        for c in value.get("tool_calls") or []
+        if isinstance(c, dict)
+    ]
+    rows = []
+    for call_id, args in original.items():
+        name = names.get(call_id, "")
+        ran = executed.get(call_id) if executed is not None else None
+        rows.append(
+            {
+                "asked": call_words(name, args) if isinstance(args, dict) else "",
+                "executed": call_words(name, ran) if isinstance(ran, dict) else None,
+                "changed": isinstance(ran, dict) and ran != args,
+            }
+        )
+    if not asked and interrupt.tool_call_id in original:
+        args = original[interrupt.tool_call_id]
+        asked = [call_words(interrupt.tool or "", args if isinstance(args, dict) else None)]
+    return asked, rows
+
+
 @require_GET
 @login_required
 def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
     decision = history.get_decision_for_user(request, decision_id)
     interrupt = decision.interrupt
     waited = (decision.created_at - interrupt.created_at).total_seconds()
+    asked, arg_rows = _calls_in_words(decision)
+    thread_context = _thread_context(decision)
+    decided = decisions_by_call(decision.thread)
+    # What the agent did next, in the same words as the transcript (tool names and calls
+    # in words, a tool's JSON result as a sentence); the raw steps are in the diff.
+    next_steps = [
+        {
+            "seq": step.seq,
+            "status": step.status,
+            "interrupt": step.interrupt,
+            "messages": [
+                display_message(m, decided)
+                for m in step.messages or []
+                if isinstance(m, dict) and m.get("role") != "system"
+            ],
+        }
+        for step in thread_context.pop("next_steps")
+    ]
     context = {
         "decision": decision,
         "interrupt": interrupt,
         "tools": history.tool_names(interrupt.value, interrupt.tool),
+        "asked_calls": asked,
+        "arg_rows": arg_rows,
+        "answer_text": answer_words(
+            decision.outcome, decision.value, withdrawn=decision.is_withdrawal()
+        ),
         "time_to_decision": waited,
         "thread_url": _thread_url(decision.thread_id),
         "payload_json": json.dumps(interrupt.value, indent=2, sort_keys=True, default=str),
@@ -153,7 +209,8 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
             sort_keys=True,
             default=str,
         ),
-        **_thread_context(decision),
+        "next_steps": next_steps,
+        **thread_context,
     }
     return render(request, "portal/decision.html", context)
 

@@ -20,15 +20,16 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from portal import access, policies, roles
+from portal import access, roles
 from portal.decisions import (
     DecisionRefused,
+    decision_forbidden,
     interrupt_claim,
     interrupt_unclaim,
 )
 from portal.forms import DecisionForm
 from portal.models import Checkpoint, Decision, Interrupt
-from portal.views.threads import decisions_by_call, display_message
+from portal.views.threads import transcript
 
 
 class HtmxRequest(HttpRequest):
@@ -37,51 +38,23 @@ class HtmxRequest(HttpRequest):
 
 def _conversation(interrupt: Interrupt) -> list[dict[str, Any]]:
     # The thread as the agent saw it when it asked: checkpoints up to the pause.
-    chunks = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq)
-        .order_by("seq")
-        .values_list("messages", flat=True)
+    steps = Checkpoint.objects.filter(
+        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )
-    out = []
-    decided = decisions_by_call(interrupt.thread)
-    for chunk in chunks:
-        for data in chunk or []:
-            if not isinstance(data, dict) or data.get("role") == "system":
-                continue
-            out.append(display_message(data, decided))
-    return out
+    return transcript(interrupt.thread, steps.conversation())
 
 
-def _asking_calls(interrupt: Interrupt, conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _asking_calls(interrupt: Interrupt, conversation: list[dict[str, Any]]) -> list[Any]:
     """The tool call(s) this request is about."""
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    calls = value.get("tool_calls")
-    if isinstance(calls, list):  # the ToolNode's approval of high-risk calls
-        return [
-            {"id": c.get("id"), "name": c.get("name"), "args": c.get("arguments")}
-            for c in calls
-            if isinstance(c, dict)
-        ]
+    calls = interrupt.tool_calls
+    if calls:  # the ToolNode's approval of high-risk calls
+        return calls
     if interrupt.tool_call_id:  # a tool that asked from inside itself
         for message in conversation:
             for call in message["tool_calls"]:
                 if call["id"] == interrupt.tool_call_id:
                     return [call]
     return []
-
-
-def _blocked_reason(interrupt: Interrupt, user: Any) -> str:
-    """Why this user cannot decide this request right now ("" when they can)."""
-    if not roles.can_decide(user):
-        return "Your role can read this request but not decide it."
-    try:
-        policies.check_decider(interrupt=interrupt, user=user)
-    except policies.PolicyViolation as exc:
-        return str(exc)
-    holder = interrupt.claimed_by
-    if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
-        return f"{holder.get_username()} has claimed this request."
-    return ""
 
 
 def _render(
@@ -95,7 +68,8 @@ def _render(
     conversation = _conversation(interrupt)
     decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
     can_decide = roles.can_decide(request.user)
-    blocked = _blocked_reason(interrupt, request.user) if interrupt.is_pending else ""
+    forbidden = decision_forbidden(interrupt=interrupt, user=request.user)
+    blocked = str(forbidden) if interrupt.is_pending and forbidden else ""
     if form is None and interrupt.is_pending and can_decide and not blocked:
         form = DecisionForm(interrupt=interrupt)
     context = {

@@ -9,23 +9,23 @@ capped. The open page stays current over ``/ws/queue/`` (see static/portal/live.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
-from portal import roles
+from portal import paging, roles
+from portal.assignments import assigned_to
 from portal.models import Interrupt
+from portal.paging import Cursor
 
 
 class HtmxRequest(HttpRequest):
@@ -46,20 +46,7 @@ SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
 
 
 def encode_cursor(item: Interrupt) -> str:
-    return f"{item.created_at.isoformat()}~{item.pk}"
-
-
-def decode_cursor(raw: str | None) -> tuple[datetime, str] | None:
-    if not raw or "~" not in raw:
-        return None
-    when, _, pk = raw.partition("~")
-    try:
-        parsed = parse_datetime(when)
-    except ValueError:
-        return None
-    if parsed is None or not pk:
-        return None
-    return parsed, pk
+    return Cursor.of(item, "created_at").encode()
 
 
 @dataclass
@@ -70,22 +57,17 @@ class QueuePage:
     is_first: bool
 
 
-def pending_queryset(*, agent: str = "", reason: str = "") -> QuerySet[Interrupt]:
+def pending_queryset(
+    *, agent: str = "", reason: str = "", assigned_to_user: Any = None
+) -> QuerySet[Interrupt]:
     qs = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     if agent:
         qs = qs.filter(agent=agent)
     if reason:
         qs = qs.filter(reason=reason)
+    if assigned_to_user is not None:
+        qs = qs.filter(assigned_to(assigned_to_user))
     return qs
-
-
-def _after(cursor: tuple[datetime, str], *, ascending: bool) -> Q:
-    # (created_at, id) strictly after the cursor in the given direction. The plain
-    # created_at bound lets the index range start at the cursor instead of scanning up to it.
-    when, pk = cursor
-    if ascending:
-        return Q(created_at__gte=when) & (Q(created_at__gt=when) | Q(id__gt=pk))
-    return Q(created_at__lte=when) & (Q(created_at__lt=when) | Q(id__lt=pk))
 
 
 def queue_page(
@@ -98,29 +80,25 @@ def queue_page(
 ) -> QueuePage:
     """One page of ``qs`` in age order, starting after ``after`` (or ending before
     ``before``); a single query."""
-    order = ["-created_at", "-id"] if newest_first else ["created_at", "id"]
-    back = decode_cursor(before)
-    cursor = None if back else decode_cursor(after)
     qs = qs.select_related("thread__owner", "claimed_by")
+    back = Cursor.decode(before)
     if back:
         # Walk the other way from the cursor, then put the rows back in display order.
-        reverse = [f.lstrip("-") if f.startswith("-") else f"-{f}" for f in order]
-        rows = list(qs.filter(_after(back, ascending=newest_first)).order_by(*reverse)[: size + 1])
-        has_more_before = len(rows) > size
-        items = list(reversed(rows[:size]))
+        rows, more_before = paging.page(
+            qs, back, field="created_at", descending=not newest_first, size=size
+        )
+        items = list(reversed(rows))
         return QueuePage(
             items=items,
             next_cursor=encode_cursor(items[-1]) if items else None,
-            prev_cursor=encode_cursor(items[0]) if items and has_more_before else None,
-            is_first=not has_more_before,
+            prev_cursor=encode_cursor(items[0]) if items and more_before else None,
+            is_first=not more_before,
         )
-    if cursor:
-        qs = qs.filter(_after(cursor, ascending=not newest_first))
-    rows = list(qs.order_by(*order)[: size + 1])
-    items = rows[:size]
+    cursor = Cursor.decode(after)
+    items, more = paging.page(qs, cursor, field="created_at", descending=newest_first, size=size)
     return QueuePage(
         items=items,
-        next_cursor=encode_cursor(items[-1]) if len(rows) > size else None,
+        next_cursor=encode_cursor(items[-1]) if more else None,
         prev_cursor=encode_cursor(items[0]) if cursor and items else None,
         is_first=cursor is None,
     )
@@ -137,7 +115,9 @@ def queue(request: HtmxRequest) -> HttpResponse:
     sort = request.GET.get("sort", "oldest")
     if sort not in SORTS:
         sort = "oldest"
-    qs = pending_queryset(agent=agent, reason=reason)
+    assigned = "me" if request.GET.get("assigned") == "me" else ""
+    mine = request.user if assigned else None
+    qs = pending_queryset(agent=agent, reason=reason, assigned_to_user=mine)
     page = queue_page(
         qs,
         newest_first=sort == "newest",
@@ -146,7 +126,8 @@ def queue(request: HtmxRequest) -> HttpResponse:
     )
     # Capped, so the page stays as cheap at a million pending rows as at ten.
     count = qs.order_by()[: COUNT_CAP + 1].count()
-    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if agent or reason else count
+    filtered = bool(agent or reason or assigned)
+    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if filtered else count
     reasons = KNOWN_REASONS + ([reason] if reason and reason not in KNOWN_REASONS else [])
     context: dict[str, Any] = {
         "page": page,
@@ -155,17 +136,19 @@ def queue(request: HtmxRequest) -> HttpResponse:
         "sorts": SORTS,
         "agent": agent,
         "reason": reason,
+        "assigned": assigned,
         "sort": sort,
         "count": min(count, COUNT_CAP),
         "count_capped": count > COUNT_CAP,
         # Every pending request, whatever the filters: the tab title and the live count.
         "total": min(total, COUNT_CAP),
         "total_capped": total > COUNT_CAP,
-        "filtered": bool(agent or reason),
+        "filtered": filtered,
         # live.js re-fetches the table this often as a backstop for missed broadcasts.
         "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,
         "filter_qs": urlencode(
-            {k: v for k, v in (("agent", agent), ("reason", reason)) if v} | {"sort": sort}
+            {k: v for k, v in (("agent", agent), ("reason", reason), ("assigned", assigned)) if v}
+            | {"sort": sort}
         ),
     }
     template = "portal/queue.html"

@@ -4,22 +4,21 @@ transcript fragment the live pages re-fetch to catch up (rebuilt from the checkp
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from agents.state import Message
-from portal import access, roles
+from portal import access, paging, roles
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
+from portal.paging import Cursor
 from portal.words import Decided, call_words, result_words
 
 
@@ -60,11 +59,7 @@ def decisions_by_call(thread: Thread) -> dict[str, Decided]:
     decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "interrupt")
     for decision in decisions:
         request = decision.interrupt
-        value = request.value if isinstance(request.value, dict) else {}
-        calls = value.get("tool_calls")
-        ids = [str(c.get("id")) for c in calls or [] if isinstance(c, dict)]
-        if not isinstance(calls, list):
-            ids = []
+        ids = [call.id for call in request.tool_calls]
         if request.tool_call_id:
             ids.append(request.tool_call_id)
         entry = Decided(
@@ -76,19 +71,23 @@ def decisions_by_call(thread: Thread) -> dict[str, Decided]:
     return out
 
 
-def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
-    """What the transcript partial shows: the conversation rebuilt from the checkpoints
-    (each holds only the messages its step added; ``after_seq`` keeps only the steps
-    after that one), the pending request if paused, and whether a run is under way."""
+def transcript(thread: Thread, messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """``messages`` of ``thread`` as the transcript partials show them: the system prompt
+    left out, each through ``display_message``."""
     decided = decisions_by_call(thread)
-    transcript = [
+    return [
         display_message(m, decided)
-        for chunk in Checkpoint.objects.filter(thread=thread, seq__gt=after_seq)
-        .order_by("seq")
-        .values_list("messages", flat=True)
-        for m in (chunk or [])
+        for m in messages
         if isinstance(m, dict) and m.get("role") != "system"
     ]
+
+
+def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
+    """What the transcript partial shows: the conversation rebuilt from the checkpoints
+    (``after_seq`` keeps only the steps after that one), the pending request if paused,
+    and whether a run is under way."""
+    steps = Checkpoint.objects.filter(thread=thread, seq__gt=after_seq)
+    messages = transcript(thread, steps.conversation())
     pending = None
     if thread.status == Thread.Status.INTERRUPTED:
         pending = (
@@ -102,7 +101,7 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
     )
     return {
         "thread": thread,
-        "transcript_messages": transcript,
+        "transcript_messages": messages,
         "pending": pending,
         "last_run": last_run,
         "working": working,
@@ -135,15 +134,9 @@ def threads(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(status=status)
     else:
         status = ""
-    cursor = _decode(request.GET.get("after"))
-    if cursor:
-        when, pk = cursor
-        qs = qs.filter(Q(updated_at__lte=when) & (Q(updated_at__lt=when) | Q(id__lt=pk)))
-    rows = list(qs.order_by("-updated_at", "-id")[: PAGE_SIZE + 1])
-    items = rows[:PAGE_SIZE]
-    next_cursor = (
-        f"{items[-1].updated_at.isoformat()}~{items[-1].pk}" if len(rows) > PAGE_SIZE else None
-    )
+    cursor = Cursor.decode(request.GET.get("after"), uuid.UUID)
+    items, more = paging.page(qs, cursor, field="updated_at", descending=True, size=PAGE_SIZE)
+    next_cursor = Cursor.of(items[-1], "updated_at").encode() if more else None
     context = {
         "items": items,
         "status": status,
@@ -153,18 +146,6 @@ def threads(request: HttpRequest) -> HttpResponse:
         "sees_all": roles.can_view_all(request.user),
     }
     return render(request, "portal/threads.html", context)
-
-
-def _decode(raw: str | None) -> tuple[datetime, str] | None:
-    if not raw or "~" not in raw:
-        return None
-    when, _, pk = raw.partition("~")
-    try:
-        parsed = parse_datetime(when)
-        uuid.UUID(pk)
-    except ValueError:
-        return None
-    return (parsed, pk) if parsed else None
 
 
 @require_GET

@@ -176,3 +176,36 @@ async def test_two_graphs_with_two_checkpointers_keep_their_threads_apart(config
     state_a, state_b = await a.aget_state("t-1"), await b.aget_state("t-1")
     assert [m.text() for m in state_a.context] == ["hi a", "from a"]
     assert [m.text() for m in state_b.context] == ["hi b", "from b"]
+
+
+async def test_an_interrupt_names_who_should_answer_and_the_checkpoint_keeps_it(store, config):
+    def ask(state: AgentState) -> Message:
+        answer = interrupt("ok?", assign_to=["group:finance", "user:ada"])
+        return Message(role="assistant", content=str(answer))
+
+    graph = graph_of(ask, store)
+    paused = await graph.ainvoke(user("hi"), config, response_granularity=ResponseGranularity.FULL)
+
+    request = pending_interrupt(paused["state"])
+    assert request is not None
+    assert request.assign_to == ["group:finance", "user:ada"]
+    assert paused["state"].interrupt["assign_to"] == ["group:finance", "user:ada"]
+
+
+async def test_an_interrupt_that_names_nobody_keeps_its_old_shape(store, config):
+    graph = graph_of(lambda state: Message(role="assistant", content=str(interrupt("ok?"))), store)
+    paused = await graph.ainvoke(user("hi"), config, response_granularity=ResponseGranularity.FULL)
+    assert "assign_to" not in paused["state"].interrupt
+
+
+async def test_a_malformed_assignee_fails_the_run_saying_how_to_write_one(store, config):
+    from agents.errors import InvalidInterruptError
+
+    graph = graph_of(
+        lambda state: Message(
+            role="assistant", content=str(interrupt("ok?", assign_to=["finance"]))
+        ),
+        store,
+    )
+    with pytest.raises(InvalidInterruptError, match="'user:<username>' or 'group:<name>'"):
+        await graph.ainvoke(user("hi"), config)

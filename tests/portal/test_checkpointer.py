@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
 from portal import broadcast
 from portal.checkpointer import DjangoCheckpointer, thread_pk
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Notification, Run, Thread
 
 REQUEST = {
     "id": "int_abc",
@@ -354,6 +354,7 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
         (Thread, checkpoint_sql.MOVE_FIRST),
         (Checkpoint, checkpoint_sql.STEP),
         (Interrupt, checkpoint_sql.QUEUE),
+        (Notification, checkpoint_sql.QUEUE),
     ):
         columns = {f.column for f in model._meta.concrete_fields}
         auto = {model._meta.pk.column} if model is Checkpoint else set()  # its serial id

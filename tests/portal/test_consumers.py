@@ -314,9 +314,9 @@ async def test_forwarding_does_not_hop_to_the_sync_thread_per_message(
 
 
 def test_the_server_process_freezes_what_start_up_built(application):
-    """Full garbage collections walked every object Django's start-up made (about 100 ms
-    each on the benchmark machine, with every socket of the process waiting); portal.asgi
-    freezes them once the application is built."""
+    """Full garbage collections walked every object Django's start-up made, with every
+    socket of the process waiting; portal.asgi freezes them once the application is
+    built."""
     import gc
 
     assert gc.get_freeze_count() > 10_000

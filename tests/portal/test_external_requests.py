@@ -17,8 +17,10 @@ from django.contrib.admin.utils import quote
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
-from portal import decisions
+from agents.portal_client import PortalClient
+from portal import decisions, outbox
 from portal.api import api_token_create
 from portal.decisions import DecisionForbidden, decision_submit
 from portal.external import RequestInvalid, RequestSpec, external_request_create
@@ -27,12 +29,14 @@ from portal.models import (
     AuditEvent,
     Checkpoint,
     Decision,
+    Delivery,
     ExternalRequest,
     Interrupt,
     Run,
     Thread,
 )
 from tests.factories import make_user
+from tests.loopback import WebhookReceiver
 
 URL = "/api/requests"
 SCHEMA = {
@@ -596,3 +600,97 @@ def test_a_callback_without_a_secret_to_sign_it_is_refused(agent_user):
             token=ApiToken.objects.get(pk=token.pk),
             spec=RequestSpec(agent="invoice-bot", callback_url="https://bot.test/hook"),
         )
+
+
+# --- the webhook ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def hooked(agent_user):
+    """An agent with a webhook receiver on loopback that checks the token's secret."""
+    row, token = api_token_create(user=agent_user, name="hooked", scopes=["request"])
+    receiver = WebhookReceiver(row.webhook_secret).start()
+    yield (
+        Agent(token),
+        receiver,
+        PortalClient("http://unused", token, webhook_secret=row.webhook_secret),
+    )
+    receiver.stop()
+
+
+def _deliver_due() -> None:
+    Delivery.objects.filter(status=Delivery.Status.PENDING).update(next_attempt_at=timezone.now())
+    outbox.outbox_deliver()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_answer_goes_to_the_callback_signed_and_the_agent_can_verify_it(hooked, reviewer):
+    agent, receiver, client = hooked
+    body = _raise(agent, callback_url=receiver.url, external_ref="INV-7")
+
+    decision = decision_submit(
+        interrupt=body["id"],
+        reviewer=reviewer,
+        value={"approved": True, "note": "ok"},
+        resume_interrupt_id=body["id"],
+    )
+    _deliver_due()
+
+    assert len(receiver.handled) == 1 and receiver.refused == []
+    headers, raw = receiver.requests[0]
+    answered = client.verify_webhook(raw, headers["portal-signature"])
+    assert answered.id == body["id"] and answered.external_ref == "INV-7"
+    assert answered.answer.outcome == "approved" and answered.answer.goes_ahead
+    assert answered.answer.decided_by == reviewer.username
+    assert answered.answer.audit_hash == Decision.objects.get(pk=decision.pk).hash
+    assert headers["portal-event-type"] == "request.decided"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_receiver_that_is_down_never_blocks_the_decision_and_gets_the_answer_later(
+    hooked, reviewer, admin_user
+):
+    agent, receiver, client = hooked
+    body = _raise(agent, callback_url=receiver.url)
+    receiver.stop()
+
+    decision_submit(
+        interrupt=body["id"],
+        reviewer=reviewer,
+        value={"approved": False},
+        resume_interrupt_id=body["id"],
+    )
+    _deliver_due()
+
+    assert Decision.objects.filter(interrupt_id=body["id"]).exists()
+    delivery = Delivery.objects.get(notification__interrupt_id=body["id"])
+    assert delivery.status == Delivery.Status.PENDING and delivery.attempts == 1
+    page = Client()
+    page.force_login(admin_user)
+    url = "/admin/portal/externalrequest/"
+    assert body["id"] in page.get(url, {"answer": "uncollected"}).content.decode()
+
+    receiver.start()
+    _deliver_due()
+    _deliver_due()  # nothing left to send: it arrives once
+
+    assert len(receiver.handled) == 1 and receiver.repeats == 0
+    headers, raw = receiver.requests[-1]
+    assert client.verify_webhook(raw, headers["portal-signature"]).answer.outcome == "rejected"
+    assert body["id"] not in page.get(url, {"answer": "uncollected"}).content.decode()
+    assert "collected by its webhook" in page.get(url).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_expired_request_says_so_in_its_webhook(hooked):
+    agent, receiver, client = hooked
+    body = _raise(agent, callback_url=receiver.url, expires_in=60)
+
+    decisions.interrupts_expire(now=Interrupt.objects.get(pk=body["id"]).expires_at)
+    _deliver_due()
+
+    headers, raw = receiver.requests[0]
+    assert headers["portal-event-type"] == "request.expired"
+    expired = client.verify_webhook(raw, headers["portal-signature"])
+    assert expired.status == "expired" and expired.answer.outcome == "expired"
+    assert not expired.answer.goes_ahead

@@ -208,7 +208,7 @@ def test_postgres_estimates_how_many_requests_a_search_matches(decisions):
     """The planner knows how common a word is (statistics on the search's document,
     migration 0012; a partial index's own are not used), rather than guessing 0.5% of
     the table: a word in every copy is estimated at about every copy, a word in none
-    at about none. A wrong guess made combined filters 10x slower on a million rows."""
+    at about none. A wrong guess makes the planner pick bad plans for combined filters."""
     from django.db import connection
 
     _copies(decisions["refund"])

@@ -8,6 +8,7 @@ is imported and every branch counts (``TYPE_CHECKING`` blocks included).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,13 @@ def test_a_cycle_closed_by_an_import_inside_a_function_is_found() -> None:
 )
 def test_imports_are_read_in_every_form(module: str, source: str, expected: set[str]) -> None:
     assert imports_of(module, source, _modules()) == expected
+
+
+def test_the_decision_path_in_contributing_names_files_that_exist_once_each() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("## The decision path", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.MULTILINE)
+    assert steps, "CONTRIBUTING.md has no numbered decision path"
+    missing = [step for step in steps if not (ROOT / step).is_file()]
+    assert missing == [], f"the decision path names files that do not exist: {missing}"
+    assert len(set(steps)) == len(steps) <= 6

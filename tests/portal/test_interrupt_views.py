@@ -332,7 +332,7 @@ def test_a_reviewer_claims_and_others_see_who_holds_it(client, reviewer, second_
     html = login(client, second_reviewer).get(detail_url(interrupt)).content.decode()
     assert "rita-reviewer</strong> claimed this request" in html
     assert 'id="decision-form"' not in html
-    assert "rita-reviewer has claimed this request." in html
+    assert "ask them to release it first." in html
 
 
 def test_a_claim_over_htmx_answers_204(client, reviewer):
@@ -361,6 +361,26 @@ def test_a_second_reviewer_cannot_claim_or_decide_a_claimed_request(
     assert "rita-reviewer already claimed" in claim.content.decode()
     assert decide.status_code == 403
     assert Decision.objects.count() == 0
+
+
+def test_the_page_says_why_a_reviewer_may_not_decide_in_the_words_the_service_refuses_with(
+    client, reviewer, second_reviewer
+):
+    from django.utils.html import escape
+
+    interrupt = make_interrupt()
+    login(client, reviewer).post(reverse("interrupt_claim", args=[interrupt.pk]))
+    login(client, second_reviewer)
+
+    page = client.get(detail_url(interrupt)).content.decode()
+    decide = client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+
+    assert decide.status_code == 403
+    refusal = decide.context["refusal"].message
+    assert "claimed this request at" in refusal
+    assert escape(refusal) in page
 
 
 def test_a_claim_does_not_block_an_admin(client, reviewer, admin_user):

@@ -97,3 +97,40 @@ def test_deleting_a_reviewer_releases_their_claims(reviewer):
     unclaimed.refresh_from_db()
     assert (claimed.claimed_by_id, unclaimed.claimed_by_id) == (None, None)
     assert claimed.status == Interrupt.Status.PENDING
+
+
+# --- what a checkpoint and a request hold, read once -----------------------------------
+
+
+def test_a_conversation_is_the_checkpoints_messages_in_step_order():
+    from portal.models import conversation
+
+    assert conversation([[{"n": 1}], None, [], [{"n": 2}, {"n": 3}]]) == [
+        {"n": 1},
+        {"n": 2},
+        {"n": 3},
+    ]
+
+
+def test_the_checkpoint_queryset_rebuilds_the_conversation_both_ways():
+    interrupt = make_interrupt(text="Refund order A-1001")
+    steps = Checkpoint.objects.filter(thread=interrupt.thread)
+    messages = steps.conversation()
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"] == "Refund order A-1001"
+    assert list(steps.messages_newest_first()) == messages[::-1]
+
+
+def test_a_tool_approval_lists_its_calls_and_other_payloads_list_none():
+    from portal.models import ToolCall, tool_calls_in
+    from tests.factories import make_tool_approval
+
+    approval = make_tool_approval(name="transfer_funds", args={"amount": 5.0})
+    [call] = approval.tool_calls
+    assert (call.name, call.args) == ("transfer_funds", {"amount": 5.0})
+    assert call.id.startswith("call")
+    assert make_interrupt().tool_calls == []  # an interrupt() inside a tool names no calls
+    payload = {"tool_calls": [{"id": 1, "name": "a", "arguments": {}}, "junk", {"name": None}]}
+    assert tool_calls_in(payload) == [ToolCall("1", "a", {}), ToolCall("None", "", None)]
+    for other in (None, "text", [], {"tool_calls": "no"}):
+        assert tool_calls_in(other) == []

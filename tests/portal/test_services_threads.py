@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from portal import broadcast, runs, services
+from portal import broadcast, decisions, runs, services
 from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.registry import UnknownAgentError
@@ -87,7 +87,7 @@ def test_input_over_the_size_limit_is_refused_naming_the_limit(support_agent, se
 
 def test_a_resume_is_queued_with_the_interrupt_it_answers(support_agent):
     thread = make_thread(agent="echo", owner=support_agent)
-    run = services.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
+    run = decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
     assert (run.kind, run.status) == ("resume", "queued")
     assert run.input == {"resume": {"approved": True}, "resume_interrupt_id": "int_1"}
 

@@ -8,7 +8,10 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from tests.factories import make_interrupt, make_tool_approval
+from agents.checkpoint import CheckpointWrite, ThreadStatus
+from agents.state import Message
+from portal.checkpointer import DjangoCheckpointer
+from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +75,65 @@ def test_the_queue_and_the_thread_page_show_reasons_in_words(client, reviewer, s
         assert "input_required" not in text and "tool_approval" not in text
         assert "Question" in text
     assert "TOOL" not in thread and "MAIN" not in thread
+
+
+def _resumed_with(thread, *messages: Message) -> None:
+    thread.refresh_from_db()
+    DjangoCheckpointer().put_sync(
+        str(thread.pk),
+        CheckpointWrite(
+            status=ThreadStatus.DONE,
+            next_node=None,
+            new_messages=[m.to_dict() for m in messages],
+            node="TOOL",
+        ),
+        parent_seq=thread.last_seq,
+    )
+
+
+def test_the_history_decision_page_speaks_in_words_and_keeps_the_raw_json_folded_away(
+    client, auditor, reviewer
+):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+    decision = make_decision(
+        interrupt=interrupt,
+        reviewer=reviewer,
+        value={"approved": True, "args": {call_id: {"amount": 4000.0, "recipient": "Alice"}}},
+    )
+    _resumed_with(
+        interrupt.thread,
+        Message(
+            role="tool",
+            content='{"status": "declined", "reason": "over the daily limit"}',
+            tool_call_id=call_id,
+            name="transfer_funds",
+        ),
+        Message(
+            role="assistant",
+            content="Trying a smaller one.",
+            tools_calls=[
+                {
+                    "id": "call_second",
+                    "type": "function",
+                    "function": {"name": "transfer_funds", "arguments": '{"amount": 10.0}'},
+                }
+            ],
+        ),
+    )
+    client.force_login(auditor)
+    html = client.get(reverse("decision_detail", args=[decision.pk])).content.decode()
+    text = visible_text(html)
+
+    assert "transfer_funds" not in text
+    assert call_id not in text and "call_second" not in text
+    assert "tool_approval" not in text and "TOOL" not in text
+    assert '"approved"' not in text and '"recipient"' not in text  # no raw JSON in view
+    assert "Transfer funds (amount: 5,000, recipient: Alice)" in text  # what was asked
+    assert "Transfer funds (amount: 4,000, recipient: Alice)" in text  # what ran
+    assert "Approved with edited arguments" in text
+    assert "Transfer funds declined by rita-reviewer: over the daily limit." in text
+    assert "Asks to run Transfer funds (amount: 10)" in text
+    # Auditors still find everything as it was stored, one click away.
+    assert "&quot;approved&quot;: true" in html and call_id in html
+    assert "transfer_funds" in html

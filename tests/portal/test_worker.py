@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal import services
+from portal import decisions, services
 from portal.checkpointer import DjangoCheckpointer
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.worker import Worker
@@ -58,7 +58,7 @@ def test_a_resume_finishes_the_thread_and_runs_the_approved_tool_once(support_ag
     request = Interrupt.objects.get(thread=thread)
     request.status = Interrupt.Status.RESOLVED
     request.save()
-    resume = services.thread_resume(
+    resume = decisions.thread_resume(
         thread=thread, value={"approved": True}, interrupt_id=request.pk
     )
 
@@ -110,7 +110,7 @@ def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
 ):
     thread, _ = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
     drain()
-    run = services.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_wrong")
+    run = decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_wrong")
 
     drain()
 
@@ -165,7 +165,7 @@ def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
     drain()
     request = Interrupt.objects.get(thread=thread)
     Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
-    resume = services.thread_resume(
+    resume = decisions.thread_resume(
         thread=thread, value={"approved": True}, interrupt_id=request.pk
     )
     workers_kept_dying(resume, settings)
@@ -308,7 +308,7 @@ def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_
         assert worker.run_forever(once=True) == 1
         request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
         Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
-        services.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
+        decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
         assert worker.run_forever(once=True) == 1
         assert worker._pg is None and conn.closed  # closed when the loop ended
     finally:

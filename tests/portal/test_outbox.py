@@ -1,0 +1,268 @@
+"""The outbox: written with its cause, delivered with retries, signed, never lost."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.core import mail
+from django.db import transaction
+
+from agents import signing
+from portal import outbox
+from portal.models import Delivery, DeliveryAttempt, Notification, Subscription
+from portal.notifier import Notifier, outbox_dispatch
+from tests.loopback import WebhookReceiver
+
+SECRET = "whsec-test-0123456789"
+
+
+@pytest.fixture
+def fast_retries(settings):
+    settings.PORTAL_NOTIFY_BACKOFF_SECONDS = 0.05
+    settings.PORTAL_NOTIFY_BACKOFF_MAX_SECONDS = 0.2
+    settings.PORTAL_NOTIFY_TIMEOUT = 2
+
+
+@pytest.fixture
+def receiver():
+    with WebhookReceiver(SECRET) as server:
+        yield server
+
+
+def subscribe(url: str, *, channel: str = "webhook", secret: str = SECRET, **extra) -> Subscription:
+    return outbox.subscription_save(
+        subscription=Subscription(name="ops", channel=channel, target=url, secret=secret, **extra),
+        user=None,
+    )
+
+
+def drain(*, until=lambda: False, timeout: float = 10.0) -> None:
+    """Run notifier rounds until ``until()`` holds (or nothing is left to do)."""
+    notifier = Notifier(name="test-notifier")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        notifier.tick()
+        if until():
+            return
+        if not Delivery.objects.filter(status=Delivery.Status.PENDING).exists():
+            if not Notification.objects.filter(dispatched_at__isnull=True).exists():
+                return
+        time.sleep(0.02)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_arrives_signed_and_the_receiver_verifies_it(receiver):
+    subscribe(receiver.url)
+    note = outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"run": {"error": "boom"}})
+
+    drain()
+
+    assert list(receiver.handled) == [str(note.pk)]
+    headers, body = receiver.requests[0]
+    assert signing.verify(SECRET, headers["portal-signature"], body)  # the receiver's check
+    assert headers["portal-event-type"] == "run.failed"
+    event = json.loads(body)
+    assert event["id"] == str(note.pk)
+    assert event["type"] == "run.failed"
+    assert event["data"] == {"run": {"error": "boom"}}
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.SENT
+    assert list(delivery.log.values_list("number", "ok", "status_code")) == [(1, True, 200)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_receiver_with_another_secret_refuses_it_and_the_delivery_log_says_so(
+    fast_retries, settings
+):
+    settings.PORTAL_NOTIFY_MAX_ATTEMPTS = 2
+    with WebhookReceiver("another-secret") as other:
+        subscribe(other.url)
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+        drain()
+
+    assert other.handled == {}
+    assert len(other.refused) == 2
+    assert "does not match" in other.refused[0]
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.FAILED
+    assert "gave up after 2 attempts" in delivery.last_error
+    assert "answered 401" in delivery.last_error
+    assert list(delivery.log.values_list("ok", "status_code")) == [(False, 401), (False, 401)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_receiver_down_deliveries_retry_and_each_arrives_once_when_it_is_back(
+    fast_retries, receiver
+):
+    subscribe(receiver.url)
+    receiver.stop()
+    notes = [outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"n": n}) for n in range(5)]
+
+    notifier = Notifier(name="test-notifier")
+    for _ in range(3):  # a few rounds against a closed port
+        notifier.tick()
+        time.sleep(0.25)
+    assert Delivery.objects.filter(status=Delivery.Status.PENDING).count() == 5
+    assert not DeliveryAttempt.objects.filter(ok=True).exists()
+    assert DeliveryAttempt.objects.filter(error__contains="could not reach").count() >= 10
+    assert all(d.attempts >= 2 for d in Delivery.objects.all())  # retried, not given up
+
+    receiver.start()  # the same port
+    drain(until=lambda: len(receiver.handled) == 5)
+
+    assert sorted(receiver.handled) == sorted(str(n.pk) for n in notes)
+    assert receiver.repeats == 0
+    assert len(receiver.requests) == 5  # nothing sent twice once it was up
+    assert Delivery.objects.filter(status=Delivery.Status.SENT).count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_answer_is_sent_again_with_the_same_event_id_and_handled_once(
+    fast_retries, receiver
+):
+    subscribe(receiver.url)
+    receiver.drop_answers = 1  # handled, but the answer never reaches the portal
+    note = outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+
+    drain(until=lambda: Delivery.objects.filter(status=Delivery.Status.SENT).exists())
+
+    assert len(receiver.requests) == 2
+    ids = {headers["portal-event-id"] for headers, _ in receiver.requests}
+    assert ids == {str(note.pk)}
+    assert list(receiver.handled) == [str(note.pk)]
+    assert receiver.repeats == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_backoff_doubles_up_to_its_ceiling(settings):
+    settings.PORTAL_NOTIFY_BACKOFF_SECONDS = 10
+    settings.PORTAL_NOTIFY_BACKOFF_MAX_SECONDS = 60
+    assert [outbox.backoff(n) for n in range(1, 6)] == [10, 20, 40, 60, 60]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_rolled_back_with_its_cause_is_never_sent(receiver):
+    subscribe(receiver.url)
+
+    class Cause(Exception):
+        pass
+
+    with pytest.raises(Cause), transaction.atomic():
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+        raise Cause
+
+    drain()
+    assert not Notification.objects.exists()
+    assert receiver.requests == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_email_goes_through_djangos_backend(settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    subscribe("ops@example.test, lead@example.test", channel="email", secret="")
+    note = outbox.outbox_enqueue(
+        kind=outbox.RUN_FAILED, agent="refunds", payload={"run": {"error": "ValueError: x"}}
+    )
+
+    drain()
+
+    assert len(mail.outbox) == 1
+    message = mail.outbox[0]
+    assert message.to == ["ops@example.test", "lead@example.test"]
+    assert message.subject == "A run of refunds failed: ValueError: x"
+    assert str(note.pk) in message.body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slack_style_webhook_gets_a_text_message():
+    with WebhookReceiver() as slack:  # no secret: Slack URLs are not signed
+        subscribe(slack.url, channel="slack", secret="")
+        note = outbox.outbox_enqueue(
+            kind=outbox.RUN_FAILED, agent="refunds", payload={"run": {"error": "boom"}}
+        )
+        drain()
+
+    headers, body = slack.requests[0]
+    assert json.loads(body) == {"text": "A run of refunds failed: boom"}
+    assert headers["portal-event-id"] == str(note.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_named_target_gets_the_notification_and_no_subscription_does(receiver):
+    with WebhookReceiver(SECRET) as bystander:
+        subscribe(bystander.url)
+        note = outbox.outbox_enqueue(
+            kind="agent.callback",
+            payload={"answer": 42},
+            to=outbox.Target.webhook(receiver.url, secret=SECRET),
+        )
+        drain()
+
+    assert list(receiver.handled) == [str(note.pk)]
+    assert json.loads(receiver.handled[str(note.pk)])["data"] == {"answer": 42}
+    assert bystander.requests == []
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        (outbox.Target.webhook("http://127.0.0.1/hook", secret=""), "needs a secret"),
+        (outbox.Target.webhook("file:///etc/passwd", secret="s"), "not an http(s) URL"),
+        (outbox.Target.slack("hooks.example.test/x"), "not an http(s) URL"),
+        (outbox.Target.email("not-an-address"), "not a list of email addresses"),
+        (outbox.Target("pager", "x"), "unknown channel 'pager'"),
+    ],
+)
+def test_a_target_that_cannot_be_delivered_to_is_refused_saying_why(target, problem):
+    with pytest.raises(outbox.TargetError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED, to=target)
+
+
+@pytest.mark.django_db
+def test_subscriptions_match_by_kind_agent_and_reason(receiver):
+    subscribe(receiver.url, events=["request.expired"], agent="refunds", reason="tool_approval")
+    outbox.outbox_enqueue(kind=outbox.REQUEST_EXPIRED, agent="refunds", reason="tool_approval")
+    outbox.outbox_enqueue(kind=outbox.REQUEST_EXPIRED, agent="transfers", reason="tool_approval")
+    outbox.outbox_enqueue(kind=outbox.REQUEST_EXPIRED, agent="refunds", reason="breakpoint")
+    outbox.outbox_enqueue(kind=outbox.RUN_FAILED, agent="refunds", reason="tool_approval")
+
+    assert outbox_dispatch() == 4
+
+    matched = Delivery.objects.values_list("notification__agent", "notification__reason")
+    assert list(matched) == [("refunds", "tool_approval")]
+    assert not Notification.objects.filter(dispatched_at__isnull=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redirect_is_not_followed_with_the_signed_body(fast_retries, settings, receiver):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    settings.PORTAL_NOTIFY_MAX_ATTEMPTS = 1
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", receiver.url)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        subscribe(f"http://127.0.0.1:{server.server_address[1]}/hook")
+        outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+        drain()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert receiver.requests == []
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.FAILED
+    assert "answered 302" in delivery.last_error

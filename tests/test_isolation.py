@@ -1,0 +1,34 @@
+"""Tests read only what they made: their own databases, rows and channel prefixes.
+
+Counters kept for the whole server (PostgreSQL's statistics views and WAL positions,
+Redis's INFO) move with every other database and client on it, so a test that reads one
+fails when someone else is busy. A test that must see a write reach the disk, or a
+connection close, asks about its own connection instead."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+SERVER_WIDE = re.compile(
+    r"\bpg_stat_\w+|\bpg_current_wal_\w+|\bpg_wal_lsn_diff\b|\bpg_stat_get_\w+"
+    r"|\.info\(\s*\)|[\"']INFO[\"']|\bdbsize\(",
+)
+
+
+def test_no_test_reads_a_counter_kept_for_the_whole_server():
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{n}: {line.strip()}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if "vendor" not in path.parts and path != Path(__file__).resolve()
+        for n, line in enumerate(path.read_text().splitlines(), start=1)
+        if SERVER_WIDE.search(line)
+    ]
+    assert found == [], "these read server-wide counters:\n" + "\n".join(found)
+
+
+def test_the_pattern_catches_what_once_made_a_full_run_flaky():
+    assert SERVER_WIDE.search('cursor.execute("SELECT wal_sync FROM pg_stat_wal")')
+    assert SERVER_WIDE.search("client.info()")
+    assert not SERVER_WIDE.search("conn.info.backend_pid")
