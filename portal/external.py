@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
@@ -422,6 +423,11 @@ _STATES: dict[str, str] = {
 _EVENTS = {"expired": outbox.REQUEST_EXPIRED, "cancelled": outbox.REQUEST_WITHDRAWN}
 
 
+def _iso(moment: datetime) -> str:
+    # As the API writes times, so the webhook and the long-poll say the same.
+    return str(DjangoJSONEncoder().default(moment))
+
+
 def request_state(interrupt: Interrupt) -> str:
     """What the request's status means to its requester: pending, decided, expired or
     cancelled."""
@@ -445,7 +451,7 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
             "value": decision.value,
             "note": decision.note,
             "decided_by": decision.reviewer.get_username() if decision.reviewer else None,
-            "decided_at": decision.created_at.isoformat(),
+            "decided_at": _iso(decision.created_at),
             "decision_id": decision.pk,
             "audit_hash": decision.hash,
         }
@@ -457,8 +463,8 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
         "title": interrupt.thread.title,
         "external_ref": request.external_ref,
         "thread_id": str(interrupt.thread_id),
-        "created_at": interrupt.created_at.isoformat(),
-        "expires_at": interrupt.expires_at.isoformat() if interrupt.expires_at else None,
+        "created_at": _iso(interrupt.created_at),
+        "expires_at": _iso(interrupt.expires_at) if interrupt.expires_at else None,
         "answer": answer,
     }
 
