@@ -31,10 +31,14 @@ class Invoice(TypedDict, total=False):
     said: str
 
 
-def build(portal: PortalClient) -> Any:
+def build(portal: PortalClient, *, callback_url: str = "") -> Any:
+    """The graph; with ``callback_url`` the answer is also posted there (a receiver
+    resumes the graph with ``graph.invoke(resume_with(portal.verify_webhook(...)))``)."""
+
     def approve(state: Invoice) -> Invoice:
         answer = ask_portal(
             portal,
+            callback_url=callback_url,
             agent="invoice-bot",
             title=f"Pay {state['vendor']}",
             message=f"Pay **${state['amount']:.2f}** to {state['vendor']}?",

@@ -23,11 +23,13 @@ from agents.portal_langgraph import (
     resume_with,
 )
 from examples.langgraph_invoice import build
+from portal import outbox
 from portal.api import api_token_create
 from portal.decisions import decision_submit
 from portal.models import ExternalRequest, Interrupt
 from tests.factories import make_user
 from tests.liveserver import live_portal
+from tests.loopback import WebhookReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +95,34 @@ def test_invoke_until_answered_waits_by_long_poll_and_an_ignore_pays_nothing(por
     helper.join()
 
     assert done["paid"] is None and done["said"] == "Not paid (ignored)."
+
+
+def test_a_webhook_resumes_the_graph_with_the_decision(server, transactional_db, roles, reviewer):
+    row, token = api_token_create(user=make_user("hook-bot", role="agent"), scopes=["request"])
+    portal = PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
+    receiver = WebhookReceiver(row.webhook_secret).start()
+    try:
+        graph = build(portal, callback_url=receiver.url)
+        paused = graph.invoke(INVOICE, {"configurable": {"thread_id": "invoice-10"}})
+        request_id = portal_request(paused)
+        decide(request_id, reviewer, {"type": "accept"})
+        deadline = time.monotonic() + 30
+        while not receiver.handled:  # the live server's notifier, or this process
+            assert time.monotonic() < deadline, "no webhook arrived"
+            outbox.outbox_deliver()
+            time.sleep(0.2)
+    finally:
+        receiver.stop()
+
+    # What the receiver's handler does: verify, then resume the graph the request names.
+    headers, body = receiver.requests[-1]
+    answered = portal.verify_webhook(body, headers["portal-signature"])
+    done = graph.invoke(
+        resume_with(answered), {"configurable": {"thread_id": answered.external_ref}}
+    )
+
+    assert done["paid"] == 120.0
+    assert done["said"] == f"Paid $120.00, approved by {reviewer.username}."
 
 
 def test_a_resume_that_is_not_the_requests_answer_is_refused(portal):
