@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from agents import inbox
 from agents.checkpoint import (
     CheckpointConflict,
     Checkpointer,
@@ -652,7 +653,8 @@ class CompiledGraph:
         given = input.get("resume_interrupt_id")
         if given is not None and given != pending.id:
             raise InterruptMismatchError(thread_id=run.thread_id, expected=pending.id, given=given)
-        value = input["resume"]
+        # A yes/no approval still answers a request that declares typed answers.
+        value = inbox.from_approval(input["resume"], pending.response_schema)
         errors = validate_resume(value, pending.response_schema)
         if errors:
             raise ResumeValidationError(errors, interrupt_id=pending.id)

@@ -13,6 +13,10 @@ an optional ``note``, or ``None`` when the request was cancelled or expired. Onl
 ``accept`` and ``edit`` mean "go ahead" (``goes_ahead``): anything else, including no
 answer, must leave the action undone.
 
+A high-risk tool's approval (``agents.tools``) declares all four: accept, edit the calls'
+arguments (keyed by call id), respond, or ignore. A yes/no approval sent to such a
+request is read as its typed answer (``from_approval``).
+
 The declaration travels inside the request's ``response_schema`` (built by
 ``response_schema``), so every reader of a request (the portal's form, its API, an
 export) finds the allowed actions and the arguments on offer with ``declared``.
@@ -42,6 +46,34 @@ def goes_ahead(answer: Any) -> bool:
     """True only for an explicit accept or edit (fail closed: None, ignore, a response or
     anything malformed is a no)."""
     return isinstance(answer, dict) and answer.get("type") in ("accept", "edit")
+
+
+_APPROVAL_KEYS = frozenset({"approved", "note", "args"})
+
+
+def from_approval(value: Any, schema: Any) -> Any:
+    """A yes/no approval (``{"approved": bool, "note": ..., "args": ...}``, the shape a
+    high-risk tool's approval took before it declared its answers) sent to a request that
+    declares them, as the typed answer it stands for; any other value as it is.
+
+    ``approved: true`` is "accept", or "edit" when it carries arguments; ``false`` is
+    "ignore", keeping the note. Anything that is not exactly such an approval (``"yes"``,
+    an unknown field) is left alone for the schema to refuse, so it never goes ahead."""
+    if declared(schema) is None or not isinstance(value, dict) or "type" in value:
+        return value
+    if not isinstance(value.get("approved"), bool) or not set(value) <= _APPROVAL_KEYS:
+        return value
+    args = value.get("args")
+    answer: dict[str, Any]
+    if value["approved"] is not True:
+        answer = {"type": "ignore"}
+    elif isinstance(args, dict) and args:
+        answer = {"type": "edit", "args": args}
+    else:
+        answer = {"type": "accept"}
+    if "note" in value:
+        answer["note"] = value["note"]
+    return answer
 
 
 def check_actions(actions: Iterable[str]) -> list[str]:

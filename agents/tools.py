@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
+from agents import inbox
 from agents.interrupt import MAX_SUMMARY_CHARS, GraphInterrupt, current_run, interrupt
 from agents.state import AgentState, Message
 
@@ -85,7 +86,9 @@ class Tool:
     """A function the model may call. ``parameters`` is the JSON schema of its arguments.
 
     ``high_risk`` tools never run without a person's approval: ``ToolNode`` pauses the
-    graph for it first and fails closed (anything but ``{"approved": True}`` declines).
+    graph for it first, allowing Agent Inbox's four answers (``agents.inbox``), and fails
+    closed: only ``{"type": "accept"}`` or ``{"type": "edit", "args": {call_id: {...}}}``
+    runs the calls; a response, ignore, no answer or anything else declines them.
 
     ``idempotent`` says running the call twice with the same ``idempotency_key()`` acts
     once. Only such a tool is run again when a crash leaves its outcome unknown; for any
@@ -330,20 +333,35 @@ OUTCOME_SCHEMA: dict[str, Any] = {
 }
 
 
+# The answers a high-risk tool's approval allows, as in Agent Inbox: run the calls as
+# asked, run them with edited arguments, send the model a response instead, or ignore it.
+APPROVAL_ACTIONS = ("accept", "edit", "response", "ignore")
+
+
 def _approval_schema(risky: list[tuple[_Call, Tool]]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean"},
-            "note": {"type": "string"},
-            "args": {
-                "type": "object",
-                "properties": {call.id: t.parameters for call, t in risky},
-                "additionalProperties": False,
-            },
+    # An edit's arguments are keyed by call id, each checked against its tool's parameters.
+    return inbox.response_schema(
+        APPROVAL_ACTIONS,
+        args={call.id: call.args for call, _ in risky},
+        args_schema={
+            "type": "object",
+            "properties": {call.id: t.parameters for call, t in risky},
+            "additionalProperties": False,
         },
-        "required": ["approved"],
-    }
+    )
+
+
+def _decline_reason(decision: Any) -> str | None:
+    """What the model is told about a declined approval: a reviewer's response (with
+    their note), or their note; None when they said nothing."""
+    if not isinstance(decision, dict):
+        return None
+    raw_note = decision.get("note")
+    note = raw_note.strip() if isinstance(raw_note, str) else ""
+    said = decision.get("args") if decision.get("type") == "response" else None
+    if isinstance(said, str) and said.strip():
+        return f"{said.strip()} ({note})" if note else said.strip()
+    return note or None
 
 
 class ToolNode:
@@ -463,11 +481,12 @@ class ToolNode:
         return Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
 
     async def _run_approved(self, call: _Call, decision: Any, approval_id: str | None) -> Message:
-        # Fail closed: only an explicit dict with approved exactly True lets the call run.
-        if not (isinstance(decision, dict) and decision.get("approved") is True):
-            note = decision.get("note") if isinstance(decision, dict) else None
-            return self._declined(call, note if isinstance(note, str) else None)
-        edited = (decision.get("args") or {}).get(call.id)
+        # Fail closed: only an explicit accept or edit lets the call run; a response,
+        # ignore, no answer (cancelled, expired) or anything malformed declines it.
+        if not inbox.goes_ahead(decision):
+            return self._declined(call, _decline_reason(decision))
+        edits = decision.get("args") if decision.get("type") == "edit" else None
+        edited = edits.get(call.id) if isinstance(edits, dict) else None
         args = edited if isinstance(edited, dict) else call.args
         message = await self._run_call(call, args)
         message.meta["original_args"] = call.requested if call.edited_by else call.args

@@ -3,8 +3,10 @@ at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
 USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
-scopes (``read``, ``start``, ``decide``, ``request``; a missing one is a 403 naming it),
-may expire, and is refused (401, saying why) once expired or once its user is deactivated or changes
+scopes (``read`` for every GET, ``start`` to start threads and withdraw their requests,
+``decide`` to claim, release and answer, ``request`` for an outside agent to raise
+requests; a missing one is a 403 naming it), may expire, and
+is refused (401, saying why) once expired or once its user is deactivated or changes
 password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
 ``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
 whatever the token.
@@ -14,24 +16,32 @@ Every refusal has the same body: ``{"detail": "<readable message>", "errors": [l
 e.g. ``$.approved: expected boolean, got str``) and is empty otherwise. Decisions go
 through ``portal.decisions`` like the dashboard and the admin, so the status codes are the
 service's: 401 bad token, 403 scope/role/policy/API off, 404 not visible or not paused,
-409 stale or already decided, 422 invalid, 429 too many requests.
+409 stale or already decided, 422 invalid, 429 too many requests. The OpenAPI document
+lists these on every operation (``PortalApi``).
+
+Lists cap their page at ``API_PAGE_MAX``; threads and decisions page by keyset
+(``portal.paging``). ``GET /threads/{id}/events`` follows a thread as server-sent events
+(``portal.follow``).
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
+import base64
 import hashlib
 import math
 import secrets
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
+from django.utils.decorators import sync_and_async_middleware
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.pagination import LimitOffsetPagination, paginate
@@ -41,15 +51,22 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, roles, waiting
+from portal import access, follow, history, paging, roles, waiting
 from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
-from portal.decisions import DecisionRefused, decision_submit_for_thread
-from portal.errors import InputError
+from portal.decisions import (
+    DecisionRefused,
+    decision_submit_for_thread,
+    interrupt_claim,
+    interrupt_unclaim,
+)
+from portal.errors import InputError, InterruptNotPending
+from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
     AuditEvent,
     Checkpoint,
+    Decision,
     Interrupt,
     Run,
     Thread,
@@ -57,7 +74,7 @@ from portal.models import (
     password_fingerprint,
 )
 from portal.registry import UnknownAgentError
-from portal.services import thread_start
+from portal.services import thread_cancel, thread_start
 
 TOKEN_PREFIX = "prt_"
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -196,20 +213,100 @@ class TokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": token.pk}
 
 
-api = NinjaAPI(
+# Refusals any endpoint may answer, whatever its own: documented on every operation.
+COMMON_REFUSALS = {
+    400: "The request carries input no endpoint takes (a NUL character, JSON that is not "
+    "JSON); errors names it.",
+    401: "No token, or one that is unknown, expired or revoked; detail says which.",
+    403: "The token lacks the scope this endpoint needs, the user's role may not do it, "
+    "or the API is turned off; detail says which.",
+    422: "A parameter or the body does not have the expected shape; errors has one line "
+    "per problem ($.field: what is wrong).",
+    429: "Too many requests with this token; Retry-After says when to try again.",
+}
+
+
+class PortalApi(NinjaAPI):
+    """The API, documented with every answer it gives: the refusals every endpoint may
+    give (``COMMON_REFUSALS``, all in the ``Problem`` shape) are added to each operation,
+    and an operation marked ``x-event-stream`` documents its 200 body as what it is,
+    ``text/event-stream`` (its schema describes one event), not JSON."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        problem = {"$ref": "#/components/schemas/Problem"}
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                responses = operation["responses"]
+                for status, description in COMMON_REFUSALS.items():
+                    if status not in responses and str(status) not in responses:
+                        responses[status] = {
+                            "description": description,
+                            "content": {self.renderer.media_type: {"schema": problem}},
+                        }
+                if not operation.get("x-event-stream"):
+                    continue
+                for status, response in responses.items():
+                    if str(status) == "200":
+                        body = response["content"].pop(self.renderer.media_type)
+                        response["content"]["text/event-stream"] = body
+        return schema
+
+
+api = PortalApi(
     title="Reviewer portal API",
     version="1",
     description=(
         "List and answer the requests agents raise, start threads and read them. "
         "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
-        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads, "
-        "`decide` to resume them, `request` for an external agent to raise approval "
-        "requests (`/api/requests`). Too many requests with one token get 429 and Retry-After."
+        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads and "
+        "withdraw their requests, `decide` to claim, release and answer requests, `request` "
+        "for an outside agent to raise them (`/api/requests`). Lists "
+        "return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
+        "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
+        "token get 429 and Retry-After."
     ),
     auth=BearerToken(),
     throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
+
+
+# --- refusals the API's routes do not make themselves --------------------------------------
+
+
+def _json_refusal(request: HttpRequest, response: Any) -> Any:
+    """An HTML or text 404/405 under /api/ (Django's page for a path no route serves,
+    django-ninja's "Method not allowed") as the API's refusal body, saying what to do."""
+    if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    if response.status_code == 405:
+        allowed = response.get("Allow", "")
+        detail = f"{request.method} is not allowed on {request.path}; it takes {allowed}."
+    else:
+        detail = f"No API endpoint at {request.path}; the endpoints are listed at /api/docs."
+    refusal = JsonResponse({"detail": detail, "errors": []}, status=response.status_code)
+    if response.has_header("Allow"):
+        refusal["Allow"] = response["Allow"]
+    return refusal
+
+
+@sync_and_async_middleware
+def json_refusals(get_response: Any) -> Any:
+    """Middleware: every refusal under /api/ has the API's body (see ``_json_refusal``)."""
+    if iscoroutinefunction(get_response):
+
+        async def middleware_async(request: HttpRequest) -> Any:
+            return _json_refusal(request, await get_response(request))
+
+        return middleware_async
+
+    def middleware(request: HttpRequest) -> Any:
+        return _json_refusal(request, get_response(request))
+
+    return middleware
 
 
 def _user(request: HttpRequest) -> Any:
@@ -619,3 +716,341 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
             "outcome": decision.outcome,
         },
     )
+
+
+# --- lists with a keyset cursor ----------------------------------------------------------
+
+THREAD_STATUSES = f"One of {', '.join(Thread.Status.values)}."
+LIMIT_HELP = (
+    f"How many items to return, 1 to {API_PAGE_MAX} (default {API_PAGE_MAX}); a larger "
+    "value is refused with 422 naming the maximum."
+)
+AFTER_HELP = "The `next` value of the previous page: the page after it. Omit it for the first page."
+
+
+def _next(cursor: paging.Cursor | None) -> str | None:
+    # URL-safe, so a client can paste it into a query string as it is (an ISO time's "+"
+    # would otherwise arrive as a space).
+    if cursor is None:
+        return None
+    return base64.urlsafe_b64encode(cursor.encode().encode()).decode().rstrip("=")
+
+
+def _cursor(text: str | None, ident: Any) -> paging.Cursor | None:
+    if not text:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raw = ""
+    cursor = paging.Cursor.decode(raw, ident)
+    if cursor is None:
+        raise ApiProblem(
+            422,
+            "The cursor is damaged; start again from the first page (omit `after`).",
+            ["$.after: not a cursor this API returned"],
+        )
+    return cursor
+
+
+class ThreadFilter(Schema):
+    status: Thread.Status | None = Field(None, description="Only threads with this status.")
+    agent: str | None = Field(None, max_length=64, description="Only threads of this agent.")
+    owner: str | None = Field(
+        None, max_length=150, description="Only threads started by this username."
+    )
+    limit: int = Field(API_PAGE_MAX, ge=1, le=API_PAGE_MAX, description=LIMIT_HELP)
+    after: str | None = Field(None, max_length=200, description=AFTER_HELP)
+
+
+class ThreadSummaryOut(Schema):
+    id: str
+    agent: str
+    status: str = Field(..., description=THREAD_STATUSES)
+    title: str
+    owner: str | None = Field(None, description="Who started it (null: the system).")
+    created_at: datetime
+    updated_at: datetime = Field(..., description="Its last activity; the list's order.")
+
+    @staticmethod
+    def resolve_id(obj: Thread) -> str:
+        return str(obj.pk)
+
+    @staticmethod
+    def resolve_owner(obj: Thread) -> str | None:
+        return obj.owner.get_username() if obj.owner else None
+
+
+class ThreadPage(Schema):
+    items: list[ThreadSummaryOut]
+    next: str | None = Field(
+        None, description="Pass it as `after` for the next page; null on the last page."
+    )
+
+
+@api.get("/threads", response={200: ThreadPage, 422: Problem}, tags=["threads"])
+def list_threads(request: HttpRequest, filters: Query[ThreadFilter]) -> Any:
+    """Threads visible to you (your own, or all of them with the view-all permission),
+    most recently active first. Walk the pages with ``after``; a thread that becomes
+    active while you walk moves to the front, where a fresh first page shows it."""
+    qs = access.visible_threads(_user(request)).select_related("owner")
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.agent:
+        qs = qs.filter(agent=filters.agent)
+    if filters.owner:
+        qs = qs.filter(owner__username=filters.owner)
+    cursor = _cursor(filters.after, uuid.UUID)
+    items, more = paging.page(qs, cursor, field="updated_at", descending=True, size=filters.limit)
+    return {
+        "items": items,
+        "next": _next(paging.Cursor.of(items[-1], "updated_at") if more else None),
+    }
+
+
+class DecisionFilter(Schema):
+    """The history page's filters (``portal.history.HistoryFilter`` checks them)."""
+
+    date_from: str | None = Field(None, description="Decided on or after this day, YYYY-MM-DD.")
+    date_to: str | None = Field(None, description="Decided on or before this day, YYYY-MM-DD.")
+    agent: str | None = Field(None, description="The agent that asked.")
+    reviewer: str | None = Field(
+        None, description=f"Who decided (a username; `{history.SYSTEM}` for expiries)."
+    )
+    outcome: str | None = Field(None, description=f"One of {', '.join(Decision.Outcome.values)}.")
+    reason: str | None = Field(None, description="The request's reason label.")
+    tool: str | None = Field(None, description="A tool the request was about.")
+    q: str | None = Field(None, description="Words in the request's message or payload.")
+    limit: int = Field(API_PAGE_MAX, ge=1, le=API_PAGE_MAX, description=LIMIT_HELP)
+    after: str | None = Field(None, max_length=200, description=AFTER_HELP)
+
+
+class DecisionOut(Schema):
+    """One decision, with the columns of the history page and its exports."""
+
+    decision_id: int
+    decided_at: datetime
+    thread_id: str
+    agent: str
+    reason: str
+    tools: list[str] = Field(..., description="The tools the request was about.")
+    node: str
+    message: str
+    payload: Any = Field(None, description="What the agent sent with the request.")
+    value: Any = Field(None, description="The answer submitted (null: cancelled or expired).")
+    requested_args: dict[str, Any] | None = Field(
+        None, description="Per tool call id: the arguments the model asked for."
+    )
+    executed_args: dict[str, Any] | None = Field(
+        None, description="Per tool call id: the arguments that ran (after an edit)."
+    )
+    note: str
+    outcome: str = Field(..., description=f"One of {', '.join(Decision.Outcome.values)}.")
+    decided_by: str = Field(..., description=f"A username, or `{history.SYSTEM}`.")
+    requested_at: datetime | None = None
+    time_to_decision_seconds: float | None = None
+    interrupt_id: str
+    hash: str = Field(..., description="The decision's link in the audit hash chain.")
+    withdrawn: bool = Field(..., description="The requester took the request back.")
+
+    @staticmethod
+    def resolve_thread_id(obj: dict[str, Any]) -> str:
+        return str(obj["thread_id"])
+
+
+class DecisionPage(Schema):
+    items: list[DecisionOut]
+    next: str | None = Field(
+        None, description="Pass it as `after` for the next page; null on the last page."
+    )
+
+
+@api.get("/decisions", response={200: DecisionPage, 403: Problem, 422: Problem}, tags=["decisions"])
+def list_decisions(request: HttpRequest, filters: Query[DecisionFilter]) -> Any:
+    """The decision history, newest first, with the history page's filters (all of them
+    must hold). Needs the view-history permission (reviewers, auditors)."""
+    if not roles.can_view_history(_user(request)):
+        raise ApiProblem(403, "Your role cannot read the decision history.")
+    given = filters.dict(exclude={"limit", "after"}, exclude_none=True)
+    form = history.HistoryFilter(given)
+    if not form.is_valid():
+        lines = [
+            f"$.{field}: {message}" if field != "__all__" else f"$: {message}"
+            for field, messages in form.errors.items()
+            for message in messages
+        ]
+        raise ApiProblem(422, "The filters are not valid.", lines)
+    found = history.page(form.criteria(), _cursor(filters.after, int), size=filters.limit)
+    return {
+        "items": found.rows,
+        "next": _next(found.next_cursor),
+    }
+
+
+# --- acting on a request ----------------------------------------------------------------
+
+
+def _interrupt_or_404(request: HttpRequest, interrupt_id: str) -> Interrupt:
+    found = _visible_interrupts(_user(request)).select_related("thread").filter(pk=interrupt_id)
+    interrupt = found.first()
+    if interrupt is None:
+        raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
+    return interrupt
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/claim",
+    response={200: InterruptOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
+)
+def claim_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Claim a pending request, so other reviewers see who is on it. 409 when someone
+    else holds it (unless you may take claims over) or it is no longer pending; claiming
+    your own claim again changes nothing."""
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    return interrupt_claim(interrupt=interrupt, user=_user(request))
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/release",
+    response={200: InterruptOut, 403: Problem, 404: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.DECIDE),
+)
+def release_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Release a claim: your own, or anyone's if you may take claims over (403
+    otherwise). Releasing an unclaimed request changes nothing."""
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    return interrupt_unclaim(interrupt=interrupt, user=_user(request))
+
+
+class WithdrawOut(Schema):
+    interrupt_id: str
+    thread_id: str
+    run_id: str | None = Field(
+        ...,
+        description="The run that resumes the thread with a decline; null for an external "
+        "agent's request, which has no graph (its agent is told instead).",
+    )
+    status: str = Field(..., description="The request's status now: cancelled.")
+
+
+@api.post(
+    "/interrupts/{interrupt_id}/withdraw",
+    response={202: WithdrawOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["interrupts"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
+    """Take back a pending request you raised by starting the thread: the agent resumes
+    with a decline and says the action was not done (202: queued). Only the thread's
+    owner may, with a token carrying the ``start`` scope; 409 when the request is no
+    longer pending."""
+    user = _user(request)
+    interrupt = _interrupt_or_404(request, interrupt_id)
+    if interrupt.thread.owner_id != user.pk:
+        raise ApiProblem(
+            403,
+            "Only the person who started this thread can withdraw its request; "
+            "reviewers reject it instead (POST /api/threads/{thread_id}/resume).",
+        )
+    try:
+        run = thread_cancel(interrupt=interrupt, user=user)
+    except InterruptNotPending as exc:
+        raise ApiProblem(409, f"Not withdrawn: {exc}.") from None
+    return Status(
+        202,
+        {
+            "interrupt_id": interrupt.pk,
+            "thread_id": str(interrupt.thread_id),
+            "run_id": str(run.pk) if run is not None else None,
+            "status": interrupt.status,
+        },
+    )
+
+
+# --- following a thread -------------------------------------------------------------------
+
+
+class ThreadStatusData(Schema):
+    thread_id: str
+    status: str = Field(..., description=THREAD_STATUSES)
+    run_id: str | None = Field(None, description="The run that changed it (null: a snapshot).")
+    run_status: str | None = None
+    error: str = ""
+
+
+class ChunkData(Schema):
+    chunk: dict[str, Any] = Field(
+        ...,
+        description=(
+            "A streamed chunk: event (state, message, error, updates), message, state, "
+            "data, thread_id, run_id."
+        ),
+    )
+
+
+class ClosedData(Schema):
+    detail: str = Field(..., description="Why the stream ended.")
+
+
+class ThreadEvent(Schema):
+    """One server-sent event: its ``event:`` line and its ``data:`` (JSON, except for
+    ``html``, which is the HTML the pages swap in)."""
+
+    event: Literal["status", "chunk", "html", "closed"]
+    data: ThreadStatusData | ChunkData | ClosedData | str
+
+
+def _thread_status(thread_id: Any) -> dict[str, Any]:
+    status = Thread.objects.filter(pk=thread_id).values_list("status", flat=True).first()
+    return {
+        "thread_id": str(thread_id),
+        "status": status or "",
+        "run_id": None,
+        "run_status": None,
+        "error": "",
+    }
+
+
+def _may_still_follow(token_id: int, thread_id: Any) -> str | None:
+    """Why the token may no longer follow the thread (None: it may), read afresh."""
+    row = ApiToken.objects.select_related("user").filter(pk=token_id).first()
+    if row is None:
+        return "This token was deleted."
+    refusal = row.refusal()
+    if refusal is not None:
+        return refusal
+    if ApiToken.Scope.READ not in (row.scopes or []):
+        return "This token lacks the 'read' scope."
+    if not access.visible_threads(row.user).filter(pk=thread_id).exists():
+        return f"You can no longer see thread {thread_id}."
+    return None
+
+
+@api.get(
+    "/threads/{thread_id}/events",
+    response={200: ThreadEvent, 404: Problem},
+    tags=["threads"],
+    openapi_extra={"x-event-stream": True},
+)
+async def thread_events(request: HttpRequest, thread_id: str) -> Any:
+    """Follow a thread without polling: server-sent events (``text/event-stream``)
+    carrying what its pages get live. First a ``status`` snapshot, then ``status`` when a
+    run changes it, ``chunk`` for each streamed token or step, ``html`` for the pages'
+    swaps (a finished message, a request claimed, released or decided), and ``closed``
+    when the token may no longer follow (revoked, expired, access lost), after which the
+    stream ends. A comment line every 15 s keeps it open through proxies."""
+    thread = await sync_to_async(_thread_or_404)(request, thread_id)
+    token = request.api_token  # type: ignore[attr-defined]
+    stream = follow.follow_thread(
+        thread_id=thread.pk,
+        user_id=token.user_id,
+        refusal=lambda: _may_still_follow(token.pk, thread.pk),
+        snapshot=lambda: _thread_status(thread.pk),
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy must pass each event on at once
+    return response

@@ -2,7 +2,8 @@
 
 Writers (services, the checkpointer, the worker) publish here after their transaction
 commits, with ids and statuses; the rendering happens here, once per event, from the same
-template partials the pages use. Consumers subscribe to the same names and forward.
+template partials the pages use. Consumers (and the API's event stream, ``portal.follow``)
+subscribe to the same names and forward.
 Publishing is best effort: a channel layer that is down costs live updates, never a run
 or a decision, so failures are logged and swallowed.
 

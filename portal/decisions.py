@@ -279,6 +279,21 @@ def _typed_outcome(
     kind = value.get("type") if isinstance(value, dict) else None
     # None (cancelled) is the only answer without a type that reaches here.
     outcome = _TYPED_OUTCOMES.get(str(kind), Decision.Outcome.CANCELLED)
+    calls = interrupt.tool_calls
+    if calls:
+        # A high-risk tool's approval: arguments keyed by call id, and an edit may change
+        # some calls and leave the others as asked.
+        asked = {call.id: call.args for call in calls}
+        if kind == "ignore":
+            # Ignoring a request to run a tool is refusing it: recorded as the rejection
+            # it always was, so history and metrics count tool refusals in one place.
+            return Decision.Outcome.REJECTED, asked, None
+        if kind == "accept":
+            return outcome, asked, dict(asked)
+        if kind == "edit":
+            edits = value.get("args") if isinstance(value.get("args"), dict) else {}
+            return outcome, asked, {k: edits.get(k, v) for k, v in asked.items()}
+        return outcome, asked, None
     offered = declared.args
     if interrupt.tool_call_id:
         offered = _asking_call_args(interrupt) if offered is None else offered
@@ -343,6 +358,9 @@ def decision_submit(
         if not found:
             raise ThreadNotPaused(f"There is no request {pk}.")
         schema = found[0]
+    # A yes/no approval to a request that declares typed answers (a high-risk tool's,
+    # since it allows Agent Inbox's four) is recorded as the typed answer it stands for.
+    value = inbox.from_approval(value, schema)
     if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
         value = {**value, "note": note}
     _validate(schema, value, note)

@@ -25,6 +25,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +44,7 @@ from agents.interrupt import MAX_REASON_CHARS, check_interrupt, fallback_summary
 from agents.interrupt import Interrupt as RuntimeInterrupt
 from agents.schema import json_problem, text_problem
 from agents.state import new_id
-from portal import audit, outbox, roles
+from portal import audit, broadcast, outbox, roles
 from portal.checkpointer import DjangoCheckpointer
 from portal.errors import Refused
 from portal.models import (
@@ -388,6 +389,11 @@ def external_request_close(*, thread: Thread, interrupt_id: str) -> None:
     )
     DjangoCheckpointer().put_sync(str(thread.pk), done, parent_seq=last)
     _queue_webhook(interrupt_id)
+    # Whoever follows the thread (its pages, the API's event stream) learns it is done,
+    # as a worker's finished run would tell them.
+    transaction.on_commit(
+        partial(broadcast.publish_thread_status, thread.pk, Thread.Status.DONE), robust=True
+    )
 
 
 def _queue_webhook(interrupt_id: str) -> None:

@@ -3,14 +3,14 @@
 It has three shapes, chosen from the interrupt (``DecisionForm.mode``):
 
 - ``approval``: no schema, or a yes/no schema (``approved`` plus optionally ``note`` and
-  ``args``). Buttons approve and reject, a note, and for a high-risk tool call
-  (``reason == "tool_approval"`` with the ToolNode's ``tool_calls``) an "edit arguments"
-  section built from each tool's parameter schema, prefilled with what the model asked.
+  ``args``). Buttons approve and reject, a note, and for a breakpoint before the tools
+  (with the calls in ``tool_calls``) an "edit arguments" section built from each tool's
+  parameter schema, prefilled with what the model asked.
 - ``schema``: fields generated from the ``response_schema`` (``portal.schema_forms``).
 - ``json``: a JSON textarea, for schemas the generator cannot render.
-- ``inbox``: a request that declares the answers it allows (``agents.inbox``): one
-  button for each of accept, edit (with the argument editor), response (with a text box)
-  and ignore, and only those.
+- ``inbox``: a request that declares the answers it allows (``agents.inbox``), such as a
+  high-risk tool's approval: one button for each of accept, edit (with the argument
+  editor, a section per tool call), response (with a text box) and ignore, and only those.
 
 The form turns the POST into the JSON value; it does not decide whether the value is
 acceptable. ``decision_submit`` does, with jsonschema, and ``show_refusal`` puts its error
@@ -53,10 +53,12 @@ def _is_approval_schema(schema: Any) -> bool:
     )
 
 
-def _args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
-    """The ``args`` part of a ToolNode approval schema, each call titled by its tool."""
-    schema = interrupt.response_schema or {}
-    args = (schema.get("properties") or {}).get("args")
+def _args_schema(interrupt: Interrupt, args: Any = None) -> dict[str, Any] | None:
+    """The arguments of the tool calls a request is about (``args``, by default the
+    ``args`` part of a yes/no approval schema), each call titled by its tool."""
+    if args is None:
+        schema = interrupt.response_schema or {}
+        args = (schema.get("properties") or {}).get("args")
     calls = interrupt.tool_calls
     if not calls:
         return None
@@ -142,8 +144,14 @@ class DecisionForm(forms.Form):
 
     def _inbox_fields(self, declared: inbox.Declared) -> None:
         if EDIT in declared.actions and declared.args_schema is not None:
+            # A high-risk tool's approval offers its calls' arguments by call id: each
+            # call gets a section titled by its tool in words.
+            args_schema = _args_schema(self.interrupt, declared.args_schema)
             self.args_layout = SchemaLayout(
-                declared.args_schema, prefix="args", initial=declared.args, base=("args",)
+                args_schema or declared.args_schema,
+                prefix="args",
+                initial=declared.args,
+                base=("args",),
             )
             for field in self.args_layout.fields.values():
                 field.widget.attrs.pop("required", None)  # prefilled; the schema reports
@@ -163,7 +171,11 @@ class DecisionForm(forms.Form):
         """(action, label) of the answers a declaring request allows that are a plain
         button (edit and response sit with their fields)."""
         actions = self.declared.actions if self.declared else []
-        return [(a, _ACTION_LABELS[a]) for a in actions if a in (ACCEPT, IGNORE)]
+        labels = dict(_ACTION_LABELS)
+        if original_args(self.interrupt):
+            # Ignoring a request to run a tool refuses it; the button says so.
+            labels[IGNORE] = "Reject"
+        return [(a, labels[a]) for a in actions if a in (ACCEPT, IGNORE)]
 
     @property
     def allows_response(self) -> bool:
@@ -210,6 +222,9 @@ class DecisionForm(forms.Form):
 
     def _clean_inbox(self, cleaned: dict[str, Any], declared: inbox.Declared) -> dict[str, Any]:
         action = cleaned.get("action") or ""
+        # A page rendered before high-risk approvals declared their answers still posts
+        # approve or reject: the same answers, by their new names.
+        action = {APPROVE: ACCEPT, REJECT: IGNORE}.get(action, action)
         if action not in declared.actions:
             allowed = ", ".join(_ACTION_LABELS[a].lower() for a in declared.actions)
             raise forms.ValidationError(f"This request allows only: {allowed}.")

@@ -35,9 +35,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
+from agents import inbox
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.state import Message, new_id
-from agents.tools import describe_call
+from agents.tools import APPROVAL_ACTIONS, describe_call
 from portal.checkpointer import DjangoCheckpointer
 from portal.models import Interrupt, Thread
 
@@ -208,19 +209,16 @@ def make_tool_approval(
     thread = make_thread(agent=agent, owner=owner, text=text)
     assistant = _tool_call_message(name, args)
     call_id = assistant["tools_calls"][0]["id"]
-    schema = {
-        "type": "object",
-        "properties": {
-            "approved": {"type": "boolean"},
-            "note": {"type": "string"},
-            "args": {
-                "type": "object",
-                "properties": {call_id: parameters},
-                "additionalProperties": False,
-            },
+    # As ToolNode asks: Agent Inbox's four answers, an edit's arguments keyed by call id.
+    schema = inbox.response_schema(
+        APPROVAL_ACTIONS,
+        args={call_id: args},
+        args_schema={
+            "type": "object",
+            "properties": {call_id: parameters},
+            "additionalProperties": False,
         },
-        "required": ["approved"],
-    }
+    )
     value = {
         "tool_calls": [{"id": call_id, "name": name, "arguments": args}],
         "parameters": {call_id: parameters},

@@ -1,10 +1,12 @@
 """A contact-message agent whose one risky tool never runs without a person's approval.
 
 ``draft_contact_message`` is declared ``@tool(high_risk=True)``: the runtime pauses before
-running it and fails closed, so only ``{"approved": true}`` lets it run. A declined call
-goes back to the model as a tool result (``{"status": "declined", "reason": <note>}``) and
-the model tells the visitor. ``search_knowledge`` and ``get_availability`` are read-only
-and never pause. Run: ``python -m agents.examples.contact``.
+running it, allowing Agent Inbox's answers, and fails closed: only ``{"type": "accept"}``
+(or an ``"edit"`` of its arguments) lets it run. A declined call (``"ignore"``, a
+``"response"``, no answer) goes back to the model as a tool result (``{"status":
+"declined", "reason": <note or response>}``) and the model tells the visitor.
+``search_knowledge`` and ``get_availability`` are read-only and never pause. Run:
+``python -m agents.examples.contact``.
 """
 
 from __future__ import annotations
@@ -164,9 +166,9 @@ async def main() -> None:
     async with graph:
         await ask(graph, "contact-questions", "Do you work with Django?")
         await ask(graph, "contact-questions", "When are you available?")
-        await decide(graph, "contact-approve", {"approved": True, "note": "happy to talk"})
+        await decide(graph, "contact-approve", {"type": "accept", "note": "happy to talk"})
         await decide(
-            graph, "contact-reject", {"approved": False, "note": "Not taking projects right now."}
+            graph, "contact-reject", {"type": "ignore", "note": "Not taking projects right now."}
         )
         # A cancelled request (None) declines too: only an explicit yes runs the tool.
         await decide(graph, "contact-cancel", None)

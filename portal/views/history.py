@@ -133,20 +133,14 @@ def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]
     """The tool calls the request was about, and what was asked and executed of each,
     in the words the request page uses (the raw JSON stays in the page's <details>)."""
     interrupt = decision.interrupt
-    value = interrupt.value if isinstance(interrupt.value, dict) else {}
-    names = {
-        str(c.get("id")): str(c.get("name") or "")
-        for c in value.get("tool_calls") or []
-        if isinstance(c, dict)
-    }
+    names = {call.id: call.name for call in interrupt.tool_calls}
     if interrupt.tool_call_id and interrupt.tool:
         names.setdefault(interrupt.tool_call_id, interrupt.tool)
     original = decision.original_args if isinstance(decision.original_args, dict) else {}
     executed = decision.executed_args if isinstance(decision.executed_args, dict) else None
     asked = [
-        call_words(str(c.get("name") or ""), c.get("arguments"))
-        for c in value.get("tool_calls") or []
-        if isinstance(c, dict)
+        call_words(call.name, call.args if isinstance(call.args, dict) else None)
+        for call in interrupt.tool_calls
     ]
     rows = []
     for call_id, args in original.items():

@@ -4,7 +4,8 @@
 //
 //   j / k   next / previous request (in the queue's order)
 //   o       open the selected request (queue)
-//   a / r   approve / reject (decision page: presses the form's own button)
+//   a / r   approve / reject (decision page: presses the form's own button, accept /
+//           ignore on a request with typed answers)
 //   n       focus the note (decision page)
 //
 // The queue remembers its order for the tab (sessionStorage) when a request is opened from
@@ -80,8 +81,11 @@
   }
 
   function decisionKey(key, help) {
-    if (key === "a") return press('#decision-form button[name="action"][value="approve"]');
-    if (key === "r") return press('#decision-form button[name="action"][value="reject"]');
+    // A request with typed answers (a high-risk tool's approval) names them accept and
+    // ignore; a yes/no request, approve and reject.
+    const button = (value) => `#decision-form button[name="action"][value="${value}"]`;
+    if (key === "a") return press(button("approve")) || press(button("accept"));
+    if (key === "r") return press(button("reject")) || press(button("ignore"));
     if (key === "n") {
       const note = document.querySelector('#decision-form [name="note"]');
       if (!note || note.disabled) return false;

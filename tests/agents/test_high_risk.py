@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from agents import ReactAgent, ResponseGranularity, ResumeValidationError, pending_interrupt, tool
+from agents.inbox import declared
 
 from .conftest import FakeModel, call, say, tool_results, user
 
@@ -60,7 +61,7 @@ async def test_a_high_risk_call_waits_for_approval_and_runs_once_when_approved(
     assert counts["refund"] == 0 and counts["check"] == 0  # approval comes before the turn runs
 
     out = await graph.ainvoke(
-        {"resume": {"approved": True}, "resume_interrupt_id": request.id}, config
+        {"resume": {"type": "accept"}, "resume_interrupt_id": request.id}, config
     )
     assert counts["refund"] == 1 and counts["check"] == 1
     results = tool_results(out["messages"])
@@ -70,15 +71,34 @@ async def test_a_high_risk_call_waits_for_approval_and_runs_once_when_approved(
     assert out["messages"][-1].text() == "handled"
 
 
+async def test_the_approval_declares_agent_inbox_answers_offering_the_calls_arguments(
+    store, config, counts
+):
+    request = await pause(refund_graph(store, counts), config)
+    found = declared(request.response_schema)
+    assert found is not None
+    assert found.actions == ["accept", "edit", "response", "ignore"]
+    assert found.args == {"call_2": {"order_id": "A-1001", "amount": 42.5}}
+    assert found.args_schema["properties"]["call_2"]["required"] == ["order_id", "amount"]
+
+
 @pytest.mark.parametrize(
     ("decision", "reason"),
     [
+        ({"type": "ignore", "note": "outside the return window"}, "outside the return window"),
+        ({"type": "ignore"}, "No approval was given."),
+        ({"type": "response", "args": "Offer a voucher instead."}, "Offer a voucher instead."),
+        (
+            {"type": "response", "args": "Offer a voucher.", "note": "policy 4.2"},
+            "Offer a voucher. (policy 4.2)",
+        ),
+        (None, "No approval was given."),
+        # The yes/no shape of before still declines, with its note.
         ({"approved": False, "note": "outside the return window"}, "outside the return window"),
         ({"approved": False}, "No approval was given."),
-        (None, "No approval was given."),
     ],
 )
-async def test_anything_but_an_explicit_approval_declines_with_the_note_verbatim(
+async def test_anything_but_an_explicit_accept_or_edit_declines_with_what_the_reviewer_said(
     store, config, counts, decision, reason
 ):
     graph = refund_graph(store, counts)
@@ -90,19 +110,44 @@ async def test_anything_but_an_explicit_approval_declines_with_the_note_verbatim
     assert out["messages"][-1].text() == "handled"
 
 
+async def test_an_approval_in_the_yes_no_shape_of_before_still_runs_the_call(store, config, counts):
+    graph = refund_graph(store, counts)
+    request = await pause(graph, config)
+    await graph.ainvoke({"resume": {"approved": True}, "resume_interrupt_id": request.id}, config)
+    assert counts["refund"] == 1
+
+
 @pytest.mark.parametrize(
-    "bad", [{"approved": "yes"}, {"note": "fine by me"}, "yes", {"approved": 1}]
+    ("bad", "line"),
+    [
+        ({"approved": "yes"}, "$: unexpected field 'approved'"),
+        ({"approved": 1}, "$: unexpected field 'approved'"),
+        ({"note": "fine by me"}, "$.type: required"),
+        ("yes", "$: expected object, got str"),
+        (
+            {"type": "approve"},
+            "$.type: this request does not allow 'approve'; it allows 'accept', 'edit', "
+            "'response', 'ignore'",
+        ),
+        (
+            {"type": "accept", "args": {"call_2": {"order_id": "A-1001", "amount": 1.0}}},
+            "$.args: 'accept' carries no arguments; use 'edit' to change them",
+        ),
+        ({"type": "response"}, "$.args: required"),
+        ({"type": "edit"}, "$.args: required"),
+    ],
 )
-async def test_a_malformed_approval_is_refused_and_the_thread_stays_paused(
-    store, config, counts, bad
+async def test_a_malformed_answer_is_refused_saying_why_and_the_thread_stays_paused(
+    store, config, counts, bad, line
 ):
     graph = refund_graph(store, counts)
     request = await pause(graph, config)
-    with pytest.raises(ResumeValidationError):
+    with pytest.raises(ResumeValidationError) as err:
         await graph.ainvoke({"resume": bad}, config)
+    assert line in err.value.context["errors"]
     assert counts["refund"] == 0
     assert (await store.aget("t-1")).interrupt["id"] == request.id
-    await graph.ainvoke({"resume": {"approved": False}}, config)
+    await graph.ainvoke({"resume": {"type": "ignore"}}, config)
     assert counts["refund"] == 0
 
 
@@ -112,7 +157,7 @@ async def test_edited_arguments_are_executed_and_both_versions_are_recorded(stor
     edited = {"order_id": "A-1001", "amount": 40.0}
     out = await graph.ainvoke(
         {
-            "resume": {"approved": True, "args": {"call_2": edited}},
+            "resume": {"type": "edit", "args": {"call_2": edited}},
             "resume_interrupt_id": request.id,
         },
         config,
@@ -143,10 +188,10 @@ async def test_invalid_edited_arguments_are_refused_and_the_thread_stays_paused(
     graph = refund_graph(store, counts)
     request = await pause(graph, config)
     with pytest.raises(ResumeValidationError) as err:
-        await graph.ainvoke({"resume": {"approved": True, "args": args}}, config)
+        await graph.ainvoke({"resume": {"type": "edit", "args": args}}, config)
     assert line in err.value.context["errors"]
     assert counts["refund"] == 0
-    await graph.ainvoke({"resume": {"approved": True}, "resume_interrupt_id": request.id}, config)
+    await graph.ainvoke({"resume": {"type": "accept"}, "resume_interrupt_id": request.id}, config)
     assert counts["refund"] == 1
 
 
@@ -166,7 +211,7 @@ async def test_several_high_risk_calls_share_one_approval_listing_all(store, con
     request = await pause(graph, config)
     assert request.message == "Approve delete account (user id: u1); delete account (user id: u2)?"
     assert [c["id"] for c in request.value["tool_calls"]] == ["call_1", "call_2"]
-    await graph.ainvoke({"resume": {"approved": True}}, config)
+    await graph.ainvoke({"resume": {"type": "accept"}}, config)
     assert ran == ["u1", "u2"]
 
 
@@ -188,7 +233,7 @@ async def test_the_approval_survives_a_crash_between_two_approved_calls(store, c
     graph = ReactAgent(FakeModel(*turns), tools=[pay]).compile(checkpointer=store)
     await pause(graph, config)
     with pytest.raises(ProcessDied):
-        await graph.ainvoke({"resume": {"approved": True}}, config)
+        await graph.ainvoke({"resume": {"type": "accept"}}, config)
     restarted = ReactAgent(FakeModel(say("paid both")), tools=[pay]).compile(checkpointer=store)
     out = await restarted.ainvoke({"messages": []}, config, ResponseGranularity.PARTIAL)
     assert out["interrupt"] is None  # no second approval needed

@@ -255,9 +255,9 @@ async def test_an_answer_to_a_tool_node_is_written_before_the_tool_runs(config):
     out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
     batches = len(store.batches)
     await graph.ainvoke(
-        {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
+        {"resume": {"type": "accept"}, "resume_interrupt_id": out["interrupt"]["id"]}, config
     )
-    assert seen == [[{"approved": True}]]
+    assert seen == [[{"type": "accept"}]]
     # The answer went with the call in flight, right before the tool: the write that lets
     # only this run act.
     assert store.batches[batches] == 2

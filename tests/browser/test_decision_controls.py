@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from agents import inbox
 from portal.models import Decision
-from tests.factories import make_interrupt
+from tests.factories import make_interrupt, make_tool_approval
 
 REFUND_ARGS = {"order_id": "A-1001", "amount": 42.5}
 REFUND_PARAMETERS = {
@@ -99,3 +99,48 @@ def test_options_are_checkboxes_and_the_ticked_ones_are_the_answer(live, login, 
 
     expect(page.locator("#decision-result")).to_be_visible()
     assert Decision.objects.get(interrupt=interrupt).value == {"channels": ["email", "post"]}
+
+
+def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_recorded(
+    live, login, reviewer
+):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    form = page.locator("#decision-form")
+
+    expect(form.get_by_role("button", name="Accept", exact=True)).to_be_visible()
+    expect(form.get_by_role("button", name="Reject")).to_be_visible()
+    expect(form.get_by_text("Respond instead")).to_be_visible()
+    form.get_by_text("Edit arguments").click()
+    # The call's section is titled by its tool in words, never by its call id.
+    expect(form).to_contain_text("Transfer funds")
+    expect(form).not_to_contain_text(call_id)
+    amount = form.get_by_label("Amount")
+    expect(amount).to_have_value("5000.0")
+    amount.fill("4000")
+    form.get_by_role("button", name="Accept with these arguments").click()
+
+    expect(page.locator("#decision-result")).to_contain_text("Edited")
+    decision = Decision.objects.get(interrupt=interrupt)
+    edited = {"amount": 4000, "recipient": "Alice"}
+    assert decision.value == {"type": "edit", "args": {call_id: edited}}
+    assert decision.executed_args == {call_id: edited}
+
+
+def test_a_response_to_a_high_risk_tool_approval_declines_it_with_the_text(live, login, reviewer):
+    interrupt = make_tool_approval()
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    form = page.locator("#decision-form")
+
+    form.get_by_text("Respond instead").click()
+    form.get_by_label("Your response").fill("Send $500 now and the rest after the invoice.")
+    form.get_by_role("button", name="Send response").click()
+
+    expect(page.locator("#decision-result")).to_contain_text("Responded")
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.value == {
+        "type": "response",
+        "args": "Send $500 now and the rest after the invoice.",
+    }
+    assert decision.outcome == Decision.Outcome.RESPONDED and decision.executed_args is None

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from portal.models import Decision
 from tests.browser.conftest import wait_live
-from tests.factories import make_interrupt
+from tests.factories import make_interrupt, make_tool_approval
 
 
 def _decision(interrupt_id: str, timeout: float = 15) -> Decision:
@@ -104,3 +104,17 @@ def test_the_decision_page_approves_rejects_and_focuses_the_note_from_the_keyboa
     expect(page).to_have_url(f"{live}/interrupts/{order[1]}/")
     page.keyboard.press("r")
     assert _decision(order[1]).outcome == Decision.Outcome.REJECTED
+
+
+@pytest.mark.parametrize(("key", "outcome"), [("a", "approved"), ("r", "rejected")])
+def test_a_and_r_accept_or_reject_a_high_risk_tool_approval_too(
+    live, login, reviewer, support_agent, key, outcome
+):
+    # Its answers are typed (accept / ignore), not approve / reject.
+    interrupt = make_tool_approval(owner=support_agent)
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    expect(page.locator("#decision-form")).to_be_visible()
+
+    page.keyboard.press(key)
+
+    assert _decision(interrupt.pk).outcome == outcome

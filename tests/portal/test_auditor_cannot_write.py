@@ -34,6 +34,9 @@ KNOWN_WRITES = {
     "chat_thread",
     "api:start_thread",
     "api:resume_thread",
+    "api:claim_interrupt",
+    "api:release_interrupt",
+    "api:withdraw_interrupt",
     "api:raise_request",
 }
 
@@ -88,11 +91,14 @@ def _bodies(world):
         "approved": "true",
         "note": "auditor was here",
     }
+    start = {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "hi"}]}}
     api = {
-        "api:start_thread": {
-            "agent": "refunds",
-            "input": {"messages": [{"role": "user", "content": "hi"}]},
-        },
+        "api:start_thread": start,
+        # The same route as start_thread (one path, GET lists, POST starts).
+        "api:list_threads": start,
+        "api:claim_interrupt": {},
+        "api:release_interrupt": {},
+        "api:withdraw_interrupt": {},
         "api:resume_thread": {
             "resume": {"approved": True},
             "resume_interrupt_id": world["interrupt_id"],

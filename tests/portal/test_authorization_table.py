@@ -99,6 +99,12 @@ GET  /api/interrupts/<interrupt_id>         401   404   404   200   200   200   
 POST /api/threads                           401   403   202   403   403   403   403   202   202
 GET  /api/threads/<thread_id>               401   404   404   200   200   200   404   200   200
 POST /api/threads/<thread_id>/resume        401   403   403   202   403   403   403   202   202
+GET  /api/threads/<thread_id>/events        401   404   404   200   200   200   404   200   200
+GET  /api/threads                           401   200   200   200   200   200   200   200   200
+GET  /api/decisions                         401   403   403   200   200   200   403   200   200
+POST /api/interrupts/<interrupt_id>/claim   401   404   404   200   403   403   404   200   200
+POST /api/interrupts/<interrupt_id>/release 401   404   404   200   403   403   404   200   200
+POST /api/interrupts/<interrupt_id>/withdraw 401  404   404   403   403   403   404   403   403
 POST /api/requests                          401   403   403   403   403   403   403   403   201
 GET  /api/requests/<request_id>             401   404   404   404   404   404   404   404   404
 GET  /admin/                                login login login login login 200   200   login 200
@@ -121,6 +127,9 @@ MUTATING = {
     ("POST", "/interrupts/<str:interrupt_id>/claim"),
     ("POST", "/interrupts/<str:interrupt_id>/unclaim"),
     ("POST", "/api/threads/<thread_id>/resume"),
+    ("POST", "/api/interrupts/<interrupt_id>/claim"),
+    ("POST", "/api/interrupts/<interrupt_id>/release"),
+    ("POST", "/api/interrupts/<interrupt_id>/withdraw"),
     ("POST", "/admin/portal/interrupt/<id>/decide/"),
 }
 
@@ -215,6 +224,18 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "Hi"}]}},
         ),
         ("GET", "/api/threads/<thread_id>"): (f"/api/threads/{i.thread_id}", None),
+        ("GET", "/api/threads"): ("/api/threads", None),
+        ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
+        ("GET", "/api/decisions"): ("/api/decisions", None),
+        ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
+        ("POST", "/api/interrupts/<interrupt_id>/release"): (
+            f"/api/interrupts/{i.pk}/release",
+            {},
+        ),
+        ("POST", "/api/interrupts/<interrupt_id>/withdraw"): (
+            f"/api/interrupts/{i.pk}/withdraw",
+            {},
+        ),
         ("POST", "/api/threads/<thread_id>/resume"): (
             f"/api/threads/{i.thread_id}/resume",
             {"resume": {"approved": True}, "resume_interrupt_id": i.pk},

@@ -256,7 +256,7 @@ def test_edited_arguments_are_executed_and_both_versions_recorded(reviewer):
     call_id = interrupt.value["tool_calls"][0]["id"]
     edited = {"amount": 500.0, "recipient": "Alice"}
 
-    decision = submit(interrupt, reviewer, {"approved": True, "args": {call_id: edited}})
+    decision = submit(interrupt, reviewer, {"type": "edit", "args": {call_id: edited}})
 
     assert decision.outcome == Decision.Outcome.EDITED
     assert decision.original_args == {call_id: {"amount": 5000.0, "recipient": "Alice"}}
@@ -272,13 +272,47 @@ def test_edited_arguments_that_break_the_tool_schema_are_refused(reviewer):
         submit(
             interrupt,
             reviewer,
-            {"approved": True, "args": {call_id: {"amount": "lots", "to": "Mallory"}}},
+            {"type": "edit", "args": {call_id: {"amount": "lots", "to": "Mallory"}}},
         )
 
     assert f"$.args.{call_id}.amount: expected number, got str" in refused.value.errors
     assert f"$.args.{call_id}.recipient: required" in refused.value.errors
     assert f"$.args.{call_id}: unexpected field 'to'" in refused.value.errors
     assert Decision.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "ran"),
+    [
+        ({"type": "accept"}, Decision.Outcome.APPROVED, True),
+        ({"type": "response", "args": "Ask for the invoice."}, Decision.Outcome.RESPONDED, False),
+        # Ignoring a request to run a tool refuses it.
+        ({"type": "ignore", "note": "not ours"}, Decision.Outcome.REJECTED, False),
+    ],
+)
+def test_each_typed_answer_to_a_high_risk_call_is_recorded_as_its_outcome(
+    reviewer, answer, outcome, ran
+):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+    asked = {call_id: {"amount": 5000.0, "recipient": "Alice"}}
+
+    decision = submit(interrupt, reviewer, answer)
+
+    assert decision.outcome == outcome
+    assert decision.original_args == asked
+    assert decision.executed_args == (asked if ran else None)
+    assert resume_runs(interrupt.thread)[0].input["resume"] == decision.value == answer
+
+
+def test_a_yes_no_approval_of_a_high_risk_call_is_recorded_as_its_typed_answer(reviewer):
+    interrupt = make_tool_approval()
+
+    decision = submit(interrupt, reviewer, {"approved": True, "note": "fine"})
+
+    assert decision.value == {"type": "accept", "note": "fine"}
+    assert decision.outcome == Decision.Outcome.APPROVED
+    assert resume_runs(interrupt.thread)[0].input["resume"] == {"type": "accept", "note": "fine"}
 
 
 def test_a_rejected_high_risk_call_records_no_executed_arguments(reviewer):

@@ -48,8 +48,12 @@ def test_a_reviewer_sees_the_request_the_conversation_the_tool_call_and_the_form
     assert "Send $5,000 to Alice." in html  # the user's message
     assert "transfer_funds" in html and "&quot;recipient&quot;: &quot;Alice&quot;" in html
     assert 'id="decision-form"' in html
-    assert 'name="action" value="approve"' in html
+    # Agent Inbox's four answers, as buttons and fields of their own.
+    assert 'name="action" value="accept"' in html
     assert 'name="action" value="edit"' in html
+    assert 'name="action" value="response"' in html
+    assert 'name="action" value="ignore"' in html
+    assert 'name="response"' in html
     assert 'id="run-live"' in html
 
 

@@ -266,3 +266,21 @@ def test_a_redirect_is_not_followed_with_the_signed_body(fast_retries, settings,
     delivery = Delivery.objects.get()
     assert delivery.status == Delivery.Status.FAILED
     assert "answered 302" in delivery.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_notifier_is_woken_by_a_commit_and_sends_at_once(receiver):
+    from portal.notifier import start_embedded_notifier, stop_embedded_notifier
+    from tests.portal.conftest import wait_for
+
+    subscribe(receiver.url)
+    notifier = start_embedded_notifier()
+    try:
+        assert start_embedded_notifier() is notifier  # one per process
+        notifier.poll = 60  # only the commit's wake-up can make it send in time
+        time.sleep(1.5)  # past its first wait (the default poll): now in a long one
+        note = outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+        wait_for(lambda: receiver.handled, timeout=5, what="the embedded notifier")
+    finally:
+        stop_embedded_notifier()
+    assert list(receiver.handled) == [str(note.pk)]

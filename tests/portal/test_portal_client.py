@@ -18,6 +18,7 @@ from portal.decisions import decision_submit
 from portal.models import Decision
 from tests.factories import make_user
 from tests.liveserver import live_portal
+from tests.portal.test_api_events_live import EventReader, call
 
 pytestmark = pytest.mark.slow
 
@@ -163,3 +164,33 @@ def test_a_webhook_is_verified_against_the_raw_body():
     stale = signing.sign("whsec_test", body, timestamp=int(time.time()) - 3600)
     with pytest.raises(signing.SignatureError, match="replay"):
         client.verify_webhook(body, stale)
+
+
+def test_the_agent_can_follow_its_request_on_the_threads_event_stream(
+    server, transactional_db, roles, reviewer
+):
+    # A reviewer decides over the API, in the server's process, whose broadcasts reach
+    # the stream whatever the channel layer.
+    row, token = api_token_create(
+        user=make_user("sse-bot", role="agent"), scopes=["request", "read"]
+    )
+    portal = PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
+    request = portal.raise_request(agent="invoice-bot", response_schema=YES_NO)
+    host, port = server.removeprefix("http://").split(":")
+    stream = EventReader((host, int(port)), f"/api/threads/{request.thread_id}/events", token)
+    seen: list = []
+    stream.until_status("interrupted", seen)
+
+    call(
+        (host, int(port)),
+        "POST",
+        f"/api/threads/{request.thread_id}/resume",
+        api_token_create(user=reviewer)[1],
+        {"resume": {"approved": True}, "resume_interrupt_id": request.id},
+    )
+    after: list = []
+    stream.until_status("done", after)
+    stream.close()
+
+    # "done" is the news that the answer is there to read.
+    assert portal.get(request.id).answer.goes_ahead

@@ -223,22 +223,25 @@ def test_a_tool_approval_offers_argument_editing_prefilled_with_the_model_argume
 
     form = DecisionForm(interrupt=interrupt)
 
-    assert form.mode == "approval"
-    assert form.can_edit_args
+    assert form.mode == "inbox"
+    assert form.can_edit_args and form.allows_response
+    assert form.inbox_buttons() == [("accept", "Accept"), ("ignore", "Reject")]
     assert form.fields[f"args.{call_id}.amount"].initial == 5000.0
     assert form.fields[f"args.{call_id}.recipient"].initial == "Alice"
     assert form.fields[f"args.{call_id}.amount"].label.startswith("Transfer funds")
 
 
 @pytest.mark.django_db
-def test_approving_a_tool_call_without_editing_sends_no_arguments():
+@pytest.mark.parametrize(("action", "sent"), [("accept", "accept"), ("approve", "accept")])
+def test_accepting_a_tool_call_without_editing_sends_no_arguments(action, sent):
+    # "approve": the button of a page rendered before the typed answers, still understood.
     interrupt = make_tool_approval()
     call_id = interrupt.value["tool_calls"][0]["id"]
 
     form = DecisionForm(
         {
             "resume_interrupt_id": interrupt.pk,
-            "action": "approve",
+            "action": action,
             f"args.{call_id}.amount": "1",
             f"args.{call_id}.recipient": "Mallory",
         },
@@ -246,7 +249,52 @@ def test_approving_a_tool_call_without_editing_sends_no_arguments():
     )
 
     assert form.is_valid(), form.errors
-    assert form.value() == {"approved": True}
+    assert form.value() == {"type": sent}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("post", "answer"),
+    [
+        (
+            {"action": "edit", "amount": "4000", "recipient": "Alice"},
+            {"type": "edit", "args": {"CALL": {"amount": 4000.0, "recipient": "Alice"}}},
+        ),
+        (
+            {"action": "response", "response": "Ask for the invoice first."},
+            {"type": "response", "args": "Ask for the invoice first."},
+        ),
+        ({"action": "ignore", "note": "not ours"}, {"type": "ignore", "note": "not ours"}),
+        ({"action": "reject"}, {"type": "ignore"}),
+    ],
+)
+def test_each_typed_answer_to_a_tool_approval_is_built_from_its_form(post, answer):
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+    data = {"resume_interrupt_id": interrupt.pk, "action": post.pop("action")}
+    for key, value in post.items():
+        data[f"args.{call_id}.{key}" if key in ("amount", "recipient") else key] = value
+
+    form = DecisionForm(data, interrupt=interrupt)
+
+    assert form.is_valid(), form.errors
+    expected = dict(answer)
+    if "args" in expected and isinstance(expected["args"], dict):
+        expected["args"] = {call_id: expected["args"]["CALL"]}
+    assert form.value() == expected
+
+
+@pytest.mark.django_db
+def test_a_response_to_a_tool_approval_needs_its_text():
+    interrupt = make_tool_approval()
+
+    form = DecisionForm(
+        {"resume_interrupt_id": interrupt.pk, "action": "response", "response": ""},
+        interrupt=interrupt,
+    )
+
+    assert not form.is_valid()
+    assert form.errors["response"] == ["Write the response the agent should get."]
 
 
 @pytest.mark.django_db

@@ -99,7 +99,7 @@ def test_the_history_decision_page_speaks_in_words_and_keeps_the_raw_json_folded
     decision = make_decision(
         interrupt=interrupt,
         reviewer=reviewer,
-        value={"approved": True, "args": {call_id: {"amount": 4000.0, "recipient": "Alice"}}},
+        value={"type": "edit", "args": {call_id: {"amount": 4000.0, "recipient": "Alice"}}},
     )
     _resumed_with(
         interrupt.thread,
@@ -128,12 +128,12 @@ def test_the_history_decision_page_speaks_in_words_and_keeps_the_raw_json_folded
     assert "transfer_funds" not in text
     assert call_id not in text and "call_second" not in text
     assert "tool_approval" not in text and "TOOL" not in text
-    assert '"approved"' not in text and '"recipient"' not in text  # no raw JSON in view
+    assert '"type"' not in text and '"recipient"' not in text  # no raw JSON in view
     assert "Transfer funds (amount: 5,000, recipient: Alice)" in text  # what was asked
     assert "Transfer funds (amount: 4,000, recipient: Alice)" in text  # what ran
     assert "Approved with edited arguments" in text
     assert "Transfer funds declined by rita-reviewer: over the daily limit." in text
     assert "Asks to run Transfer funds (amount: 10)" in text
     # Auditors still find everything as it was stored, one click away.
-    assert "&quot;approved&quot;: true" in html and call_id in html
+    assert "&quot;type&quot;: &quot;edit&quot;" in html and call_id in html
     assert "transfer_funds" in html
