@@ -62,6 +62,7 @@ __all__ = [
     "RequestInvalid",
     "RequestSpec",
     "external_answer",
+    "external_answer_queue",
     "external_request_close",
     "external_request_collect",
     "external_request_create",
@@ -388,7 +389,7 @@ def external_request_close(*, thread: Thread, interrupt_id: str) -> None:
         status=ThreadStatus.DONE, next_node=None, node=NODE, meta={"answered": interrupt_id}
     )
     DjangoCheckpointer().put_sync(str(thread.pk), done, parent_seq=last)
-    _queue_webhook(interrupt_id)
+    external_answer_queue(interrupt_id)
     # Whoever follows the thread (its pages, the API's event stream) learns it is done,
     # as a worker's finished run would tell them.
     transaction.on_commit(
@@ -396,21 +397,28 @@ def external_request_close(*, thread: Thread, interrupt_id: str) -> None:
     )
 
 
-def _queue_webhook(interrupt_id: str) -> None:
+def external_answer_queue(interrupt_id: str) -> None:
     """Queue the answer for the requester's callback URL, when it gave one, in the
-    decision's transaction: the outbox signs it with the token's webhook secret and
-    retries it until the receiver takes it, so a receiver that is down delays the answer
-    but never blocks the decision nor loses the answer."""
+    decision's transaction. ``external_request_close`` calls it, and so does whatever
+    ends a request without closing its thread (a cancelled thread's requests). The
+    outbox signs it with the token's webhook secret and retries it until the receiver
+    takes it, so a receiver that is down delays the answer but never blocks the decision
+    nor loses the answer."""
     request = ExternalRequest.objects.select_related("interrupt", "interrupt__thread").get(
         pk=interrupt_id
     )
     if not request.callback_url:
         return
-    body = external_answer(request)
-    kind = _EVENTS.get(body["status"], outbox.REQUEST_DECIDED)
+    # Named as the portal's own notification of the same decision is (outbox).
+    decision = Decision.objects.select_related("thread").get(interrupt_id=interrupt_id)
+    kind = outbox.REQUEST_DECIDED
+    if decision.outcome == Decision.Outcome.EXPIRED:
+        kind = outbox.REQUEST_EXPIRED
+    elif decision.is_withdrawal():
+        kind = outbox.REQUEST_WITHDRAWN
     outbox.outbox_enqueue(
         kind=kind,
-        payload=body,
+        payload=external_answer(request),
         interrupt=request.interrupt,
         to=outbox.Target.webhook(request.callback_url, secret=request.callback_secret),
     )
@@ -423,10 +431,6 @@ _STATES: dict[str, str] = {
     Interrupt.Status.EXPIRED: "expired",
     Interrupt.Status.CANCELLED: "cancelled",
 }
-
-
-# The event a request's answer is sent as, by what became of the request.
-_EVENTS = {"expired": outbox.REQUEST_EXPIRED, "cancelled": outbox.REQUEST_WITHDRAWN}
 
 
 def _iso(moment: datetime) -> str:

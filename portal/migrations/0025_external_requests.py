@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0028_interrupt_summary"),
+        ("portal", "0022_thread_cancel_retry_approvals"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

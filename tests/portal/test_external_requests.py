@@ -701,3 +701,21 @@ def test_an_expired_request_says_so_in_its_webhook(hooked):
     expired = client.verify_webhook(raw, headers["portal-signature"])
     assert expired.status == "expired" and expired.answer.outcome == "expired"
     assert not expired.answer.goes_ahead
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_thread_tells_its_agent_by_webhook(hooked, admin_user):
+    from portal.services import thread_abort
+
+    agent, receiver, client = hooked
+    body = _raise(agent, callback_url=receiver.url)
+
+    thread_abort(thread=Thread.objects.get(pk=body["thread_id"]), user=admin_user)
+    _deliver_due()
+
+    headers, raw = receiver.requests[0]
+    cancelled = client.verify_webhook(raw, headers["portal-signature"])
+    assert cancelled.status == "cancelled" and cancelled.answer.outcome == "cancelled"
+    assert cancelled.answer.decided_by == admin_user.username
+    assert not cancelled.answer.goes_ahead
+    assert headers["portal-event-type"] == "request.decided"
