@@ -719,3 +719,27 @@ def test_a_cancelled_thread_tells_its_agent_by_webhook(hooked, admin_user):
     assert cancelled.answer.decided_by == admin_user.username
     assert not cancelled.answer.goes_ahead
     assert headers["portal-event-type"] == "request.decided"
+
+
+@pytest.mark.django_db
+def test_a_policy_can_require_two_approvals_of_an_external_request(
+    agent, reviewer, second_reviewer, settings
+):
+    settings.PORTAL_POLICIES = {"invoice-bot:*": {"approvals_required": 2}}
+    body = _raise(agent)
+
+    for who in (reviewer, second_reviewer):
+        decision_submit(
+            interrupt=body["id"],
+            reviewer=who,
+            value={"approved": True},
+            resume_interrupt_id=body["id"],
+        )
+        if who is reviewer:
+            assert agent.get(body["id"]).json()["status"] == "pending"
+
+    answer = agent.get(body["id"]).json()
+    assert answer["status"] == "decided" and answer["answer"]["outcome"] == "approved"
+    assert answer["answer"]["decided_by"] == second_reviewer.username
+    assert Thread.objects.get(pk=body["thread_id"]).status == Thread.Status.DONE
+    assert not Run.objects.exists()
