@@ -108,12 +108,19 @@ def queue_page(
     )
 
 
+def _outside_agents_waiting() -> set[str]:
+    # Agents outside the portal (portal/external.py) have no settings entry; those with a
+    # request in the queue are offered too. Pending rows only, as small as the queue.
+    waiting = Interrupt.objects.filter(status=Interrupt.Status.PENDING, external__isnull=False)
+    return set(waiting.values_list("agent", flat=True))
+
+
 @require_GET
 @login_required
 def queue(request: HtmxRequest) -> HttpResponse:
     if not roles.can_decide(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
-    agents = sorted(settings.PORTAL_AGENTS)
+    agents = sorted(set(settings.PORTAL_AGENTS) | _outside_agents_waiting())
     agent = request.GET.get("agent", "")
     reason = request.GET.get("reason", "")
     sort = request.GET.get("sort", "oldest")

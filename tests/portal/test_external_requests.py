@@ -117,6 +117,9 @@ def test_a_raised_request_waits_in_the_queue_like_an_agents_pause(agent, agent_u
     page.force_login(reviewer)
     html = page.get("/queue/").content.decode()
     assert f'id="q-{interrupt.pk}"' in html and "Pay invoice 7" in html
+    assert '<option value="invoice-bot"' in html  # the queue's agent filter offers it
+    filtered = page.get("/queue/", {"agent": "invoice-bot"}).content.decode()
+    assert f'id="q-{interrupt.pk}"' in filtered
     assert page.get(f"/interrupts/{interrupt.pk}/").status_code == 200
     assert not Run.objects.filter(thread=thread).exists()
     event = AuditEvent.objects.get(action="interrupt.raise")
