@@ -24,7 +24,7 @@ from django_htmx.middleware import HtmxDetails
 
 from portal import paging, roles
 from portal.assignments import assigned_to
-from portal.models import Approval, Interrupt
+from portal.models import Approval, ExternalRequest, Interrupt
 from portal.paging import Cursor
 
 
@@ -108,11 +108,16 @@ def queue_page(
     )
 
 
+# The most outside agents the filter lists (the rest are still reachable by ?agent=).
+OUTSIDE_AGENTS_MAX = 50
+
+
 def _outside_agents_waiting() -> set[str]:
     # Agents outside the portal (portal/external.py) have no settings entry; those with a
-    # request in the queue are offered too. Pending rows only, as small as the queue.
-    waiting = Interrupt.objects.filter(status=Interrupt.Status.PENDING, external__isnull=False)
-    return set(waiting.values_list("agent", flat=True))
+    # request in the queue are offered too. Read from the external requests' side, so a
+    # queue of the portal's own agents' requests costs nothing here.
+    waiting = ExternalRequest.objects.filter(interrupt__status=Interrupt.Status.PENDING)
+    return set(waiting.values_list("interrupt__agent", flat=True).distinct()[:OUTSIDE_AGENTS_MAX])
 
 
 @require_GET
