@@ -844,17 +844,20 @@ Client-side time per HTTP request:
 # (label, substring of a sampled stack): the first that matches names the sample.
 WEB_PHASES = [
     ("starting threads (asgiref starts one per request)", "Thread.start"),
-    ("open a PostgreSQL connection (one per request)", "DatabaseWrapper.get_new_connection"),
-    ("token check (SELECT + UPDATE last_used_at)", "BearerToken.authenticate"),
+    ("borrow a pooled connection (and its health check)", "DatabaseWrapper.get_new_connection"),
+    ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
+    ("live updates on commit (rendering partials, Redis)", "portal/broadcast.py"),
     ("POST resume: decision_submit", "resume_thread (portal/api.py"),
     ("POST start: thread_start", "start_thread (portal/api.py"),
-    ("GET thread: checkpoint read + rendering to JSON", "get_thread (portal/api.py"),
+    ("GET thread ?wait: looks while waiting", "_thread_busy (portal/api.py"),
+    ("GET thread ?wait: checkpoint read + JSON", "_thread_out (portal/api.py"),
+    ("GET thread ?wait: the wait itself (event loop)", "await_until (portal/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
     ("daphne + asyncio (HTTP, event loop)", ""),
 ]
 WORKER_PHASES = [
-    ("claim (SELECT ... FOR UPDATE SKIP LOCKED, UPDATE)", "Worker.claim "),
+    ("claim (one statement on PostgreSQL)", "Worker.claim "),
     ("finish + settle (run and thread rows)", "Worker._finish "),
     ("publish to Redis (live updates)", "portal/broadcast.py"),
     ("checkpoint writes and reads", "portal/checkpointer.py"),
