@@ -220,7 +220,7 @@ def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
 
 
 def _outcome_and_args(
-    interrupt: Interrupt, value: Any
+    interrupt: Interrupt, value: Any, *, said_no: bool = False
 ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     """(outcome, original_args, executed_args), args keyed by tool call id.
 
@@ -228,10 +228,14 @@ def _outcome_and_args(
     approval or a breakpoint before the tools (``value["tool_calls"]``, editable through
     ``value["args"]``), or an ``interrupt()`` inside a tool (``tool_call_id`` set;
     editable when it allows "edit"). Executed args are None unless it goes ahead.
+    ``said_no``: ``value`` is the typed answer of a yes/no "no" (``from_approval``).
     """
     declared = inbox.declared(interrupt.response_schema)
     if declared is not None:
-        return _typed_outcome(interrupt, declared, value)
+        outcome, original, executed = _typed_outcome(interrupt, declared, value)
+        # A yes/no "no" reaches the agent as an ignore, but the reviewer refused: it is
+        # recorded as the rejection a "no" always is; only an explicit ignore is ignored.
+        return (Decision.Outcome.REJECTED if said_no else outcome), original, executed
     if value is None:
         outcome = Decision.Outcome.CANCELLED
     elif isinstance(value, dict) and "approved" in value:
@@ -284,10 +288,6 @@ def _typed_outcome(
         # A high-risk tool's approval: arguments keyed by call id, and an edit may change
         # some calls and leave the others as asked.
         asked = {call.id: call.args for call in calls}
-        if kind == "ignore":
-            # Ignoring a request to run a tool is refusing it: recorded as the rejection
-            # it always was, so history and metrics count tool refusals in one place.
-            return Decision.Outcome.REJECTED, asked, None
         if kind == "accept":
             return outcome, asked, dict(asked)
         if kind == "edit":
@@ -355,7 +355,9 @@ def decision_submit(
         schema = found[0]
     # A yes/no approval to a request that declares typed answers (a high-risk tool's,
     # since it allows Agent Inbox's four) is recorded as the typed answer it stands for.
-    value = inbox.from_approval(value, schema)
+    typed = inbox.from_approval(value, schema)
+    said_no = typed is not value and typed.get("type") == "ignore"
+    value = typed
     if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
         value = {**value, "note": note}
     _validate(schema, value, note)
@@ -385,7 +387,7 @@ def decision_submit(
         forbidden = decision_forbidden(interrupt=locked, user=reviewer)
         if forbidden is not None:
             raise forbidden
-        outcome, original, executed = _outcome_and_args(locked, value)
+        outcome, original, executed = _outcome_and_args(locked, value, said_no=said_no)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
         try:

@@ -171,11 +171,7 @@ class DecisionForm(forms.Form):
         """(action, label) of the answers a declaring request allows that are a plain
         button (edit and response sit with their fields)."""
         actions = self.declared.actions if self.declared else []
-        labels = dict(_ACTION_LABELS)
-        if original_args(self.interrupt):
-            # Ignoring a request to run a tool refuses it; the button says so.
-            labels[IGNORE] = "Reject"
-        return [(a, labels[a]) for a in actions if a in (ACCEPT, IGNORE)]
+        return [(a, _ACTION_LABELS[a]) for a in actions if a in (ACCEPT, IGNORE)]
 
     @property
     def allows_response(self) -> bool:
@@ -223,8 +219,12 @@ class DecisionForm(forms.Form):
     def _clean_inbox(self, cleaned: dict[str, Any], declared: inbox.Declared) -> dict[str, Any]:
         action = cleaned.get("action") or ""
         # A page rendered before high-risk approvals declared their answers still posts
-        # approve or reject: the same answers, by their new names.
-        action = {APPROVE: ACCEPT, REJECT: IGNORE}.get(action, action)
+        # approve or reject: approve is accept by its new name, and reject stays the "no"
+        # it was (``value``), which goes to the agent as an ignore.
+        action = {APPROVE: ACCEPT}.get(action, action)
+        if action == REJECT and IGNORE in declared.actions:
+            cleaned["action"] = REJECT
+            return cleaned
         if action not in declared.actions:
             allowed = ", ".join(_ACTION_LABELS[a].lower() for a in declared.actions)
             raise forms.ValidationError(f"This request allows only: {allowed}.")
@@ -239,6 +239,8 @@ class DecisionForm(forms.Form):
         """The answer as JSON (call after ``is_valid()``)."""
         data = self.cleaned_data
         note = data.get("note") or ""
+        if self.declared is not None and data["action"] == REJECT:
+            return {"approved": False, "note": note} if note else {"approved": False}
         if self.declared is not None:
             answer: dict[str, Any] = {"type": data["action"]}
             if data["action"] == EDIT and self.args_layout is not None:

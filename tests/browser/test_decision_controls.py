@@ -110,7 +110,8 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     form = page.locator("#decision-form")
 
     expect(form.get_by_role("button", name="Accept", exact=True)).to_be_visible()
-    expect(form.get_by_role("button", name="Reject")).to_be_visible()
+    expect(form.get_by_role("button", name="Ignore", exact=True)).to_be_visible()
+    expect(form.get_by_role("button", name="Reject")).to_have_count(0)
     expect(form.get_by_text("Respond instead")).to_be_visible()
     form.get_by_text("Edit arguments").click()
     # The call's section is titled by its tool in words, never by its call id.
@@ -144,3 +145,19 @@ def test_a_response_to_a_high_risk_tool_approval_declines_it_with_the_text(live,
         "args": "Send $500 now and the rest after the invoice.",
     }
     assert decision.outcome == Decision.Outcome.RESPONDED and decision.executed_args is None
+
+
+def test_ignoring_a_high_risk_tool_approval_is_recorded_as_ignored_not_rejected(
+    live, login, reviewer
+):
+    interrupt = make_tool_approval()
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    form = page.locator("#decision-form")
+
+    form.get_by_label("Note").fill("Not a payment we make.")
+    form.get_by_role("button", name="Ignore", exact=True).click()
+
+    expect(page.locator("#decision-result")).to_contain_text("Ignored")
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.value == {"type": "ignore", "note": "Not a payment we make."}
+    assert decision.outcome == Decision.Outcome.IGNORED and decision.executed_args is None

@@ -4,10 +4,12 @@ exactly those, each is recorded as its own outcome, and the API refuses the othe
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 
 from agents import inbox
 from portal import metrics
@@ -300,3 +302,28 @@ def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
     assert (decision.outcome, decision.value, decision.executed_args) == ("expired", None, None)
     run = Run.objects.get(thread=interrupt.thread, kind=Run.Kind.RESUME)
     assert run.input["resume"] is None
+
+
+def test_a_tool_approvals_ignore_rejection_and_response_are_told_apart_everywhere(
+    client, reviewer, auditor
+):
+    ignored, rejected, responded = (make_tool_approval() for _ in range(3))
+    make_decision(interrupt=ignored, reviewer=reviewer, value={"type": "ignore"})
+    make_decision(interrupt=rejected, reviewer=reviewer, value={"approved": False})
+    make_decision(interrupt=responded, reviewer=reviewer, value={"type": "response", "args": "No."})
+    client.force_login(auditor)
+
+    def found(**criteria):
+        page = client.get(reverse("history"), {"tool": "transfer_funds", **criteria})
+        return [row["decision_id"] for row in page.context["page"].rows]
+
+    assert found(outcome="ignored") == [ignored.decision.pk]
+    assert found(outcome="rejected") == [rejected.decision.pk]
+    assert found(outcome="responded") == [responded.decision.pk]
+    now = timezone.now()
+    [row] = metrics.summary(now - timedelta(hours=1), now + timedelta(hours=1))["by_agent"]
+    assert {o: n for o, n in row.counts.items() if n} == {
+        "ignored": 1,
+        "rejected": 1,
+        "responded": 1,
+    }
