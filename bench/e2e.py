@@ -22,7 +22,8 @@ burst is timed while the workers drain it alone.
 
 Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
 profile`` samples our web process and workers with py-spy during a 20-client batch.
-PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (dropped and created anew
+PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (names end in
+``BENCH_E2E_DB_SUFFIX``; dropped and created anew
 each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
 every loop is bounded in count and in time.
 """
@@ -47,8 +48,10 @@ from bench.report import load_note, machine, percentile, table, write_section
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "artifacts" / "bench" / "e2e"
 PG = os.environ.get("BENCH_E2E_PG", "postgres://postgres@127.0.0.1:5432")
-OURS_DB = f"{PG}/bench_e2e_ours"
-PEER_DB = f"{PG}/bench_e2e_peer"
+# Lets two runs share one PostgreSQL server without sharing databases.
+DB_SUFFIX = os.environ.get("BENCH_E2E_DB_SUFFIX", "")
+OURS_DB = f"{PG}/bench_e2e_ours{DB_SUFFIX}"
+PEER_DB = f"{PG}/bench_e2e_peer{DB_SUFFIX}"
 REDIS_URL = os.environ.get("BENCH_E2E_REDIS_URL", "redis://127.0.0.1:6379/6")
 ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "2"))
 CYCLES_ONE = int(os.environ.get("BENCH_E2E_CYCLES_ONE", "25"))
@@ -125,6 +128,9 @@ def _ours_env() -> dict[str, str]:
             "DEBUG": "0",
             "SECRET_KEY": SECRET,
             "SECURE_SSL_REDIRECT": "0",
+            # No per-token request limit: the peer has none, and one client's token makes
+            # hundreds of requests a minute here.
+            "PORTAL_API_RATE": "",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
         }

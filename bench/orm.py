@@ -87,6 +87,9 @@ def _env() -> dict[str, str]:
         "PORTAL_EMBEDDED_WORKER": "0",
         "PORTAL_NO_WORKER": "1",
         "PORTAL_MODEL": "scripted",
+        # No connection pool: the benchmark forks, and a child must not inherit the
+        # parent's pooled connections (or the pool's threads, which do not survive).
+        "PORTAL_DB_POOL_SIZE": "0",
         # Production mode: no per-query debug log (DEBUG off needs a long SECRET_KEY).
         "DEBUG": "0",
         "SECRET_KEY": "bench-only-" + "k" * 60,

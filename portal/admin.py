@@ -1,11 +1,17 @@
-"""The Django admin: a read-only window on the portal's tables, plus deciding interrupts.
+"""The Django admin: a read-only window on the portal's tables, plus deciding interrupts
+and a few bulk actions.
 
 Services are the only writers, so nothing here edits a row directly. Threads, checkpoints,
 runs and decisions are read-only; decisions cannot be added, changed or deleted even by a
-superuser (they are the audit record). The one write is the decision form on an
+superuser (they are the audit record). The writes are the decision form on an
 interrupt's change page, which goes through ``portal.decisions.decision_submit`` with the
 same form, validation and errors as the dashboard, and needs the same permission
-(``roles.can_decide``): the admin's view permission only lets staff read.
+(``roles.can_decide``): the admin's view permission only lets staff read; and the bulk
+actions, each through the service its page uses, offered only to those who hold its
+permission: expire requests (``interrupt_expire``, decide permission), withdraw requests
+(``thread_cancel``, cancel_thread), cancel threads (``thread_abort``, cancel_thread) and
+retry failed threads (``thread_retry``, retry_thread). Each selected row is done on its
+own; what was refused is listed with the reason.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import outbox, roles
-from portal.decisions import DecisionRefused
+from portal import outbox, roles, services
+from portal.decisions import DecisionRefused, interrupt_expire
+from portal.errors import Refused
 from portal.forms import DecisionForm
 from portal.models import (
     ApiToken,
     Assignment,
+    AuditEvent,
     Checkpoint,
     Decision,
     Delivery,
@@ -41,6 +49,7 @@ from portal.models import (
     Thread,
     api_token_delete,
 )
+from portal.words import recorded_words
 
 
 def pretty(value: Any) -> str:
@@ -63,6 +72,31 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+def run_each(
+    admin_view: admin.ModelAdmin,  # type: ignore[type-arg]
+    request: HttpRequest,
+    rows: Any,
+    act: Any,
+    done: str,
+) -> None:
+    """Apply ``act(row)`` to each selected row, each in its own service call, and tell the
+    user how many were ``done`` and why any others were refused."""
+    count, refused = 0, []
+    for row in rows:
+        try:
+            act(row)
+        except (DecisionRefused, Refused) as exc:
+            refused.append(f"{row}: {exc}")
+        else:
+            count += 1
+    if count:
+        admin_view.message_user(request, f"{done}: {count}.", messages.SUCCESS)
+    if refused:
+        admin_view.message_user(
+            request, f"Refused ({len(refused)}): " + "; ".join(refused), messages.WARNING
+        )
 
 
 class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -117,8 +151,37 @@ class ThreadAdmin(ReadOnlyAdmin):
         "created_at",
         "updated_at",
         "last_seq",
+        "cancelled_at",
+        "cancelled_by",
     ]
     inlines = [CheckpointInline, InterruptInline, DecisionInline]
+    actions = ["retry_threads", "cancel_threads"]
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return roles.can_retry_threads(request.user)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return roles.can_cancel_threads(request.user)
+
+    @admin.action(description="Retry the selected failed threads", permissions=["retry"])
+    def retry_threads(self, request: HttpRequest, queryset: QuerySet[Thread]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda t: services.thread_retry(thread=t, user=request.user),
+            "Retried from their last checkpoint",
+        )
+
+    @admin.action(description="Cancel the selected threads", permissions=["cancel"])
+    def cancel_threads(self, request: HttpRequest, queryset: QuerySet[Thread]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda t: services.thread_abort(thread=t, user=request.user),
+            "Cancelled",
+        )
 
 
 @admin.register(Interrupt)
@@ -184,6 +247,40 @@ class InterruptAdmin(ReadOnlyAdmin):
         "decided",
         "checkpoint_seq",
     ]
+
+    actions = ["expire_requests", "withdraw_requests"]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return roles.can_decide(request.user)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return roles.can_cancel_threads(request.user)
+
+    @admin.action(
+        description="Expire the selected requests now (the runs resume with a decline)",
+        permissions=["decide"],
+    )
+    def expire_requests(self, request: HttpRequest, queryset: QuerySet[Interrupt]) -> None:
+        run_each(
+            self,
+            request,
+            queryset.select_related("thread"),
+            lambda i: interrupt_expire(interrupt=i, user=request.user),
+            "Expired",
+        )
+
+    @admin.action(
+        description="Withdraw the selected requests (the runs resume without an answer)",
+        permissions=["cancel"],
+    )
+    def withdraw_requests(self, request: HttpRequest, queryset: QuerySet[Interrupt]) -> None:
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda i: services.thread_cancel(interrupt=i, user=request.user),
+            "Withdrawn",
+        )
 
     @admin.display(description="Request")
     def short_message(self, obj: Interrupt) -> str:
@@ -267,12 +364,7 @@ class InterruptAdmin(ReadOnlyAdmin):
                 status = refusal.status_code
                 interrupt.refresh_from_db()
             else:
-                self.message_user(
-                    request,
-                    f"Recorded: {decision.get_outcome_display().lower()}; the thread resumes "
-                    "in the worker.",
-                    messages.SUCCESS,
-                )
+                self.message_user(request, recorded_words(decision), messages.SUCCESS)
                 change = reverse("admin:portal_interrupt_change", args=[quote(interrupt.pk)])
                 return HttpResponseRedirect(change)
         # Show the change page again, as a GET, with the bound form and its errors.
@@ -332,6 +424,39 @@ class DecisionAdmin(ReadOnlyAdmin):
     @admin.display(description="Executed arguments")
     def executed(self, obj: Decision) -> str:
         return pretty(obj.executed_args)
+
+
+_EVENT_FIELDS = [
+    "created_at",
+    "action",
+    "actor_name",
+    "actor_id",
+    "target_type",
+    "target_id",
+    "detail_display",
+    "prev_hash",
+    "hash",
+]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    """The audit trail of actions, read-only (auditors also have it under History)."""
+
+    ordering = ["-created_at", "-id"]  # the auditevent_recent index
+    list_display = ["created_at", "action", "actor_name", "target_type", "target_id"]
+    list_filter = ["action"]
+    search_fields = ["=actor_name", "=target_id", "action"]
+    date_hierarchy = "created_at"
+    fields = tuple(_EVENT_FIELDS)
+    readonly_fields = _EVENT_FIELDS
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        return {}  # no bulk delete, not even for superusers
+
+    @admin.display(description="Detail")
+    def detail_display(self, obj: AuditEvent) -> str:
+        return pretty(obj.detail)
 
 
 @admin.register(Run)

@@ -30,13 +30,13 @@ import math
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q, QuerySet, Window
+from django.db import connection, transaction
+from django.db.models import F, Prefetch, Q, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
@@ -50,7 +50,7 @@ from pydantic import ConfigDict
 
 from agents import inbox
 from agents.checkpoint import ThreadStatus
-from portal import access, follow, history, paging, roles, waiting
+from portal import access, follow, history, paging, policies, roles, waiting
 from portal.assignments import assigned_to
 from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import (
@@ -63,6 +63,7 @@ from portal.errors import InputError, InterruptNotPending
 from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
+    Approval,
     AuditEvent,
     Checkpoint,
     Decision,
@@ -79,6 +80,8 @@ TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# How precisely a token's last_used_at is kept: it is written when older than this.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
 
@@ -175,7 +178,11 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+            # At most one durable write per token and minute, not one per request: reads
+            # would otherwise each wait for the disk.
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user
@@ -424,6 +431,19 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 
+class ApprovalOut(Schema):
+    reviewer: str = Field(..., description="Who answered (their username).")
+    outcome: str = Field(
+        ..., description="How: approved counts towards going ahead; anything else against."
+    )
+    note: str
+    created_at: datetime
+
+    @staticmethod
+    def resolve_reviewer(obj: Approval) -> str:
+        return str(obj.reviewer.get_username())
+
+
 class InterruptOut(Schema):
     id: str
     thread_id: str
@@ -451,6 +471,32 @@ class InterruptOut(Schema):
             '"args": "text"} or {"type": "ignore"}; any other type is refused (422).'
         ),
     )
+
+    approvals_required: int = Field(
+        1,
+        description="How many distinct reviewers must approve before the run goes ahead "
+        "(the request's policy).",
+    )
+    rejections_required: int = Field(
+        1, description="How many distinct reviewers must decline before it is declined."
+    )
+    approvals: list[ApprovalOut] = Field(
+        [],
+        description="The answers recorded so far on a request that needs several "
+        "reviewers, oldest first: who, how and when.",
+    )
+
+    @staticmethod
+    def resolve_approvals_required(obj: Interrupt) -> int:
+        return policies.policy_for(obj.agent, obj.reason).approvals_required
+
+    @staticmethod
+    def resolve_rejections_required(obj: Interrupt) -> int:
+        return policies.policy_for(obj.agent, obj.reason).rejections_required
+
+    @staticmethod
+    def resolve_approvals(obj: Interrupt) -> list[Approval]:
+        return list(obj.approvals.all())
 
     @staticmethod
     def resolve_user_message(obj: Interrupt) -> str | None:
@@ -507,9 +553,19 @@ class ResumeIn(Schema):
 
 class ResumeOut(Schema):
     thread_id: str
-    run_id: str
-    decision_id: int
+    run_id: str | None = Field(
+        ..., description="The queued resume; null while the request waits for more reviewers."
+    )
+    decision_id: int | None = Field(
+        ..., description="The decision; null while the request waits for more reviewers."
+    )
     outcome: str
+    approval_id: int | None = Field(
+        None, description="Your vote, on a request that needs several reviewers."
+    )
+    waiting_for: str | None = Field(
+        None, description='What the request still waits for, e.g. "1 more approval".'
+    )
 
 
 class InterruptFilter(Schema):
@@ -525,8 +581,11 @@ class InterruptFilter(Schema):
 
 
 def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
-    return Interrupt.objects.select_related("claimed_by").filter(
-        thread__in=access.visible_threads(user)
+    votes = Approval.objects.select_related("reviewer").order_by("id")
+    return (
+        Interrupt.objects.select_related("claimed_by")
+        .prefetch_related(Prefetch("approvals", queryset=votes))
+        .filter(thread__in=access.visible_threads(user))
     )
 
 
@@ -624,9 +683,20 @@ class WaitParams(Schema):
 
 
 def _thread_busy(thread_id: Any) -> bool:
-    return Run.objects.filter(
+    busy = Run.objects.filter(
         thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
     ).exists()
+    if busy:
+        _release_connection()  # it will wait
+    return busy
+
+
+def _release_connection() -> None:
+    # A waiting request holds no database connection between its looks (back to the pool,
+    # or closed), so many waiters do not hold as many connections. Not inside a
+    # transaction: a test's own would be lost.
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
@@ -688,20 +758,32 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
     if not roles.can_decide(user):
         raise ApiProblem(403, "Your role cannot decide requests.")
     thread = _thread_or_404(request, thread_id)
-    decision = decision_submit_for_thread(
+    recorded = decision_submit_for_thread(
         thread=thread,
         reviewer=user,
         value=payload.resume,
         resume_interrupt_id=payload.resume_interrupt_id,
         note=payload.note,
     )
+    if isinstance(recorded, Approval):  # a vote; the request waits for more reviewers
+        return Status(
+            202,
+            {
+                "thread_id": str(thread.pk),
+                "run_id": None,
+                "decision_id": None,
+                "outcome": recorded.outcome,
+                "approval_id": recorded.pk,
+                "waiting_for": getattr(recorded, "needed", None),
+            },
+        )
     return Status(
         202,
         {
             "thread_id": str(thread.pk),
-            "run_id": str(decision.resume_run.pk),  # type: ignore[attr-defined]
-            "decision_id": decision.pk,
-            "outcome": decision.outcome,
+            "run_id": str(recorded.resume_run.pk),  # type: ignore[attr-defined]
+            "decision_id": recorded.pk,
+            "outcome": recorded.outcome,
         },
     )
 

@@ -1,4 +1,6 @@
-"""Tamper evidence for decisions: a hash chain over the ``Decision`` table.
+"""Tamper evidence: hash chains over the ``Decision`` table, the ``Approval`` table (each
+reviewer's vote on a request that needs several) and the ``AuditEvent`` table (every other
+action: claims, logins, tokens, withdrawals...). One ``Chain`` describes each.
 
 Every decision stores three hashes, all SHA-256 in hex:
 
@@ -25,6 +27,15 @@ walk) and never imports the model. ``Decision.save()`` calls ``sealing()`` on in
 path that records a decision (the decision service, cancellation, expiry, the admin) goes
 through it. ``bulk_create`` and raw SQL do not, and ``verify_chain`` reports what they
 leave behind.
+
+Approvals are chained the same way, with their own fields (``APPROVAL_FIELDS``) and their
+own head: ``Approval.save()`` seals each vote, and ``verify_chain(..., chain=APPROVALS)``
+walks them. A vote and the decision it completes are sealed in one transaction.
+
+Audit events (``EVENTS``) carry no interrupt payload: their hash is
+``sha256(prev_hash + canonical(own fields))``. ``AuditEvent.save()`` seals each one, and
+``portal.models.audit_record`` is the one function that records an event, inside the
+transaction of the action it records.
 """
 
 from __future__ import annotations
@@ -40,10 +51,29 @@ from typing import Any
 from django.db import connections, models, router, transaction
 
 GENESIS = "0" * 64
-# pg_advisory_xact_lock key for "the decision chain head"; any constant works as long as
-# nothing else in the database uses it ("portal" in ASCII).
+# pg_advisory_xact_lock key for "the chains' heads" (all three share it); any constant
+# works as long as nothing else in the database uses it ("portal" in ASCII).
 CHAIN_LOCK_KEY = 0x706F7274616C
 
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "created_at",
+)
+# An audit event's own fields, in canonical order.
+EVENT_FIELDS = (
+    "created_at",
+    "action",
+    "actor_id",
+    "actor_name",
+    "target_type",
+    "target_id",
+    "detail",
+)
 # The decision's own fields, in the order they appear in the canonical form.
 DECISION_FIELDS = (
     "interrupt_id",
@@ -109,10 +139,42 @@ def payload_hash(interrupt: Mapping[str, Any]) -> str:
     return _sha256(canonical({name: interrupt.get(name) for name in PAYLOAD_FIELDS}))
 
 
+@dataclass(frozen=True)
+class Chain:
+    """One hash chain: the rows' own fields, and whether each row also seals the payload
+    of the interrupt it answers (``payload_hash``)."""
+
+    noun: str  # "decision", "approval", "event": for the reports
+    fields: tuple[str, ...]
+    payload: bool
+    edits: str  # what an edit of a row's fields could have changed, for the reports
+
+    def hash(self, fields: Mapping[str, Any], *, prev_hash: str, payload: str = "") -> str:
+        """The chain hash of one row from its own fields, the previous row's hash and (for
+        a chain with payloads) the payload's hash."""
+        own = canonical({name: fields.get(name) for name in self.fields})
+        return _sha256(prev_hash + own + payload)
+
+
+_ANSWER_EDITS = "a value, note, outcome, reviewer or time"
+DECISIONS = Chain("decision", DECISION_FIELDS, True, _ANSWER_EDITS)
+APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
+EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")
+
+
 def decision_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
     """The chain hash of one decision from its own fields and its two neighbours' hashes."""
-    own = canonical({name: fields.get(name) for name in DECISION_FIELDS})
-    return _sha256(prev_hash + own + payload)
+    return DECISIONS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one approval, as ``decision_hash`` is for a decision."""
+    return APPROVALS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def event_hash(fields: Mapping[str, Any], *, prev_hash: str) -> str:
+    """The chain hash of one audit event from its own fields and the previous event's."""
+    return EVENTS.hash(fields, prev_hash=prev_hash)
 
 
 def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
@@ -120,6 +182,8 @@ def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _lock_chain(using: str) -> None:
+    # One lock for every chain: an action that appends to two of them in one transaction
+    # (a vote that completes a request, a withdrawal) cannot take two locks in two orders.
     connection = connections[using]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -129,28 +193,30 @@ def _lock_chain(using: str) -> None:
 
 
 @contextmanager
-def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
-    """Fill in the decision's hashes and keep the chain locked until its transaction ends.
+def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[None]:
+    """Fill in the hashes of a row of ``chain`` and keep the chains locked until its
+    transaction ends.
 
-    The insert must happen inside the ``with`` block (``Decision.save`` does so).
+    The insert must happen inside the ``with`` block (``Decision.save``, ``Approval.save``
+    and ``AuditEvent.save`` do so).
     """
-    model = type(decision)
-    db = using or router.db_for_write(model, instance=decision)
+    model = type(record)
+    db = using or router.db_for_write(model, instance=record)
     with transaction.atomic(using=db):
-        # The race: two decisions committed at the same moment would both read the same
-        # chain head and both store it as prev_hash, forking the chain. The transaction-
-        # level advisory lock is held from reading the head until this insert commits, so
-        # the second decision waits and then reads the first one's hash.
+        # The race: two rows committed at the same moment would both read the same chain
+        # head and both store it as prev_hash, forking the chain. The transaction-level
+        # advisory lock is held from reading the head until this insert commits, so the
+        # second row waits and then reads the first one's hash.
         _lock_chain(db)
         heads = model._default_manager.using(db).order_by("-id")
         head = heads.values_list("hash", flat=True).first()
-        decision.prev_hash = head if head is not None else GENESIS
-        interrupt = decision.interrupt
-        decision.payload_hash = payload_hash(_fields_of(interrupt, PAYLOAD_FIELDS))
-        decision.hash = decision_hash(
-            _fields_of(decision, DECISION_FIELDS),
-            prev_hash=decision.prev_hash,
-            payload=decision.payload_hash,
+        record.prev_hash = head if head is not None else GENESIS
+        payload = ""
+        if chain.payload:
+            record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
+            payload = record.payload_hash
+        record.hash = chain.hash(
+            _fields_of(record, chain.fields), prev_hash=record.prev_hash, payload=payload
         )
         yield
 
@@ -160,11 +226,12 @@ def sealing(decision: Any, *, using: str | None = None) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class BrokenLink:
-    decision_id: int | None  # None: the break is before any decision left
+    decision_id: int | None  # the row's id (a decision's, or an approval's); None: the start
     reason: str
+    noun: str = "decision"
 
     def __str__(self) -> str:
-        where = "the start" if self.decision_id is None else f"decision {self.decision_id}"
+        where = "the start" if self.decision_id is None else f"{self.noun} {self.decision_id}"
         return f"{where}: {self.reason}"
 
 
@@ -182,74 +249,81 @@ class ChainReport:
 _PAYLOAD_COLUMNS = {f"interrupt__{name}": name for name in PAYLOAD_FIELDS if name != "id"}
 
 
-def _check_row(row: dict[str, Any], expected_prev: str, prev_id: int | None) -> str | None:
-    stored = decision_hash(row, prev_hash=row["prev_hash"], payload=row["payload_hash"])
-    if stored != row["hash"]:
+def _check_row(
+    row: dict[str, Any], expected_prev: str, prev_id: int | None, chain: Chain = DECISIONS
+) -> str | None:
+    noun = chain.noun
+    payload = row["payload_hash"] if chain.payload else ""
+    if chain.hash(row, prev_hash=row["prev_hash"], payload=payload) != row["hash"]:
         return (
-            "edited row: the stored hash does not match the decision's fields "
-            "(a value, note, outcome, reviewer or time was changed after it was recorded)"
+            f"edited row: the stored hash does not match the {noun}'s fields "
+            f"({chain.edits} was changed after it was recorded)"
         )
-    payload = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
-    payload["id"] = row["interrupt_id"]
-    if payload_hash(payload) != row["payload_hash"]:
-        return (
-            f"payload changed: interrupt {row['interrupt_id']} no longer matches the payload "
-            "the reviewer saw when deciding"
-        )
+    if chain.payload:
+        seen = {name: row[column] for column, name in _PAYLOAD_COLUMNS.items()}
+        seen["id"] = row["interrupt_id"]
+        if payload_hash(seen) != row["payload_hash"]:
+            return (
+                f"payload changed: interrupt {row['interrupt_id']} no longer matches the "
+                "payload the reviewer saw when deciding"
+            )
     if row["prev_hash"] != expected_prev:
+        a = "an" if noun[0] in "aeiou" else "a"
         if prev_id is None:
             return (
-                "deleted row: this is the first decision left but its prev_hash is not the "
-                "genesis value, so earlier decisions were removed"
+                f"deleted row: this is the first {noun} left but its prev_hash is not the "
+                f"genesis value, so earlier {noun}s were removed"
             )
         return (
-            f"deleted row: prev_hash does not match the hash of decision {prev_id}, the row "
-            "before it (a decision in between was deleted, or that row was rewritten)"
+            f"deleted row: prev_hash does not match the hash of {noun} {prev_id}, the row "
+            f"before it ({a} {noun} in between was deleted, or that row was rewritten)"
         )
     return None
 
 
-def _missing_head(expected: str, last_id: int | None) -> BrokenLink:
+def _missing_head(expected: str, last_id: int | None, noun: str = "decision") -> BrokenLink:
     return BrokenLink(
         last_id,
         f"deleted rows: the head recorded earlier ({expected}) is in the chain no more, so "
-        "the decisions after this one, up to that head, were deleted (or the chain was "
+        f"the {noun}s after this one, up to that head, were deleted (or the chain was "
         "rewritten)",
+        noun,
     )
 
 
 def verify_chain(
-    decisions: models.QuerySet[Any], *, batch_size: int = 2000, expect_head: str | None = None
+    decisions: models.QuerySet[Any],
+    *,
+    batch_size: int = 2000,
+    expect_head: str | None = None,
+    chain: Chain = DECISIONS,
 ) -> ChainReport:
-    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check) in
-    ``id`` order, ``batch_size`` rows at a time (keyset pagination, so memory stays flat
+    """Walk the chain of ``decisions`` (every ``Decision``, on the database to check; or
+    every ``Approval`` with ``chain=APPROVALS``, every ``AuditEvent`` with ``chain=EVENTS``)
+    in ``id`` order, ``batch_size`` rows at a time (keyset pagination, so memory stays flat
     however long the chain is), and report the first broken link.
 
     ``expect_head`` is a head hash recorded earlier (``verify_audit`` prints it). A chain
     that lost its newest rows is still consistent with itself; it is broken if that hash
     is no longer one of its decisions' (decisions added since are fine)."""
-    columns = (
-        "id",
-        *DECISION_FIELDS,
-        "payload_hash",
-        "prev_hash",
-        "hash",
-        *_PAYLOAD_COLUMNS,
-    )
+    payload_columns = ("payload_hash", *_PAYLOAD_COLUMNS) if chain.payload else ()
+    columns = ("id", *chain.fields, "prev_hash", "hash", *payload_columns)
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:
         batch = list(decisions.filter(id__gt=last_id).order_by("id").values(*columns)[:batch_size])
         for row in batch:
-            reason = _check_row(row, expected_prev, prev_id)
+            reason = _check_row(row, expected_prev, prev_id, chain)
             if reason is not None:
-                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason))
+                return ChainReport(count, expected_prev, BrokenLink(row["id"], reason, chain.noun))
             expected_prev, prev_id = row["hash"], row["id"]
             head_seen = head_seen or row["hash"] == expect_head
             count += 1
         if len(batch) < batch_size:
             if not head_seen:
                 assert expect_head is not None
-                return ChainReport(count, expected_prev, _missing_head(expect_head, prev_id))
+                return ChainReport(
+                    count, expected_prev, _missing_head(expect_head, prev_id, chain.noun)
+                )
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]

@@ -235,11 +235,13 @@ def publish_queue_change(
     reason: str,
     status: str,
     by: Any = None,
+    news: str = "",
 ) -> None:
     """An interrupt entered, changed in (a claim) or left the queue: every open queue
     and every page about it shows so. Call it after the change committed. ``by`` is who
-    acted, when the interrupt's row does not say (a release)."""
-    queue_html, page_html = render_interrupt_change(interrupt_id, by=by)
+    acted, when the interrupt's row does not say (a release); ``news``, what happened,
+    when neither does (a vote on a request that needs several reviewers)."""
+    queue_html, page_html = render_interrupt_change(interrupt_id, by=by, news=news)
     group_send(
         QUEUE_GROUP,
         queue_changed(
@@ -261,10 +263,11 @@ async def apublish_queue_change(**change: Any) -> None:
     await asyncio.to_thread(publish_queue_change, **change)
 
 
-def queue_change_on_commit(interrupt: Any, *, by: Any = None) -> None:
+def queue_change_on_commit(interrupt: Any, *, by: Any = None, news: str = "") -> None:
     """Announce ``interrupt``'s current status once the transaction commits (a rollback
     announces nothing). Leaving the queue carries the new status; a claim change
-    re-announces "pending". ``by``: who acted, when the row does not say (a release)."""
+    re-announces "pending". ``by``: who acted, when the row does not say (a release);
+    ``news``: the sentence to say, when that is not "claimed" or "released" (a vote)."""
     transaction.on_commit(
         partial(
             publish_queue_change,
@@ -274,6 +277,7 @@ def queue_change_on_commit(interrupt: Any, *, by: Any = None) -> None:
             reason=interrupt.reason,
             status=interrupt.status,
             by=by,
+            news=news,
         ),
         robust=True,
     )
@@ -282,7 +286,9 @@ def queue_change_on_commit(interrupt: Any, *, by: Any = None) -> None:
 # --- rendering: the partials the pages use, as out-of-band swaps ------------------------
 
 
-def render_interrupt_change(interrupt_id: str, *, by: Any = None) -> tuple[list[str], str]:
+def render_interrupt_change(
+    interrupt_id: str, *, by: Any = None, news: str = ""
+) -> tuple[list[str], str]:
     """What an interrupt's change looks like, read after commit: the swaps for the open
     queues, and those for the open pages about it ('' when they cannot be rendered: the
     queues then catch up when they next re-fetch)."""
@@ -306,7 +312,7 @@ def render_interrupt_change(interrupt_id: str, *, by: Any = None) -> tuple[list[
             "item": item if pending else None,
             "gone": "" if pending else item.pk,
             "pending_count": pending_count(),
-            "news": _news(item, by),
+            "news": news or _news(item, by),
         }
         queue_html = _queue_frames(context)
         page_html = render_to_string(

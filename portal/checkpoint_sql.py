@@ -17,22 +17,24 @@ ORDER BY c.seq
 """
 
 # The compare-and-swap, as `moved`: the thread's row if it was still at the seq the step
-# built on, else nothing (another writer moved it on). A thread's first step
-# (parent_seq=None) creates the row or takes one still at 0, in the same statement.
+# built on and not cancelled, else nothing (another writer moved it on, or a person
+# stopped it: a tool call is recorded before it runs, so a refused write is one that never
+# runs). A thread's first step (parent_seq=None) creates the row or takes one still at 0,
+# in the same statement.
 MOVE = """
 WITH moved AS (
     UPDATE portal_thread SET last_seq = %(seq)s, status = %(status)s, updated_at = %(now)s
-    WHERE id = %(thread)s AND last_seq = %(expected)s
+    WHERE id = %(thread)s AND last_seq = %(expected)s AND cancelled_at IS NULL
     RETURNING id, agent
 )"""
 MOVE_FIRST = """
 WITH moved AS (
     INSERT INTO portal_thread (id, agent, status, owner_id, title, created_at, updated_at,
-                               last_seq)
-    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, %(seq)s)
+                               last_seq, cancelled_at, cancelled_by_id)
+    VALUES (%(thread)s, '', %(status)s, NULL, '', %(now)s, %(now)s, %(seq)s, NULL, NULL)
     ON CONFLICT (id) DO UPDATE SET last_seq = EXCLUDED.last_seq, status = EXCLUDED.status,
                                    updated_at = EXCLUDED.updated_at
-    WHERE portal_thread.last_seq = 0
+    WHERE portal_thread.last_seq = 0 AND portal_thread.cancelled_at IS NULL
     RETURNING id, agent
 )"""
 
@@ -99,4 +101,9 @@ WRITES = {
 }
 # (A thread with no row, or at 0, has no checkpoint: None.)
 LAST_SEQ = "SELECT max(nullif(last_seq, 0)) FROM portal_thread WHERE id = %(thread)s"
+# Why a write was refused: the thread's seq now, and whether it was cancelled.
+REFUSED = """
+SELECT max(nullif(last_seq, 0)), bool_or(cancelled_at IS NOT NULL)
+FROM portal_thread WHERE id = %(thread)s
+"""
 AGENT = "SELECT agent FROM portal_thread WHERE id = %(thread)s"

@@ -75,6 +75,26 @@ def thread_pk(thread_id: str) -> uuid.UUID:
         return uuid.uuid5(_THREAD_NAMESPACE, str(thread_id))
 
 
+class ThreadCancelled(CheckpointConflict):
+    """The thread was cancelled (``services.thread_abort``): none of its steps is written
+    again, so a tool call that was about to be recorded never runs."""
+
+    def __init__(self, thread_id: str, expected: int | None) -> None:
+        Exception.__init__(
+            self,
+            f"thread {thread_id!r} was cancelled: no further step of it is recorded, and "
+            "nothing it was about to do runs",
+        )
+        self.thread_id, self.expected, self.actual = thread_id, expected, expected
+
+
+def _refused(thread_id: str, parent_seq: int | None, found: Sequence[Any] | None) -> Exception:
+    actual, cancelled = found or (None, False)
+    if cancelled:
+        return ThreadCancelled(thread_id, parent_seq)
+    return CheckpointConflict(thread_id, parent_seq, actual)
+
+
 @dataclass
 class _Known:
     """What one checkpointer instance last read or wrote of a thread."""
@@ -185,8 +205,8 @@ class DjangoCheckpointer:
             await cursor.execute(step.sql, step.params)
             row = await cursor.fetchone()
             if not row or not row[0]:
-                await cursor.execute(sql.LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, (await cursor.fetchone())[0])
+                await cursor.execute(sql.REFUSED, {"thread": pk})
+                raise _refused(thread_id, parent_seq, await cursor.fetchone())
         changes = self._done(pk, step, row)
         if changes:  # committed already: the connection is in autocommit mode
             loop = asyncio.get_running_loop()
@@ -255,8 +275,8 @@ class DjangoCheckpointer:
             cursor.execute(step.sql, step.params)
             row = cursor.fetchone()
             if not row or not row[0]:
-                cursor.execute(sql.LAST_SEQ, {"thread": pk})
-                raise CheckpointConflict(thread_id, parent_seq, cursor.fetchone()[0])
+                cursor.execute(sql.REFUSED, {"thread": pk})
+                raise _refused(thread_id, parent_seq, cursor.fetchone())
         for change in self._done(pk, step, row):
             transaction.on_commit(partial(broadcast.publish_queue_change, **change), robust=True)
         return int(step.params["seq"])
@@ -374,12 +394,14 @@ class DjangoCheckpointer:
                 Thread.objects.get_or_create(id=pk, defaults={"agent": ""})
             # The compare-and-swap that keeps two workers from forking one thread: the
             # UPDATE row-locks the thread, and whoever built on a stale seq matches nothing.
-            moved = Thread.objects.filter(id=pk, last_seq=expected).update(
-                last_seq=seq, status=status.value, updated_at=now
-            )
+            # A cancelled thread matches nothing either (see sql.MOVE).
+            moved = Thread.objects.filter(
+                id=pk, last_seq=expected, cancelled_at__isnull=True
+            ).update(last_seq=seq, status=status.value, updated_at=now)
             if not moved:
-                actual = Thread.objects.filter(id=pk).values_list("last_seq", flat=True).first()
-                raise CheckpointConflict(thread_id, parent_seq, actual or None)
+                found = Thread.objects.filter(id=pk).values_list("last_seq", "cancelled_at")
+                actual, cancelled = found.first() or (None, None)
+                raise _refused(thread_id, parent_seq, (actual or None, cancelled is not None))
             Checkpoint.objects.bulk_create(
                 Checkpoint(
                     thread_id=pk,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.checks import CheckMessage, Tags, register
+from django.core.checks import Error as CheckError
 from django.core.checks import Warning as CheckWarning
 from django.db import connections
 
@@ -15,6 +16,31 @@ _ROLE = (
     " WHERE r.rolname = current_user AND t.tablename = 'portal_decision'"
     " AND t.schemaname = current_schema()"
 )
+
+
+@register()
+def check_policies(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every PORTAL_POLICIES entry reads: a bad count or expiry is found at start-up, not
+    when a reviewer first answers a request it covers."""
+    from django.conf import settings
+
+    from portal.policies import policy_for
+
+    found: list[CheckMessage] = []
+    for key in getattr(settings, "PORTAL_POLICIES", {}) or {}:
+        agent, _, reason = str(key).partition(":")
+        try:
+            policy_for(agent, reason)  # the key itself is the first one tried
+        except ValueError as exc:
+            found.append(
+                CheckError(
+                    str(exc),
+                    hint="Fix the entry in PORTAL_POLICIES (portal/settings.py) or "
+                    "PORTAL_POLICIES_EXTRA.",
+                    id="portal.E001",
+                )
+            )
+    return found
 
 
 @register(Tags.database, deploy=True)

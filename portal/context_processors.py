@@ -12,4 +12,5 @@ def role_flags(request: HttpRequest) -> dict[str, object]:
         "can_view_history": roles.can_view_history(user),
         "can_export_history": roles.can_export_history(user),
         "can_view_metrics": roles.can_view_metrics(user),
+        "can_view_audit_trail": roles.can_view_audit_trail(user),
     }

@@ -9,6 +9,11 @@ the ``Run`` row the worker claims, seen only after commit). Any refusal raises a
 and whose message can be shown to the user as it is; nothing has been written when one
 is raised.
 
+A policy may ask for several reviewers (``approvals_required`` or ``rejections_required``
+over 1, see ``portal.policies``). Then each answer is a vote, recorded as an ``Approval``
+under the same lock, and only the vote that reaches a count records the ``Decision`` and
+queues the resume; ``decision_submit`` returns the ``Approval`` for any earlier vote.
+
 Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 (``interrupts_expire``, run by ``manage.py expire_interrupts`` and the worker).
 """
@@ -16,6 +21,7 @@ Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +38,7 @@ from portal import broadcast, outbox, policies, roles
 from portal.errors import InputError, Refused
 from portal.inputs import check_input
 from portal.models import (
+    Approval,
     AuditEvent,
     Checkpoint,
     Decision,
@@ -44,6 +51,7 @@ from portal.runs import notify_workers
 
 __all__ = [
     "AlreadyDecided",
+    "AlreadyVoted",
     "ClaimConflict",
     "DecisionForbidden",
     "DecisionRefused",
@@ -54,8 +62,10 @@ __all__ = [
     "decision_submit",
     "decision_submit_for_thread",
     "interrupt_claim",
+    "interrupt_expire",
     "interrupt_unclaim",
     "interrupts_expire",
+    "quorum_of",
     "thread_resume",
 ]
 
@@ -72,6 +82,12 @@ class DecisionRefused(Refused):
 
 
 class AlreadyDecided(DecisionRefused):
+    status_code = 409
+
+
+class AlreadyVoted(DecisionRefused):
+    """This reviewer already answered a request that needs several reviewers."""
+
     status_code = 409
 
 
@@ -145,10 +161,10 @@ def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
         )
 
 
-def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionForbidden | None:
-    """Why ``user`` may not decide ``interrupt`` now (role, claim, policy), or None when
-    they may. ``decision_submit`` refuses with it; the request page shows it instead of
-    the form."""
+def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionRefused | None:
+    """Why ``user`` may not decide ``interrupt`` now (role, claim, policy, or their vote is
+    in already on a request that needs several reviewers), or None when they may.
+    ``decision_submit`` refuses with it; the request page shows it instead of the form."""
     if user is None or not user.is_authenticated:
         return DecisionForbidden("Log in as a reviewer to decide requests.")
     if not roles.can_decide(user):
@@ -164,7 +180,18 @@ def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionForbidden 
         policies.check_decider(interrupt=interrupt, user=user)
     except policies.PolicyViolation as exc:
         return DecisionForbidden(str(exc))
+    quorum = quorum_of(interrupt)
+    mine = quorum.voted(user) if quorum is not None else None
+    if quorum is not None and mine is not None:
+        return _already_voted(mine, quorum)
     return None
+
+
+def _already_voted(mine: Approval, quorum: Quorum) -> AlreadyVoted:
+    return AlreadyVoted(
+        f"You already answered this request ({mine.outcome}) at {_when(mine.created_at)}; "
+        f"it needs {quorum.needed} from other reviewers."
+    )
 
 
 def _schema_has_note(schema: Any) -> bool:
@@ -331,8 +358,13 @@ def decision_submit(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
-) -> Decision:
+) -> Decision | Approval:
     """Record ``reviewer``'s answer ``value`` to ``interrupt`` and queue the resume.
+
+    When the request's policy needs several reviewers, the answer is a vote: the
+    ``Approval`` is returned while the request waits for more (its ``needed`` says what
+    for, in words), and the vote that reaches a count returns the ``Decision``. A second
+    vote by the same reviewer raises ``AlreadyVoted`` (409).
 
     ``resume_interrupt_id`` is the request the client saw (a hidden field in forms); it
     must name this interrupt. When the schema has a ``note`` property and ``value`` has
@@ -365,9 +397,13 @@ def decision_submit(
         # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
         # the same request at once. Both read "pending"; without the lock both would record
         # a decision and queue two resumes. With it the second waits here until the first
-        # commits, then reads "resolved" and is refused. (SQLite takes its write lock at
-        # BEGIN IMMEDIATE, which serialises the same way; Decision's one-to-one is the
-        # database's last word either way.)
+        # commits, then reads "resolved" and is refused. The same lock serialises the
+        # votes of a request that needs several reviewers: M approvers at once would each
+        # count M-1 earlier votes and none would resume the run, or two would count M and
+        # both would; under the lock each counts the votes committed before it, so exactly
+        # one reaches M. (SQLite takes its write lock at BEGIN IMMEDIATE, which serialises
+        # the same way; Decision's one-to-one and Approval's unique (request, reviewer)
+        # are the database's last word either way.)
         try:
             locked = (
                 Interrupt.objects.select_for_update(of=("self",))
@@ -390,6 +426,15 @@ def decision_submit(
         outcome, original, executed = _outcome_and_args(locked, value, said_no=said_no)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
+        policy = policies.policy_for(locked.agent, locked.reason)
+        if policy.needs_several:
+            vote = _vote(locked, reviewer, value, note, outcome, policy)
+            if vote is not None:  # counted; the request waits for more reviewers
+                if isinstance(interrupt, Interrupt):
+                    interrupt.claimed_by_id = locked.claimed_by_id
+                    interrupt.claimed_at = locked.claimed_at
+                vote.resume_run = None  # type: ignore[attr-defined]
+                return vote
         try:
             # A savepoint, so a unique violation leaves the outer transaction usable.
             with transaction.atomic():
@@ -419,6 +464,128 @@ def decision_submit(
     return decision
 
 
+def _same_answer(a: Any, b: Any) -> bool:
+    def bare(value: Any) -> Any:
+        return {k: v for k, v in value.items() if k != "note"} if isinstance(value, dict) else value
+
+    return bool(bare(a) == bare(b))
+
+
+def _vote(
+    locked: Interrupt,
+    reviewer: Any,
+    value: Any,
+    note: str,
+    outcome: str,
+    policy: policies.Policy,
+) -> Approval | None:
+    """Record ``reviewer``'s vote on ``locked`` (row-locked by the caller). Returns it when
+    the request still waits for more; None when this vote reached a count, and the caller
+    goes on to record the decision with this answer."""
+    votes = list(
+        Approval.objects.filter(interrupt=locked).select_related("reviewer").order_by("id")
+    )
+    quorum = Quorum(policy.approvals_required, policy.rejections_required, votes)
+    mine = quorum.voted(reviewer)
+    if mine is not None:
+        raise _already_voted(mine, quorum)
+    goes_ahead = outcome in Approval.GOES_AHEAD
+    if outcome == Decision.Outcome.EDITED:
+        raise InvalidDecision(
+            f"This request needs {policy.approvals_required} approvals, so it can only be "
+            "approved as asked or declined: an edit would go ahead with something the other "
+            "approvers did not see. Nothing was recorded.",
+            errors=["$: edits are not accepted on a request that needs several approvals"],
+        )
+    approvals = [v for v in votes if v.approves]
+    if goes_ahead and approvals and not _same_answer(approvals[0].value, value):
+        raise InvalidDecision(
+            f"{approvals[0].reviewer.get_username()} approved a different answer; approve the "
+            "same one, or decline. Nothing was recorded.",
+            errors=["$: differs from the answer already approved"],
+        )
+    try:
+        # A savepoint, so a unique violation leaves the outer transaction usable.
+        with transaction.atomic():
+            vote = Approval.objects.create(
+                interrupt=locked, reviewer=reviewer, outcome=outcome, value=value, note=note
+            )
+    except IntegrityError:
+        raise AlreadyVoted("You already answered this request. Nothing was changed.") from None
+    quorum = Quorum(policy.approvals_required, policy.rejections_required, [*votes, vote])
+    if (goes_ahead and quorum.approvals >= policy.approvals_required) or (
+        not goes_ahead and quorum.rejections >= policy.rejections_required
+    ):
+        return None
+    if locked.claimed_by_id == reviewer.pk:
+        # Their part is done: let the next reviewer take the request.
+        locked.claimed_by, locked.claimed_at = None, None
+        locked.save(update_fields=["claimed_by", "claimed_at"])
+        audit_record(
+            action=AuditEvent.Action.RELEASE,
+            actor=reviewer,
+            target=locked,
+            detail={"held_by": reviewer.get_username(), "why": "answered"},
+        )
+    vote.needed = quorum.needed  # type: ignore[attr-defined]
+    said = locked.message or "a request"
+    broadcast.queue_change_on_commit(
+        locked, news=f"{_who(reviewer)} {outcome} “{said}”; it needs {quorum.needed}"
+    )
+    return vote
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """Where a request that needs several reviewers stands: its counts and the votes so
+    far, oldest first."""
+
+    approvals_required: int
+    rejections_required: int
+    votes: list[Approval]
+
+    @property
+    def approvals(self) -> int:
+        return sum(1 for v in self.votes if v.approves)
+
+    @property
+    def rejections(self) -> int:
+        return len(self.votes) - self.approvals
+
+    @property
+    def needed(self) -> str:
+        """What the request still waits for, in words: "1 more approval"."""
+        more_yes = max(self.approvals_required - self.approvals, 0)
+        parts = [f"{more_yes} more approval{'s' if more_yes != 1 else ''}"]
+        if self.rejections_required > 1:
+            more_no = max(self.rejections_required - self.rejections, 0)
+            parts.append(f"{more_no} more rejection{'s' if more_no != 1 else ''} to decline it")
+        return " or ".join(parts)
+
+    def voted(self, user: Any) -> Approval | None:
+        return next((v for v in self.votes if v.reviewer_id == user.pk), None)
+
+
+def quorum_of(interrupt: Any) -> Quorum | None:
+    """The votes on ``interrupt`` if its policy needs several reviewers, else None (no
+    query then). Uses the ``approvals`` a page prefetched (with their reviewers)."""
+    policy = policies.policy_for(interrupt.agent, interrupt.reason)
+    if not policy.needs_several:
+        return None
+    votes: list[Approval] = []
+    if isinstance(interrupt, Interrupt) and interrupt.pk:
+        cached = getattr(interrupt, "_prefetched_objects_cache", {}).get("approvals")
+        if cached is not None:
+            votes = list(cached)
+        else:
+            votes = list(
+                Approval.objects.filter(interrupt=interrupt)
+                .select_related("reviewer")
+                .order_by("id")
+            )
+    return Quorum(policy.approvals_required, policy.rejections_required, votes)
+
+
 def decision_submit_for_thread(
     *,
     thread: Thread,
@@ -426,7 +593,7 @@ def decision_submit_for_thread(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
-) -> Decision:
+) -> Decision | Approval:
     """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
 
     A request of this thread named by ``resume_interrupt_id`` goes straight to
@@ -572,19 +739,59 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
                 _check_pending_in_checkpoint(locked)
             except DecisionRefused:
                 continue
-            value = _decline_value(locked, now)
-            decision = Decision.objects.create(
-                interrupt=locked,
-                thread=locked.thread,
-                reviewer=None,
-                value=value,
-                note=f"Expired at {_when(now)} without a decision.",
-                outcome=Decision.Outcome.EXPIRED,
-                original_args=_outcome_and_args(locked, None)[1],
-            )
-            locked.decided_as(Interrupt.Status.EXPIRED, now)
-            outbox.notify_decision(decision, locked)
-            thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
-            broadcast.queue_change_on_commit(locked)
-            recorded.append(decision)
+            recorded.append(_expire(locked, now, by=None))
     return recorded
+
+
+def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
+    """Resolve the row-locked, pending ``locked`` as expired and queue a declining resume."""
+    value = _decline_value(locked, now)
+    note = f"Expired at {_when(now)} without a decision."
+    if by is not None:
+        note = f"Expired by {_who(by)} at {_when(now)} without a decision."
+    decision = Decision.objects.create(
+        interrupt=locked,
+        thread=locked.thread,
+        reviewer=by,
+        value=value,
+        note=note,
+        outcome=Decision.Outcome.EXPIRED,
+        original_args=_outcome_and_args(locked, None)[1],
+    )
+    locked.decided_as(Interrupt.Status.EXPIRED, now)
+    outbox.notify_decision(decision, locked)
+    thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
+    broadcast.queue_change_on_commit(locked)
+    return decision
+
+
+def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
+    """Expire one pending request now, as if its time had run out (the admin's bulk
+    action): the run resumes with a decline, and the decision names ``user``.
+
+    Needs the decide permission (``DecisionForbidden``); ``AlreadyDecided`` or
+    ``StaleDecision`` when it is no longer pending.
+    """
+    if user is None or not roles.can_decide(user):
+        raise DecisionForbidden("Expiring a request declines it: that needs the decide permission.")
+    now = timezone.now()
+    with transaction.atomic():
+        # Row lock. The race: a reviewer deciding this request, or the expiry job, at the
+        # same moment; whoever locks it first wins and the other sees it is not pending.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("thread")
+            .get(pk=interrupt.pk)
+        )
+        if locked.status != Interrupt.Status.PENDING:
+            raise _already_decided(locked)
+        _check_pending_in_checkpoint(locked)
+        decision = _expire(locked, now, by=user)
+        audit_record(
+            action=AuditEvent.Action.EXPIRE,
+            actor=user,
+            target=locked,
+            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+        )
+    interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
+    return decision

@@ -23,5 +23,13 @@ class ThreadNotRetryable(Refused):
     """``thread_continue`` on a thread that has not failed, or already has work queued."""
 
 
+class ThreadNotCancellable(Refused):
+    """``thread_abort`` on a thread that already finished or was cancelled."""
+
+
+class ThreadActionForbidden(Refused):
+    """Retrying or cancelling a thread the user neither owns nor may act on."""
+
+
 class NotThreadOwner(Refused):
     """A follow-up from someone other than the person who started the thread."""

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from agents import inbox
 from portal.decisions import DecisionRefused, decision_submit
-from portal.models import Decision, Interrupt
+from portal.models import Approval, Decision, Interrupt
 from portal.schema_forms import SchemaLayout
 from portal.words import tool_words
 
@@ -265,7 +265,7 @@ class DecisionForm(forms.Form):
     def note_text(self) -> str:
         return (self.cleaned_data.get("note") or "") if "note" in self.fields else ""
 
-    def submit(self, reviewer: Any) -> Decision:
+    def submit(self, reviewer: Any) -> Decision | Approval:
         """Record this form's answer through ``decision_submit`` (call after
         ``is_valid()``); a ``DecisionRefused`` propagates for the caller to show."""
         return decision_submit(

@@ -1,4 +1,5 @@
-"""The decision history: one filtered queryset shared by the page and the exports.
+"""The decision history, and the audit trail of other actions: for each, one filtered
+queryset shared by the page and the exports.
 
 ``HistoryFilter`` validates what the auditor asks for; ``filtered(...)`` turns it into a
 queryset of plain rows (``values()``, one join to the interrupt, one to the reviewer);
@@ -30,7 +31,7 @@ from django.utils import timezone
 
 from portal import access, paging, roles
 from portal.inputs import DayField
-from portal.models import Decision, summary_beside, tool_calls_in
+from portal.models import AuditEvent, Decision, summary_beside, tool_calls_in
 from portal.paging import Cursor
 
 PAGE_SIZE = 50
@@ -167,15 +168,11 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
 # --- filters --------------------------------------------------------------------------
 
 
-class HistoryFilter(forms.Form):
+class KeysetFilter(forms.Form):
+    """Days and a page cursor; the history's and the audit trail's filters add theirs."""
+
     date_from = DayField(required=False, label="From")
     date_to = DayField(required=False, label="To")
-    agent = forms.CharField(required=False, max_length=64)
-    reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
-    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
-    reason = forms.CharField(required=False, max_length=64)
-    tool = forms.CharField(required=False, max_length=128)
-    q = forms.CharField(required=False, max_length=200, label="Search")
     after = forms.CharField(required=False, max_length=200)
 
     def clean_after(self) -> Cursor | None:
@@ -209,6 +206,15 @@ class HistoryFilter(forms.Form):
         pairs = {k: str(v) for k, v in self.criteria().items()}
         pairs.update(extra)
         return urlencode(pairs)
+
+
+class HistoryFilter(KeysetFilter):
+    agent = forms.CharField(required=False, max_length=64)
+    reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
+    reason = forms.CharField(required=False, max_length=64)
+    tool = forms.CharField(required=False, max_length=128)
+    q = forms.CharField(required=False, max_length=200, label="Search")
 
 
 def _day_start(day: Any) -> datetime:
@@ -341,4 +347,119 @@ def filter_choices() -> dict[str, list[str]]:
         "reviewers": [*reviewers, SYSTEM],
         "reasons": ["tool_approval", "breakpoint", "input_required", "uncertain_outcome"],
         "outcomes": [value for value, _ in Decision.Outcome.choices],
+    }
+
+
+# --- the audit trail of actions -------------------------------------------------------
+# The same shape as the decisions above: one filter form, one queryset of plain rows, read
+# by keyset on (created_at, id) by the page and both exports.
+
+EVENT_COLUMNS = [
+    ("event_id", "Event"),
+    ("at", "At"),
+    ("action", "Action"),
+    ("actor", "By"),
+    ("target_type", "Target kind"),
+    ("target_id", "Target"),
+    ("detail", "Detail"),
+    ("hash", "Chain hash"),
+]
+_EVENT_VALUES = (
+    "id",
+    "created_at",
+    "action",
+    "actor_name",
+    "target_type",
+    "target_id",
+    "detail",
+    "hash",
+)
+
+
+def require_audit_trail_access(request: HttpRequest) -> None:
+    if not roles.can_view_audit_trail(request.user):
+        raise PermissionDenied("The audit trail of actions is for auditors.")
+
+
+def require_audit_trail_export(request: HttpRequest) -> None:
+    require_audit_trail_access(request)
+    require_export_access(request)
+
+
+class EventFilter(KeysetFilter):
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=150, label="By")
+    target_type = forms.CharField(required=False, max_length=32, label="Target kind")
+    target_id = forms.CharField(required=False, max_length=64, label="Target")
+
+
+def event_row(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event_id": values["id"],
+        "at": values["created_at"],
+        "action": values["action"],
+        "action_label": _ACTION_LABELS.get(values["action"], values["action"]),
+        "actor": values["actor_name"] or SYSTEM,
+        "target_type": values["target_type"],
+        "target_id": values["target_id"],
+        "detail": values["detail"],
+        "hash": values["hash"],
+    }
+
+
+def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
+    """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
+    qs: QuerySet[AuditEvent] = AuditEvent.objects.all()
+    if day := criteria.get("date_from"):
+        qs = qs.filter(created_at__gte=_day_start(day))
+    if day := criteria.get("date_to"):
+        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    if action := criteria.get("action"):
+        # "interrupt." (ending in a dot) is every action on requests.
+        qs = (
+            qs.filter(action__startswith=action)
+            if action.endswith(".")
+            else qs.filter(action=action)
+        )
+    if who := criteria.get("actor"):
+        qs = qs.filter(actor_name="") if who == SYSTEM else qs.filter(actor_name=who)
+    if kind := criteria.get("target_type"):
+        qs = qs.filter(target_type=kind)
+    if ident := criteria.get("target_id"):
+        qs = qs.filter(target_id=ident)
+    return qs.order_by("-created_at", "-id")
+
+
+def events_page(
+    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
+) -> Page:
+    qs = events_filtered(criteria).values(*_EVENT_VALUES)
+    values, more = _keyset(qs, cursor, size or PAGE_SIZE)
+    rows = [event_row(v) for v in values]
+    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
+
+
+def iter_event_rows(
+    criteria: dict[str, Any], *, batch_size: int | None = None
+) -> Iterator[dict[str, Any]]:
+    batch_size = batch_size or EXPORT_BATCH
+    cursor = None
+    qs = events_filtered(criteria).values(*_EVENT_VALUES)
+    while True:
+        batch, more = _keyset(qs, cursor, batch_size)
+        for values in batch:
+            yield event_row(values)
+        if not more:
+            return
+        cursor = Cursor.of(batch[-1], "created_at")
+
+
+_ACTION_LABELS = dict(AuditEvent.Action.choices)
+
+
+def event_filter_choices() -> dict[str, list[str]]:
+    """Suggestions for the event filters: the known actions and target kinds."""
+    return {
+        "actions": sorted(_ACTION_LABELS),
+        "target_types": ["apitoken", "interrupt", "subscription", "thread", "user"],
     }

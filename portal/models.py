@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
 from agents.interrupt import fallback_summary
-from portal import audit, trail, waiting
+from portal import audit, waiting
 
 TITLE_MAX_CHARS = 80
 
@@ -44,6 +44,8 @@ class Thread(models.Model):
         INTERRUPTED = "interrupted"
         DONE = "done"
         FAILED = "failed"
+        # Stopped for good by a person (``services.thread_abort``); nothing runs again.
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.CharField(max_length=64, blank=True)
@@ -64,15 +66,35 @@ class Thread(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # The newest checkpoint's seq; 0 while the thread has none.
     last_seq = models.PositiveIntegerField(default=0)
+    # Set once, by ``services.thread_abort``. The checkpointer's compare-and-swap refuses
+    # every write to a thread that has it, so a worker still holding one of its runs
+    # cannot record a tool call, and a tool runs only after its call is recorded. A
+    # column of its own, not the status, which workers rewrite as runs come and go.
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="cancelled_threads",
+        db_index=False,  # thread_cancelled_by (Meta), only where set
+    )
 
     class Meta:
         permissions = [
             ("start_thread", "Can start conversations"),
             ("view_all_threads", "Can see every thread"),
+            ("retry_thread", "Can retry anyone's failed thread"),
+            ("cancel_thread", "Can cancel anyone's thread"),
         ]
         indexes = [
             models.Index(fields=["owner", "-updated_at"], name="thread_owner_recent"),
             models.Index(fields=["status", "-updated_at"], name="thread_status_recent"),
+            models.Index(
+                fields=["cancelled_by"],
+                name="thread_cancelled_by",
+                condition=Q(cancelled_by__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -375,7 +397,7 @@ class Decision(models.Model):
         if not self._state.adding:
             raise ImmutableRecordError(f"Decision {self.pk} cannot be saved again: {_IMMUTABLE}")
         # Chain the decision's hashes on insert (portal/audit.py).
-        with audit.sealing(self, using=kwargs.get("using")):
+        with audit.sealing(self, chain=audit.DECISIONS, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -392,6 +414,69 @@ class Decision(models.Model):
         )
 
 
+class ApprovalQuerySet(models.QuerySet["Approval"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Approval.objects.update() refused: {_IMMUTABLE}")
+
+    def delete(self) -> NoReturn:
+        raise ImmutableRecordError(f"Approval.objects.delete() refused: {_IMMUTABLE}")
+
+
+class Approval(models.Model):
+    """One reviewer's answer to a request whose policy needs several (``approvals_required``
+    or ``rejections_required`` over 1): a vote towards the ``Decision``, written once.
+
+    The vote that reaches a count records the decision and queues the resume in the same
+    transaction (``portal.decisions.decision_submit``); earlier votes only wait. Each vote
+    is in its own hash chain (``portal.audit``), like decisions are in theirs.
+    """
+
+    # No index of its own: the unique (interrupt, reviewer) constraint's index serves it.
+    interrupt = models.ForeignKey(
+        Interrupt, on_delete=models.PROTECT, related_name="approvals", db_index=False
+    )
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
+    )
+    # How the answer reads, as a decision would record it: approved or edited go ahead,
+    # anything else counts against.
+    outcome = models.CharField(max_length=16, choices=Decision.Outcome.choices)
+    value = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    payload_hash = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64, blank=True)
+
+    objects = ApprovalQuerySet.as_manager()
+
+    GOES_AHEAD = (Decision.Outcome.APPROVED, Decision.Outcome.EDITED)
+
+    class Meta:
+        constraints = [
+            # The last guard behind the row lock: one vote per reviewer per request.
+            models.UniqueConstraint(
+                fields=["interrupt", "reviewer"], name="approval_one_per_reviewer"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} by {self.reviewer_id} on {self.interrupt_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ImmutableRecordError(f"Approval {self.pk} cannot be saved again: {_IMMUTABLE}")
+        with audit.sealing(self, chain=audit.APPROVALS, using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"Approval {self.pk} cannot be deleted: {_IMMUTABLE}")
+
+    @property
+    def approves(self) -> bool:
+        return self.outcome in self.GOES_AHEAD
+
+
 class Run(models.Model):
     """One unit of work for the worker: start, resume or continue a thread."""
 
@@ -406,6 +491,9 @@ class Run(models.Model):
         INTERRUPTED = "interrupted"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        # Its thread was cancelled before it finished: never claimed again, and a worker
+        # still running it can record neither a step nor its outcome.
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
@@ -452,6 +540,7 @@ class Run(models.Model):
             self.Status.INTERRUPTED,
             self.Status.SUCCEEDED,
             self.Status.FAILED,
+            self.Status.CANCELLED,
         )
 
 
@@ -489,6 +578,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # To within a minute (portal.api.TOKEN_LAST_USED_RESOLUTION): a token used now shows a
+    # time at most that old.
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -834,7 +925,7 @@ class RoutingEvent(models.Model):
 # --- end notifications and routing ----------------------------------------------------
 
 
-# --- audit trail of actions (portal.trail) ------------------------------------------------
+# --- audit trail of actions ---------------------------------------------------------------
 _APPEND_ONLY_EVENTS = (
     "audit events are a record: they are appended once and never updated or deleted "
     "(record a new event instead)"
@@ -852,7 +943,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 class AuditEvent(models.Model):
     """One action someone (or the system) took: a claim, a login, a token revoked...
 
-    Append-only and hash-chained like ``Decision`` (its own chain; ``portal.trail``).
+    Append-only and hash-chained like ``Decision`` (its own chain, ``audit.EVENTS``).
     Recorded with ``audit_record`` inside the transaction of the action it records, so an
     action that rolled back leaves no event and an event names nothing that did not happen.
     """
@@ -873,6 +964,9 @@ class AuditEvent(models.Model):
         SUBSCRIPTION_CREATE = "subscription.create", "created a notification subscription"
         SUBSCRIPTION_CHANGE = "subscription.change", "changed a notification subscription"
         SUBSCRIPTION_DELETE = "subscription.delete", "deleted a notification subscription"
+        EXPIRE = "interrupt.expire", "expired a request"
+        THREAD_RETRY = "thread.retry", "retried a thread"
+        THREAD_CANCEL = "thread.cancel", "cancelled a thread"
 
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Not a choices field on purpose: other parts add their actions (assignments,
@@ -917,7 +1011,7 @@ class AuditEvent(models.Model):
             raise ImmutableRecordError(
                 f"AuditEvent {self.pk} cannot be saved again: {_APPEND_ONLY_EVENTS}"
             )
-        with trail.sealing(self, using=kwargs.get("using")):
+        with audit.sealing(self, chain=audit.EVENTS, using=kwargs.get("using")):
             super().save(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -943,7 +1037,7 @@ def audit_record(
     """
     # Stored as its canonical JSON reads back (times as UTC text, ids as text), so the
     # hash computed now is the one recomputed from the row later.
-    text = trail.canonical(dict(detail or {}))
+    text = audit.canonical(dict(detail or {}))
     if len(text) > MAX_AUDIT_DETAIL_CHARS:
         raise ValueError(
             f"audit detail for {action!r} is over {MAX_AUDIT_DETAIL_CHARS} characters of "

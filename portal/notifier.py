@@ -24,13 +24,16 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from portal import assignments, outbox
+from portal import assignments, loops, outbox
 from portal.models import Delivery, Notification, Subscription
 
 log = logging.getLogger(__name__)
 
 # How often the notifier looks for requests due a reminder or an escalation.
 ROUTING_CHECK_SECONDS = 5.0
+# Rows taken per transaction.
+DISPATCH_BATCH = 50
+SEND_BATCH = 20
 
 _wake = outbox.wake_event
 
@@ -146,10 +149,18 @@ class Notifier:
             self._last_routing = now
             reminded, escalated = assignments.requests_remind_and_escalate()
             done += reminded + escalated
-        while fanned := outbox_dispatch():
+        # A full batch means more may be waiting, a short one that all that was due is
+        # taken: so a round tries each due delivery once, however short its backoff.
+        while True:
+            fanned = outbox_dispatch(batch=DISPATCH_BATCH)
             done += fanned
-        while sent := outbox.outbox_deliver():
+            if fanned < DISPATCH_BATCH:
+                break
+        while True:
+            sent = outbox.outbox_deliver(batch=SEND_BATCH)
             done += sent
+            if sent < SEND_BATCH:
+                break
         return done
 
     def run_forever(self, *, once: bool = False) -> int:
@@ -185,41 +196,17 @@ class Notifier:
         _wake.set()
 
 
-_embedded: tuple[Notifier, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Notifier(name=f"embedded:{os.getpid()}"), thread_name="portal-notifier"
+)
 
 
 def start_embedded_notifier() -> Notifier:
     """Run the notifier loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running notifier."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            notifier = Notifier(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(notifier,), name="portal-notifier", daemon=True
-            )
-            thread.start()
-            _embedded = (notifier, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_notifier(timeout: float = 10) -> None:
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        notifier, thread = _embedded
-        _embedded = None
-    notifier.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(notifier: Notifier) -> None:
-    while not notifier.stopping.is_set():
-        try:
-            notifier.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded notifier crashed; restarting in 1s")
-            time.sleep(1)
-    connection.close()
+    """Stop the embedded notifier after its current round (tests, orderly shutdown)."""
+    _embedded.stop(timeout)

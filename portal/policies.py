@@ -20,6 +20,16 @@ defaults below; with no matching entry at all the defaults apply too.
   ``expires_after``.
 - ``escalate_after`` and ``escalate_to`` (default None): seconds after the reminder when a
   request still pending is also assigned to the group ``escalate_to``.
+- ``approvals_required`` (default 1): how many distinct reviewers must approve before the
+  run goes ahead. Each one is checked like a single decider (role, claim, the rules
+  above) and votes once; every vote is recorded (``Approval``), and the one that reaches
+  the count records the decision and resumes the run, once.
+- ``rejections_required`` (default 1: any rejection rejects): how many distinct reviewers
+  must answer otherwise (reject, respond, ignore) before the run resumes with that answer.
+
+With either count above 1, answers that go ahead must all be the same apart from their
+note: an edit, or an answer that differs from the approvals already given, is refused
+(the others approved something else).
 
 Example::
 
@@ -28,12 +38,16 @@ Example::
         "transfers:tool_approval": {
             "required_group": "finance",
             "expires_after": 3600,
+            "approvals_required": 2,  # two people sign off every transfer
+            "rejections_required": 1,  # and any one of them can stop it
             "assign_to": ["group:finance"],
             "remind_before": 900,
             "escalate_after": 600,
             "escalate_to": "finance-leads",
         },
     }
+
+Counts are read when a vote is recorded, so a change applies to pending requests too.
 """
 
 from __future__ import annotations
@@ -56,6 +70,14 @@ class Policy:
     separation_of_duties: bool = True
     required_group: str | None = None
     expires_after: timedelta | None = None
+    approvals_required: int = 1
+    rejections_required: int = 1
+
+    @property
+    def needs_several(self) -> bool:
+        """Whether requests under this policy are decided by votes (``Approval`` rows)."""
+        return self.approvals_required > 1 or self.rejections_required > 1
+
     assign_to: tuple[str, ...] = ()
     remind_before: timedelta | None = None
     escalate_after: timedelta | None = None
@@ -81,6 +103,17 @@ def _seconds(value: Any, key: str, name: str = "expires_after") -> timedelta | N
         raise ValueError(
             f"PORTAL_POLICIES[{key!r}][{name!r}] must be seconds or a timedelta, got {value!r}"
         ) from None
+
+
+def _count(value: Any, key: str, name: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"PORTAL_POLICIES[{key!r}][{name!r}] must be a whole number of reviewers, 1 or "
+            f"more, got {value!r}"
+        )
+    return value
 
 
 def check_assignees(names: Any, where: str) -> tuple[str, ...]:
@@ -110,6 +143,12 @@ def policy_for(agent: str, reason: str) -> Policy:
                 separation_of_duties=bool(entry.get("separation_of_duties", True)),
                 required_group=entry.get("required_group") or None,
                 expires_after=_seconds(entry.get("expires_after"), key),
+                approvals_required=_count(
+                    entry.get("approvals_required"), key, "approvals_required"
+                ),
+                rejections_required=_count(
+                    entry.get("rejections_required"), key, "rejections_required"
+                ),
                 assign_to=check_assignees(
                     entry.get("assign_to"), f"PORTAL_POLICIES[{key!r}]['assign_to']"
                 ),

@@ -18,9 +18,11 @@ permission             lets the user                                         gro
 ``view_all_threads``   read every thread, not only their own                 reviewer, auditor
 ``view_history``       browse the decision history                           reviewer, auditor
 ``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
-``view_metrics``       open the metrics page                                 reviewer, auditor
+``view_metrics``       open the metrics page, read /metrics/prometheus      reviewer, auditor
 ``view_audit_trail``   browse and (with ``export_history``) export the       auditor
                        audit trail of actions (claims, logins, tokens...)
+``retry_thread``       retry anyone's failed thread (owners retry their own) (none)
+``cancel_thread``      cancel anyone's thread (owners cancel their own)      (none)
 =====================  ====================================================  =============
 
 Whatever the permissions, the policies (``portal.policies``) still refuse a decider who
@@ -28,6 +30,8 @@ wrote into the thread, and only a thread's owner may post into it.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, Permission
@@ -44,6 +48,8 @@ VIEW_ALL = "portal.view_all_threads"
 VIEW_HISTORY = "portal.view_history"
 EXPORT_HISTORY = "portal.export_history"
 VIEW_METRICS = "portal.view_metrics"
+RETRY_THREAD = "portal.retry_thread"
+CANCEL_THREAD = "portal.cancel_thread"
 VIEW_AUDIT_TRAIL = "portal.view_audit_trail"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
@@ -109,6 +115,31 @@ def can_view_metrics(user: User) -> bool:
 
 def can_view_audit_trail(user: User) -> bool:
     return _has(user, VIEW_AUDIT_TRAIL)
+
+
+def can_retry_threads(user: User) -> bool:
+    """Retry any failed thread (its owner may retry their own: ``may_retry``)."""
+    return _has(user, RETRY_THREAD)
+
+
+def can_cancel_threads(user: User) -> bool:
+    """Cancel any thread (its owner may cancel their own: ``may_cancel``)."""
+    return _has(user, CANCEL_THREAD)
+
+
+def _owns(user: User, thread: Any) -> bool:
+    # An owner acts on their thread while they may still write into threads at all.
+    return bool(user.is_authenticated and thread.owner_id == user.pk and can_start(user))
+
+
+def may_retry(user: User, thread: Any) -> bool:
+    """Whether ``user`` may retry ``thread``: its owner, or whoever may retry any thread."""
+    return _owns(user, thread) or can_retry_threads(user)
+
+
+def may_cancel(user: User, thread: Any) -> bool:
+    """Whether ``user`` may cancel ``thread``: its owner, or whoever may cancel any thread."""
+    return _owns(user, thread) or can_cancel_threads(user)
 
 
 def deciders() -> QuerySet[AuthUser]:

@@ -8,14 +8,22 @@ Refusals raise the exceptions of ``portal.errors`` with readable messages.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from portal import broadcast, outbox, runs
+from portal import broadcast, outbox, roles, runs, waiting
 from portal.decisions import thread_resume
-from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
+from portal.errors import (
+    InputError,
+    InterruptNotPending,
+    NotThreadOwner,
+    ThreadActionForbidden,
+    ThreadNotCancellable,
+    ThreadNotRetryable,
+)
 from portal.inputs import check_input
 from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
 from portal.registry import UnknownAgentError, get_agent_builder
@@ -24,10 +32,14 @@ __all__ = [
     "InputError",
     "InterruptNotPending",
     "NotThreadOwner",
+    "ThreadActionForbidden",
+    "ThreadNotCancellable",
     "ThreadNotRetryable",
     "UnknownAgentError",
+    "thread_abort",
     "thread_cancel",
     "thread_continue",
+    "thread_retry",
     "thread_start",
 ]
 
@@ -93,14 +105,20 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
 
 
 def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
-    """Withdraw a pending request: the thread resumes with ``None`` (the tool declines).
+    """Withdraw a pending request: the thread resumes with ``None`` (the tool declines)
+    and goes on. (``thread_abort`` stops the whole thread instead.)
 
     Raises ``InterruptNotPending`` when it was already decided, cancelled or expired.
     """
     with transaction.atomic():
         # Row lock: a reviewer's decision and this cancellation may arrive together; the
-        # second to take the lock sees the first one's status and is refused.
-        locked = Interrupt.objects.select_for_update().select_related("thread").get(pk=interrupt.pk)
+        # second to take the lock sees the first one's status and is refused. Only the
+        # request's row (of=self): thread_abort locks the thread, then its requests.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("thread")
+            .get(pk=interrupt.pk)
+        )
         if locked.status != Interrupt.Status.PENDING:
             raise InterruptNotPending(
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
@@ -163,6 +181,125 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
         )
         runs.notify_workers()
     return run
+
+
+def thread_retry(*, thread: Thread, user: Any) -> Run:
+    """Retry a failed thread from its last checkpoint, on behalf of ``user``: the thread
+    page, the API and the admin's bulk action all come here.
+
+    ``user`` must own the thread or may retry any (``roles.may_retry``), else
+    ``ThreadActionForbidden``; ``ThreadNotRetryable`` unless the thread failed and has no
+    run waiting (see ``thread_continue``, which does the work).
+    """
+    if not roles.may_retry(user, thread):
+        raise ThreadActionForbidden(
+            "Only the person who started this conversation, or someone allowed to retry "
+            "any thread (portal.retry_thread), can retry it."
+        )
+    with transaction.atomic():
+        run = thread_continue(thread=thread, user=user)
+        audit_record(
+            action=AuditEvent.Action.THREAD_RETRY,
+            actor=user,
+            target=thread,
+            detail={"run": str(run.pk)},
+        )
+    return run
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def thread_abort(*, thread: Thread, user: Any) -> Thread:
+    """Cancel ``thread`` for good, failing closed: its queued and running runs are
+    cancelled, its pending request leaves the queue as a cancelled decision (the thread is
+    not resumed), and it is marked ``cancelled`` with who did it and when.
+
+    A worker already running one of its runs can record no further step: the
+    checkpointer's compare-and-swap refuses writes to a cancelled thread, and a tool
+    call runs only after it has been recorded. So no pending tool call runs afterwards.
+
+    ``user`` must own the thread or may cancel any (``roles.may_cancel``), else
+    ``ThreadActionForbidden``. ``ThreadNotCancellable`` when it was already cancelled, or
+    is done with nothing queued (there is nothing to stop).
+    """
+    if not roles.may_cancel(user, thread):
+        raise ThreadActionForbidden(
+            "Only the person who started this conversation, or someone allowed to cancel "
+            "any thread (portal.cancel_thread), can cancel it."
+        )
+    who = _user_or_none(user)
+    now = timezone.now()
+    with transaction.atomic():
+        # Row lock on the thread (NO KEY: a decision being recorded inserts a run that
+        # references this row and must not wait for us while we wait for its request).
+        # The races: a worker's next checkpoint write (its compare-and-swap updates this
+        # row, so it waits here, then matches nothing), a retry or follow-up queuing a
+        # run, a second cancellation.
+        locked = Thread.objects.select_for_update(no_key=True).get(pk=thread.pk)
+        if locked.cancelled_at is not None:
+            by = locked.cancelled_by.get_username() if locked.cancelled_by else "the system"
+            raise ThreadNotCancellable(
+                f"thread {locked.pk} was already cancelled by {by} at {_when(locked.cancelled_at)}"
+            )
+        # Row locks on its pending requests. The race: a reviewer deciding one now. Who
+        # locks it first wins; if the decision did, it is no longer pending here, and the
+        # resume it queued is among the runs cancelled below (read after the wait).
+        pending = list(
+            Interrupt.objects.select_for_update(of=("self",))
+            .filter(thread=locked, status=Interrupt.Status.PENDING)
+            .order_by("created_at")
+        )
+        unfinished = Run.objects.filter(
+            thread=locked, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
+        )
+        if locked.status == Thread.Status.DONE and not pending and not unfinished.exists():
+            raise ThreadNotCancellable(
+                f"thread {locked.pk} is done and has nothing queued: there is nothing to cancel"
+            )
+        by_whom = who.get_username() if who is not None else "the system"
+        cancelled_runs = list(unfinished.values_list("pk", flat=True))
+        Run.objects.filter(pk__in=cancelled_runs).update(
+            status=Run.Status.CANCELLED,
+            finished_at=now,
+            lease_expires_at=None,
+            error=f"cancelled by {by_whom} at {_when(now)}",
+        )
+        for request in pending:
+            request.decided_as(Interrupt.Status.CANCELLED, now)
+            decision = Decision.objects.create(
+                interrupt=request,
+                thread=locked,
+                reviewer=who,
+                value=None,
+                outcome=Decision.Outcome.CANCELLED,
+                note=f"The conversation was cancelled by {by_whom}.",
+            )
+            outbox.notify_decision(decision, request)
+            broadcast.queue_change_on_commit(request)
+        locked.status, locked.cancelled_at, locked.cancelled_by = (
+            Thread.Status.CANCELLED,
+            now,
+            who,
+        )
+        locked.save(update_fields=["status", "cancelled_at", "cancelled_by", "updated_at"])
+        audit_record(
+            action=AuditEvent.Action.THREAD_CANCEL,
+            actor=user,
+            target=locked,
+            detail={
+                "runs": sorted(str(pk) for pk in cancelled_runs),
+                "requests": [request.pk for request in pending],
+            },
+        )
+        # Whoever waits for the thread's work to settle (the API's ?wait=) is answered.
+        waiting.changed(waiting.thread_key(locked.pk))
+        transaction.on_commit(
+            lambda: broadcast.publish_thread_status(locked.pk, Thread.Status.CANCELLED),
+            robust=True,
+        )
+    return locked
 
 
 def thread_message(*, thread: Thread, text: str, user: Any) -> Run:

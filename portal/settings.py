@@ -208,6 +208,22 @@ DATABASES = {
 USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 if USING_POSTGRES and _test_suffix:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
+# Web processes borrow connections from a pool of at most this many instead of opening one
+# per request (0: no pool). Under ASGI each request runs its sync code in a thread of its
+# own, so Django's persistent connections (CONN_MAX_AGE) would never be reused. Workers
+# keep one connection of their own instead (run_worker drops the pool).
+PORTAL_DB_POOL_SIZE = env_int("PORTAL_DB_POOL_SIZE", 20)
+if USING_POSTGRES and PORTAL_DB_POOL_SIZE:
+    _options: dict[str, object] = DATABASES["default"]["OPTIONS"]  # type: ignore[assignment]
+    _options["pool"] = {
+        "min_size": min(2, PORTAL_DB_POOL_SIZE),
+        "max_size": PORTAL_DB_POOL_SIZE,
+        # Seconds a request waits for a free connection before it fails.
+        "timeout": 10,
+    }
+    # With a pool, Django checks each connection as it is lent: one the server dropped
+    # while it sat in the pool is replaced, not handed to a request.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 
 def default_channel_prefix(db: dict[str, object], *, test_suffix: str = "") -> str:
@@ -389,10 +405,43 @@ if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)
     raise ImproperlyConfigured(
         f"PORTAL_API_RATE must be count/period like 120/m or 10/s, got {PORTAL_API_RATE!r}"
     )
+# --- observability (portal/observability.py) -------------------------------------------
+# A bearer token Prometheus sends to /metrics/prometheus (users with the metrics
+# permission may also open it with their session). Unset: sessions only.
+PORTAL_METRICS_TOKEN = os.environ.get("PORTAL_METRICS_TOKEN", "").strip()
+if PORTAL_METRICS_TOKEN and len(PORTAL_METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "PORTAL_METRICS_TOKEN must be at least 32 characters (generate one with "
+        "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'), or unset"
+    )
+# /healthz answers 503 when no worker has sent a heartbeat for this many seconds. 0 (the
+# default): the freshest heartbeat's age is reported but not judged, so a load balancer
+# probing the web processes does not take them out when only the workers are down.
+PORTAL_HEALTH_WORKER_MAX_AGE = env_int("PORTAL_HEALTH_WORKER_MAX_AGE", 0)
+
 # Per agent and reason policies; "*" matches any. See portal/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
 }
+# PORTAL_POLICIES_EXTRA='{"transfers:tool_approval": {"approvals_required": 2}}' adds
+# entries to (or replaces entries of) PORTAL_POLICIES; `manage.py check` (run by every
+# command, run_worker included) refuses an entry portal.policies cannot read.
+_policies_extra = os.environ.get("PORTAL_POLICIES_EXTRA", "").strip()
+if _policies_extra:
+    import json as _json
+
+    try:
+        _policies = _json.loads(_policies_extra)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"PORTAL_POLICIES_EXTRA must be JSON: {_exc}") from None
+    if not isinstance(_policies, dict) or not all(
+        isinstance(k, str) and ":" in k and isinstance(v, dict) for k, v in _policies.items()
+    ):
+        raise ImproperlyConfigured(
+            'PORTAL_POLICIES_EXTRA must be a JSON object of "<agent>:<reason>" keys to '
+            'policies, e.g. {"transfers:tool_approval": {"approvals_required": 2}}'
+        )
+    PORTAL_POLICIES.update(_policies)
 
 # --- notifications ---------------------------------------------------------------------
 # Email goes through Django's backend: the console in the demo; set EMAIL_BACKEND (and

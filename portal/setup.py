@@ -61,6 +61,29 @@ def ensure_demo_users() -> list[tuple[str, str, str | None]]:
     return users
 
 
+DEMO_SUBSCRIPTION = "Demo: every event, by email"
+
+
+def ensure_demo_subscription() -> bool:
+    """Subscribe the demo to every event by email, so ``make run`` shows notifications
+    (the console email backend prints them in the server's output). Created once; an
+    existing one, perhaps edited in the admin, is left alone. True when it was created."""
+    from portal import outbox
+    from portal.models import Subscription
+
+    if Subscription.objects.filter(name=DEMO_SUBSCRIPTION).exists():
+        return False
+    outbox.subscription_save(
+        subscription=Subscription(
+            name=DEMO_SUBSCRIPTION,
+            channel=Subscription.Channel.EMAIL,
+            target="reviewers@example.com",
+        ),
+        user=None,
+    )
+    return True
+
+
 def ensure_demo_threads(*, username: str = "support2") -> list[str]:
     """On first run (the demo user has no threads yet), start one conversation per agent
     that has a ``DEMO`` message (see ``portal.registry``). Only their runs are queued here;

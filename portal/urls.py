@@ -8,14 +8,13 @@ from portal.views import base
 
 urlpatterns = [
     path("", base.home, name="home"),
-    path("healthz", base.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
 ]
 
 # Each area of the portal owns its routes in portal/views/<area>.py (`urlpatterns`).
-AREAS = ["chat", "threads", "queue", "interrupts", "history", "api"]
+AREAS = ["chat", "threads", "recovery", "queue", "interrupts", "history", "api", "ops"]
 for _area in AREAS:
     try:
         _module = import_module(f"portal.views.{_area}")

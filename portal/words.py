@@ -19,6 +19,16 @@ REASONS = {
 }
 
 
+def recorded_words(result: Any) -> str:
+    """What a reviewer is told once their answer is recorded: the decision, or (on a
+    request that needs several reviewers) their vote and what the request waits for."""
+    outcome = result.get_outcome_display().lower()
+    needed = getattr(result, "needed", None)
+    if needed:
+        return f"Recorded your answer ({outcome}); the request now waits for {needed}."
+    return f"Recorded: {outcome}. The agent continues in the background."
+
+
 def reason_words(reason: str) -> str:
     """``tool_approval`` -> ``Tool approval``; a reason we do not know, in words."""
     if reason in REASONS:

@@ -6,10 +6,11 @@ between iterations so a long-lived process survives database restarts.
 
 Claiming. A run is claimable when it is ``queued`` (and is the oldest unfinished run of a
 thread with nothing else running), or ``running`` with an expired lease (its worker died).
-On PostgreSQL the candidate is locked ``FOR UPDATE SKIP LOCKED`` so concurrent workers
-take different rows, and its thread row too, so two runs of one thread never execute at
-once. On SQLite the claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which
-serialises writers, and the claim itself is a conditional UPDATE.
+On PostgreSQL the claim is one statement (one round trip): the candidate and its thread
+row are locked ``FOR UPDATE SKIP LOCKED`` so concurrent workers take different rows and
+two runs of one thread never execute at once, and are marked running. On SQLite the
+claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which serialises writers, and
+the claim itself is a conditional UPDATE.
 
 Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
 renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
@@ -70,15 +71,22 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict
-from portal import broadcast, outbox, waiting
+from portal import broadcast, loops, outbox, waiting
+from portal.checkpointer import ThreadCancelled
 from portal.decisions import interrupts_expire
-from portal.models import Checkpoint, Interrupt, Run, Thread
+from portal.models import Checkpoint, Interrupt, Run, Thread, WorkerHeartbeat
 from portal.runs import NOTIFY_CHANNEL, wake
 
 log = logging.getLogger(__name__)
 
 # How often an idle worker looks for requests whose expires_at has passed.
 EXPIRY_CHECK_SECONDS = 5.0
+# How often a worker's loop records that it is alive (WorkerHeartbeat); while a run holds
+# the loop, the run's lease heartbeat records it instead.
+HEARTBEAT_SECONDS = 5.0
+# A heartbeat row this old belongs to a worker killed long ago; the next worker to start
+# removes it.
+HEARTBEAT_FORGET_SECONDS = 86_400.0
 # Seconds between polls when no wake-up arrives: PostgreSQL workers are woken by NOTIFY,
 # so their poll only has to notice expired leases; SQLite workers in other processes
 # have nothing but the poll.
@@ -110,6 +118,56 @@ def _lease_until(seconds: float) -> Any:
     clock: on each worker's own, a worker whose clock ran ahead would take over runs
     whose workers are alive."""
     return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
+
+
+def beat(name: str) -> None:
+    """Record that worker ``name`` is alive now, on the database's clock (the one the
+    health check and the metrics compare against)."""
+    if not WorkerHeartbeat.objects.filter(name=name).update(beat_at=Now()):
+        # A new worker. Rows of workers killed long ago go now: each is a label the
+        # metrics would otherwise carry for ever.
+        WorkerHeartbeat.objects.filter(beat_at__lt=_lease_until(-HEARTBEAT_FORGET_SECONDS)).delete()
+        WorkerHeartbeat.objects.create(name=name, started_at=Now(), beat_at=Now())
+
+
+# The PostgreSQL claim (Worker._claim_one_statement). An expired lease first, then the
+# oldest queued run of a thread with nothing earlier unfinished and nothing running; the
+# queued branch is only read when no expired lease is found.
+_CLAIM_SQL = """
+WITH expired AS (
+    SELECT r.id FROM {run} r JOIN {thread} t ON t.id = r.thread_id
+    WHERE r.status = 'running' AND r.lease_expires_at < statement_timestamp()
+    ORDER BY r.lease_expires_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), queued AS (
+    SELECT r.id FROM {run} r JOIN {thread} t ON t.id = r.thread_id
+    WHERE r.status = 'queued'
+      AND NOT EXISTS (
+        SELECT 1 FROM {run} e WHERE e.thread_id = r.thread_id
+        AND e.status IN ('queued', 'running') AND e.created_at < r.created_at)
+      AND NOT EXISTS (
+        SELECT 1 FROM {run} b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+    ORDER BY r.created_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), picked AS (
+    (SELECT id FROM expired) UNION ALL (SELECT id FROM queued) LIMIT 1
+), claimed AS (
+    UPDATE {run} r SET
+        status = 'running',
+        attempts = r.attempts + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = statement_timestamp() + %(lease)s * interval '1 second',
+        started_at = coalesce(r.started_at, statement_timestamp())
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.*
+), busy AS (
+    UPDATE {thread} t SET status = 'running', updated_at = statement_timestamp()
+    FROM claimed WHERE t.id = claimed.thread_id
+)
+SELECT * FROM claimed
+"""
 
 
 @dataclass(frozen=True)
@@ -147,6 +205,8 @@ class _Heartbeat(threading.Thread):
                     if time.monotonic() - renewed_at < self.lease:
                         continue
                     renewed = 0
+                if renewed:
+                    self._beat_worker()
                 if not renewed:
                     self.lost = True
                     log.warning("run %s: lease lost to another worker", self.run_id)
@@ -156,6 +216,13 @@ class _Heartbeat(threading.Thread):
                 renewed_at = time.monotonic()
         finally:
             connection.close()
+
+    def _beat_worker(self) -> None:
+        # The worker's loop is busy with this run: its liveness is beaten from here.
+        try:
+            WorkerHeartbeat.objects.filter(name=self.owner).update(beat_at=Now())
+        except Exception:
+            log.warning("run %s: recording the worker's heartbeat failed", self.run_id)
 
     def stop(self) -> None:
         self.halt.set()
@@ -180,6 +247,7 @@ class Worker:
         self.stopping = threading.Event()
         self._listener: Any = None
         self._last_expiry = -EXPIRY_CHECK_SECONDS
+        self._last_beat = -HEARTBEAT_SECONDS
         # One event loop for the worker's life (a loop per run costs a thread and a new
         # channel-layer connection each time), and on PostgreSQL one async connection the
         # checkpointer writes through without hopping threads.
@@ -199,6 +267,7 @@ class Worker:
             while not self.stopping.is_set():
                 _refresh_connections()
                 wake.clear()
+                self._beat()
                 self._expire_due()
                 try:
                     run = self.claim()
@@ -227,6 +296,7 @@ class Worker:
         finally:
             self._close_listener()
             self._close_loop()
+            self._forget_heartbeat()
             _refresh_connections()
         log.info("worker %s stopped after %d runs", self.name, done)
         return done
@@ -234,6 +304,25 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
         wake.set()
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat < HEARTBEAT_SECONDS:
+            return
+        self._last_beat = now
+        try:
+            beat(self.name)
+        except Exception:
+            # The health check will see the heartbeat age; the loop goes on (claiming
+            # reports a database that is really gone).
+            log.warning("worker %s: recording its heartbeat failed", self.name, exc_info=True)
+
+    def _forget_heartbeat(self) -> None:
+        # A worker that stops in order takes its row away; only a dead one leaves it ageing.
+        try:
+            WorkerHeartbeat.objects.filter(name=self.name).delete()
+        except Exception:
+            log.warning("worker %s: removing its heartbeat failed", self.name, exc_info=True)
 
     def _expire_due(self) -> None:
         # Overdue requests are declined here, so expiry needs no cron job; several
@@ -255,13 +344,17 @@ class Worker:
     def claim(self) -> Run | None:
         """Take the next claimable run (an expired lease first, then the oldest queued)."""
         while True:
-            with transaction.atomic():
-                run, gave_up = self._claim_one()
+            if _using_postgres():
+                run, gave_up = self._claim_one_statement()
+            else:
+                with transaction.atomic():
+                    run, gave_up = self._claim_one()
             if gave_up is not None:
                 continue  # that one is finished now; look for another
             return run
 
     def _claim_one(self) -> tuple[Run | None, Run | None]:
+        """The claim on SQLite, in the caller's (serialising) transaction."""
         now = timezone.now()
         expired = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=Now())
         earlier_unfinished = Run.objects.filter(
@@ -274,33 +367,54 @@ class Worker:
             Exists(earlier_unfinished) | Exists(thread_busy)
         )
         for candidates in (expired.order_by("lease_expires_at"), queued.order_by("created_at")):
-            if _using_postgres():
-                # SKIP LOCKED: concurrent workers each take a different row instead of
-                # queueing behind one another's claim.
-                candidates = candidates.select_for_update(skip_locked=True)
             for run in candidates[:5]:
-                if _using_postgres():
-                    # Two runs of one thread claimed by two workers at the same moment
-                    # would both pass the "thread busy" filter; the thread lock lets only
-                    # one through, and the other re-checks next time.
-                    free = Thread.objects.select_for_update(skip_locked=True).filter(
-                        pk=run.thread_id
-                    )
-                    if not free.exists():
-                        continue
                 taken = self._take(run, now)
                 if taken is not None:
                     return taken
         return None, None
 
+    def _claim_one_statement(self) -> tuple[Run | None, Run | None]:
+        """The claim on PostgreSQL: one statement, one round trip (it commits on its own
+        outside a transaction). The run and its thread are locked SKIP LOCKED together,
+        so concurrent workers take different runs and two runs of one thread never
+        start at once; the same statement marks the thread running."""
+        runs = list(
+            Run.objects.raw(
+                _CLAIM_SQL.format(run=Run._meta.db_table, thread=Thread._meta.db_table),
+                {"owner": self.name, "lease": self.lease},
+            )
+        )
+        if not runs:
+            return None, None
+        run = runs[0]
+        if run.attempts <= self.max_attempts:
+            return run, None
+        with transaction.atomic():
+            # Claimed once too often: this claim was not an attempt, and the run fails.
+            run.attempts -= 1
+            error = self._gave_up(run)
+            Run.objects.filter(pk=run.pk, lease_owner=self.name).update(
+                status=Run.Status.FAILED,
+                error=error,
+                attempts=run.attempts,
+                finished_at=timezone.now(),
+                lease_expires_at=None,
+            )
+            run.status, run.error = Run.Status.FAILED, error
+            self._settle_thread(run, failed=True)
+        return None, run
+
+    def _gave_up(self, run: Run) -> str:
+        return (
+            f"gave up after {run.attempts} attempts (PORTAL_RUN_MAX_ATTEMPTS="
+            f"{self.max_attempts}): each time, the worker running it stopped before it "
+            "finished. The thread keeps its last checkpoint and can be retried."
+        )
+
     def _take(self, run: Run, now: Any) -> tuple[Run | None, Run | None] | None:
         attempts = run.attempts + 1
         if attempts > self.max_attempts:
-            error = (
-                f"gave up after {run.attempts} attempts (PORTAL_RUN_MAX_ATTEMPTS="
-                f"{self.max_attempts}): each time, the worker running it stopped before it "
-                "finished. The thread keeps its last checkpoint and can be retried."
-            )
+            error = self._gave_up(run)
             Run.objects.filter(pk=run.pk).update(
                 status=Run.Status.FAILED, error=error, finished_at=now, lease_expires_at=None
             )
@@ -318,7 +432,11 @@ class Worker:
         )
         if not claimed:
             return None
-        Thread.objects.filter(pk=run.thread_id).update(status=Thread.Status.RUNNING, updated_at=now)
+        # A cancelled thread keeps its status (its runs are cancelled with it, so this
+        # claim only happens if the cancellation commits after the claim read the run).
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=Thread.Status.RUNNING, updated_at=now
+        )
         run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
         run.lease_expires_at = now + timedelta(seconds=self.lease)
         run.started_at = run.started_at or now
@@ -350,6 +468,8 @@ class Worker:
         from portal.registry import UnknownAgentError, compile_agent
 
         thread = Thread.objects.get(pk=run.thread_id)
+        if thread.cancelled_at is not None:
+            return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
         recovered = self._recover(run)
         if isinstance(recovered, Outcome):
             return recovered
@@ -393,6 +513,11 @@ class Worker:
                     self._running = None
             else:
                 paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+        except ThreadCancelled as exc:
+            # Cancelled while running: the write refused was this run's next step (a tool
+            # call among them), so nothing after it happened.
+            log.info("run %s: %s", run.pk, exc)
+            return Outcome(Run.Status.CANCELLED, str(exc))
         except CheckpointConflict as exc:
             # Another writer moved the thread on: a taken-over run's earlier attempt, its
             # lease lost, that stops at its next await. Give the run back, to continue from
@@ -534,7 +659,8 @@ class Worker:
                 lease_expires_at=None,
             )
             if not recorded:
-                log.warning("run %s: finished after losing its lease; outcome dropped", run.pk)
+                # Its lease was taken over, or its thread cancelled (which cancels the run).
+                log.warning("run %s: no longer this worker's; outcome dropped", run.pk)
                 return
             run.status, run.error, run.finished_at = outcome.status, outcome.error, now
             self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
@@ -561,7 +687,9 @@ class Worker:
             status = Thread.Status.DONE
         else:
             status = Thread.Status.IDLE
-        Thread.objects.filter(pk=run.thread_id).update(status=status, updated_at=timezone.now())
+        Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
+            status=status, updated_at=timezone.now()
+        )
         if failed:
             # Told to whoever subscribed, in the transaction that records the failure.
             agent = Thread.objects.filter(pk=run.thread_id).values_list("agent", flat=True).first()
@@ -666,43 +794,17 @@ def _input_problem(payload: Any) -> str:
 
 # -- the embedded worker ---------------------------------------------------------------
 
-_embedded: tuple[Worker, threading.Thread] | None = None
-_embedded_lock = threading.Lock()
+_embedded = loops.Embedded(
+    lambda: Worker(name=f"embedded:{os.getpid()}"), thread_name="portal-worker"
+)
 
 
 def start_embedded_worker() -> Worker:
     """Run the worker loop in a daemon thread of this process (the one-command demo).
     Idempotent: a second call returns the running worker."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            worker = Worker(name=f"embedded:{os.getpid()}")
-            thread = threading.Thread(
-                target=_run_embedded, args=(worker,), name="portal-worker", daemon=True
-            )
-            thread.start()
-            _embedded = (worker, thread)
-        return _embedded[0]
+    return _embedded.start()
 
 
 def stop_embedded_worker(timeout: float = 10) -> None:
     """Stop the embedded worker after its current run (tests, orderly shutdown)."""
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            return
-        worker, thread = _embedded
-        _embedded = None
-    worker.stop()
-    thread.join(timeout)
-
-
-def _run_embedded(worker: Worker) -> None:
-    while not worker.stopping.is_set():
-        try:
-            worker.run_forever()
-        except Exception:  # keep the demo alive whatever happens
-            log.exception("embedded worker crashed; restarting in 1s")
-            time.sleep(1)
-    # Django opened this thread's connection; nobody else will close it.
-    connection.close()
+    _embedded.stop(timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from urllib.parse import quote
 
 
@@ -21,3 +22,10 @@ def database_env() -> dict[str, str]:
         host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
         return {"DATABASE_URL": f"postgres://{auth}@{host}/{db['NAME']}", **prefix}
     return {"SQLITE_PATH": str(db["NAME"]), **prefix}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

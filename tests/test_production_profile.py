@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -25,6 +24,7 @@ import pytest
 from django.conf import settings
 
 from tests.conftest import CHROMIUM
+from tests.processes import free_port
 from tests.readme import production_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +48,6 @@ def _superuser_connection() -> psycopg.Connection:
         port=db["PORT"] or None,
         autocommit=True,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fresh_copy(to: Path) -> Path:
@@ -99,7 +93,7 @@ def deployment(tmp_path: Path) -> Iterator[dict[str, object]]:
         drop(admin)  # left over from an interrupted run
         for statement in steps.sql:
             admin.execute(rename(statement))
-    port = _free_port()
+    port = free_port()
     env = {
         k: v
         for k, v in os.environ.items()

@@ -12,6 +12,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import dateformat, timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from portal import roles
+
 register = template.Library()
 
 
@@ -81,3 +83,15 @@ def _html(template: str, /, **values: Any) -> SafeString:
             }
         )
     )
+
+
+@register.filter
+def may_retry(user: Any, thread: Any) -> bool:
+    """``{% if user|may_retry:thread %}``: whether to offer the retry button."""
+    return roles.may_retry(user, thread)
+
+
+@register.filter
+def may_cancel(user: Any, thread: Any) -> bool:
+    """``{% if user|may_cancel:thread %}``: whether to offer cancelling the thread."""
+    return roles.may_cancel(user, thread)

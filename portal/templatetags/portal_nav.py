@@ -13,6 +13,7 @@ LINKS = [
     ("threads", "Threads", lambda user: user.is_authenticated),
     ("queue", "Review queue", roles.can_decide),
     ("history", "History", roles.can_view_history),
+    ("audit_trail", "Audit trail", roles.can_view_audit_trail),
     ("metrics", "Metrics", roles.can_view_metrics),
 ]
 

@@ -1,8 +1,9 @@
 from django import template
 
-from portal import words
+from portal import decisions, words
 
 register = template.Library()
+register.filter("quorum", decisions.quorum_of)
 register.filter("reason_words", words.reason_words)
 register.filter("tool_words", words.tool_words)
 register.filter("outcome_words", words.outcome_words)

@@ -1,5 +1,5 @@
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
@@ -33,8 +33,3 @@ def home(request: HttpRequest) -> HttpResponse:
     if target is not None:
         return redirect(target)
     return render(request, "portal/home.html", {"role_names": roles.role_names(request.user)})
-
-
-@require_GET
-def healthz(request: HttpRequest) -> HttpResponse:
-    return JsonResponse({"ok": True})

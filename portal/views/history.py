@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from portal import history, metrics
-from portal.history import COLUMNS, HistoryFilter
+from portal.history import COLUMNS, EVENT_COLUMNS, EventFilter, HistoryFilter
 from portal.models import Checkpoint, Decision
 from portal.views.threads import decisions_by_call, display_message
 from portal.words import answer_words, call_words
@@ -235,12 +235,14 @@ class _Echo:
         return value
 
 
-def _csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+def _csv_lines(
+    rows: Iterable[dict[str, Any]], columns: list[tuple[str, str]] = COLUMNS
+) -> Iterator[str]:
     writer = csv.writer(_Echo())
-    yield writer.writerow([key for key, _ in COLUMNS])
+    yield writer.writerow([key for key, _ in columns])
     for row in rows:
         yield writer.writerow(
-            [_cell(";".join(row[k]) if k == "tools" else row[k]) for k, _ in COLUMNS]
+            [_cell(";".join(row[k]) if k == "tools" else row[k]) for k, _ in columns]
         )
 
 
@@ -248,15 +250,27 @@ def _json_default(value: Any) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)  # UUIDs
 
 
-def _jsonl_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+def _jsonl_lines(
+    rows: Iterable[dict[str, Any]], columns: list[tuple[str, str]] = COLUMNS
+) -> Iterator[str]:
     for row in rows:
-        record = {k: row[k] for k, _ in COLUMNS}
+        record = {k: row[k] for k, _ in columns}
         yield json.dumps(record, default=_json_default, ensure_ascii=False) + "\n"
 
 
 def _export(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
     history.require_export_access(request)
     form = _filter_form(request)
+    return _stream(form, history.iter_rows, COLUMNS, kind, "decisions")
+
+
+def _stream(
+    form: history.KeysetFilter,
+    iter_rows: Any,
+    columns: list[tuple[str, str]],
+    kind: str,
+    name: str,
+) -> HttpResponse | StreamingHttpResponse:
     if form.errors:
         # The page drops a bad filter and says so; a file cannot, and would hold rows
         # that were not asked for.
@@ -266,15 +280,17 @@ def _export(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResp
             status=400,
             content_type="text/plain; charset=utf-8",
         )
-    rows = history.iter_rows(form.criteria())
+    rows = iter_rows(form.criteria())
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     if kind == "csv":
-        response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")
+        response = StreamingHttpResponse(
+            _csv_lines(rows, columns), content_type="text/csv; charset=utf-8"
+        )
     else:
         response = StreamingHttpResponse(
-            _jsonl_lines(rows), content_type="application/x-ndjson; charset=utf-8"
+            _jsonl_lines(rows, columns), content_type="application/x-ndjson; charset=utf-8"
         )
-    response["Content-Disposition"] = f'attachment; filename="decisions-{stamp}.{kind}"'
+    response["Content-Disposition"] = f'attachment; filename="{name}-{stamp}.{kind}"'
     response["Cache-Control"] = "no-store"
     return response
 
@@ -289,6 +305,55 @@ def export_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 @login_required
 def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return _export(request, "jsonl")
+
+
+# --- the audit trail of actions --------------------------------------------------------
+
+
+def _event_filter(request: HttpRequest) -> EventFilter:
+    form = EventFilter(request.GET or None)
+    if form.is_bound:
+        form.is_valid()  # errors are shown; valid fields still filter
+    return form
+
+
+@require_GET
+@login_required
+def audit_trail(request: HtmxRequest) -> HttpResponse:
+    history.require_audit_trail_access(request)
+    form = _event_filter(request)
+    page = history.events_page(form.criteria(), form.cursor())
+    context = {
+        "form": form,
+        "page": page,
+        "choices": history.event_filter_choices(),
+        "filters_qs": form.query_string(),
+        "next_qs": form.query_string(after=page.next_cursor.encode()) if page.next_cursor else "",
+        "is_first": form.cursor() is None,
+        "filtered": bool(form.criteria()),
+    }
+    template = "portal/audit_trail.html"
+    if request.htmx and not request.htmx.boosted:
+        template += "#audit-results"
+    return render(request, template, context)
+
+
+def _export_events(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
+    history.require_audit_trail_export(request)
+    form = _event_filter(request)
+    return _stream(form, history.iter_event_rows, EVENT_COLUMNS, kind, "audit-trail")
+
+
+@require_GET
+@login_required
+def audit_trail_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    return _export_events(request, "csv")
+
+
+@require_GET
+@login_required
+def audit_trail_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    return _export_events(request, "jsonl")
 
 
 # --- metrics --------------------------------------------------------------------------
@@ -314,5 +379,8 @@ urlpatterns = [
     path("history/export.csv", export_csv, name="history_export_csv"),
     path("history/export.jsonl", export_jsonl, name="history_export_jsonl"),
     path("history/<int:decision_id>/", decision_detail, name="decision_detail"),
+    path("history/actions/", audit_trail, name="audit_trail"),
+    path("history/actions/export.csv", audit_trail_csv, name="audit_trail_export_csv"),
+    path("history/actions/export.jsonl", audit_trail_jsonl, name="audit_trail_export_jsonl"),
     path("metrics/", metrics_page, name="metrics"),
 ]

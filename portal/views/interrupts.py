@@ -30,6 +30,7 @@ from portal.decisions import (
 from portal.forms import DecisionForm
 from portal.models import Checkpoint, Decision, Interrupt
 from portal.views.threads import transcript
+from portal.words import recorded_words
 
 
 class HtmxRequest(HttpRequest):
@@ -116,11 +117,7 @@ def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
             return _render(request, interrupt, status=refusal.status_code, refusal=refusal)
         form.show_refusal(refusal)
         return _render(request, interrupt, form=form, status=refusal.status_code, refusal=refusal)
-    messages.success(
-        request,
-        f"Recorded: {decision.get_outcome_display().lower()}. "
-        "The agent continues in the background.",
-    )
+    messages.success(request, recorded_words(decision))
     return redirect("interrupt_detail", interrupt_id=interrupt.pk)
 
 

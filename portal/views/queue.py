@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
@@ -24,7 +24,7 @@ from django_htmx.middleware import HtmxDetails
 
 from portal import paging, roles
 from portal.assignments import assigned_to
-from portal.models import Interrupt
+from portal.models import Approval, Interrupt
 from portal.paging import Cursor
 
 
@@ -80,7 +80,11 @@ def queue_page(
 ) -> QueuePage:
     """One page of ``qs`` in age order, starting after ``after`` (or ending before
     ``before``); a single query."""
-    qs = qs.select_related("thread__owner", "claimed_by")
+    # The votes on requests that need several reviewers, for the whole page at once.
+    votes = Approval.objects.select_related("reviewer").order_by("id")
+    qs = qs.select_related("thread__owner", "claimed_by").prefetch_related(
+        Prefetch("approvals", queryset=votes)
+    )
     back = Cursor.decode(before)
     if back:
         # Walk the other way from the cursor, then put the rows back in display order.

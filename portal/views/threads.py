@@ -106,6 +106,9 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
         "last_run": last_run,
         "working": working,
         "can_reply": thread.status == Thread.Status.DONE and not working,
+        # Something left to stop (services.thread_abort refuses the rest).
+        "cancellable": thread.status != Thread.Status.CANCELLED
+        and (thread.status != Thread.Status.DONE or working),
     }
 
 

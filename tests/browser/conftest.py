@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,12 +26,13 @@ from urllib.parse import quote
 import pytest
 
 from tests.browser.csp import VIOLATIONS, watch_csp
-from tests.processes import database_env
+from tests.processes import database_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "screenshots"
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
 TIMEOUT_MS = 15_000
+QUORUM_POLICY = '{"two-person:*": {"approvals_required": 2}}'
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,12 +51,6 @@ def _orm_beside_playwright(monkeypatch):
     # The ORM calls in these tests are plain synchronous code; Playwright's loop in the
     # same thread is not theirs. Set first, undone last (after the database teardown).
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Start-up takes seconds alone, but on a machine shared with other test runs it has taken
@@ -87,8 +81,11 @@ def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
         env = {k: v for k, v in os.environ.items() if k not in skip}
         env.update(database_env())
     env.update({"PYTHONUNBUFFERED": "1", "PORTAL_MODEL": "scripted", "DEBUG": "1"})
+    # Requests of the agent "two-person" need two approvers (tests/browser/test_quorum.py);
+    # no other agent is touched.
+    env.setdefault("PORTAL_POLICIES_EXTRA", QUORUM_POLICY)
     logs = tmp_path_factory.mktemp("live")
-    port = _free_port()
+    port = free_port()
     procs: list[subprocess.Popen] = []
 
     def start(name: str, *args: str) -> tuple[subprocess.Popen, Path]:

@@ -58,6 +58,7 @@ def _pages(data) -> dict[str, list[tuple[str, bool]]]:
         f"/history/{decision}/",
         "/metrics/",
     ]
+    audit = ["/history/actions/", "/history/actions/?action=login&actor=system"]
     admin = [
         "/admin/",
         "/admin/portal/interrupt/",
@@ -84,8 +85,8 @@ def _pages(data) -> dict[str, list[tuple[str, bool]]]:
             [*common, "/chat/", f"/chat/{thread}/", "/threads/", f"/threads/{thread}/"]
         ),
         "reviewer": mark([*common, "/queue/", *reader]),
-        "auditor": mark([*common, *reader]),
-        "admin": mark([*common, "/queue/", *reader, *admin]),
+        "auditor": mark([*common, *reader, *audit]),
+        "admin": mark([*common, "/queue/", *reader, *audit, *admin]),
     }
 
 

@@ -14,9 +14,9 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.browser.conftest import ROOT, TIMEOUT_MS, _free_port, _wait_until_up
+from tests.browser.conftest import ROOT, TIMEOUT_MS, _wait_until_up
 from tests.browser.csp import watch_csp
-from tests.processes import database_env
+from tests.processes import database_env, free_port
 
 SETTINGS = "tests.browser.debug_off_settings"
 
@@ -54,7 +54,7 @@ def debug_off_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> It
         check=True,
         timeout=300,
     )
-    port = _free_port()
+    port = free_port()
     log = logs / "server.log"
     server = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],

@@ -46,6 +46,16 @@ def layer(request, settings):
     channel_layers.backends.clear()
 
 
+def parse_event(block: str) -> tuple[str, Any] | None:
+    """One server-sent event's lines as (name, data); None for a comment (a keep-alive)."""
+    lines = block.split("\n")
+    if all(line.startswith(":") for line in lines):
+        return None
+    name = next(line[7:] for line in lines if line.startswith("event: "))
+    data = "\n".join(line[6:] for line in lines if line.startswith("data: "))
+    return name, (data if name == "html" else json.loads(data))
+
+
 class Stream:
     """One GET of an event stream through the ASGI application, read event by event."""
 
@@ -95,12 +105,8 @@ class Stream:
             self.buffer += message.get("body", b"").decode()
             self.finished = not message.get("more_body")
         block, self.buffer = self.buffer.split("\n\n", 1)
-        lines = block.split("\n")
-        if all(line.startswith(":") for line in lines):
-            return await self.event(wait)
-        name = next(line[7:] for line in lines if line.startswith("event: "))
-        data = "\n".join(line[6:] for line in lines if line.startswith("data: "))
-        return name, (data if name == "html" else json.loads(data))
+        event = parse_event(block)
+        return event if event is not None else await self.event(wait)
 
     async def next_named(self, name: str) -> Any:
         while True:

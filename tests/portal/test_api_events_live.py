@@ -15,19 +15,15 @@ from django.conf import settings
 
 from portal.api import api_token_create
 from tests.portal.conftest import output, wait_for
+from tests.portal.test_api_events import parse_event
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(spawn) -> tuple[str, int]:
-    port = _free_port()
+    port = free_port()
     # The server's own worker runs the agents unless Redis carries events between
     # processes; then a worker process of its own does, as in production.
     proc = spawn("runserver", "--noreload", f"127.0.0.1:{port}", PORTAL_NO_WORKER="0")
@@ -66,20 +62,17 @@ class EventReader:
         assert self.response.getheader("Content-Type") == "text/event-stream"
 
     def event(self) -> tuple[str, Any]:
-        name, data = "", []
+        lines: list[str] = []
         while True:
             line = self.response.fp.readline().decode()
             assert line, "the stream ended"
-            line = line.rstrip("\n")
-            if line == "":
-                if name:
-                    text = "\n".join(data)
-                    return name, (text if name == "html" else json.loads(text))
+            if line != "\n":
+                lines.append(line.rstrip("\n"))
                 continue
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                data.append(line[6:])
+            event = parse_event("\n".join(lines))
+            lines = []
+            if event is not None:
+                return event
 
     def until_status(self, status: str, seen: list[tuple[str, Any]]) -> None:
         deadline = time.monotonic() + 60

@@ -66,6 +66,26 @@ def test_a_refused_claim_and_a_claim_already_held_record_nothing(reviewer, secon
     assert [e.action for e in events()] == ["interrupt.claim"]
 
 
+def test_claims_and_withdrawals_through_the_api_are_recorded_too(client, reviewer, support_agent):
+    interrupt = make_interrupt()
+    _, token = api_token_create(user=reviewer, name="bot")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    assert client.post(f"/api/interrupts/{interrupt.pk}/claim", **auth).status_code == 200
+    assert client.post(f"/api/interrupts/{interrupt.pk}/release", **auth).status_code == 200
+    mine = make_interrupt(owner=support_agent)
+    _, owner_token = api_token_create(user=support_agent, name="app")
+    owner = {"HTTP_AUTHORIZATION": f"Bearer {owner_token}"}
+    assert client.post(f"/api/interrupts/{mine.pk}/withdraw", **owner).status_code < 300
+    recorded = [
+        (e.action, e.actor_name, e.target_id) for e in events() if e.action.startswith("interrupt.")
+    ]
+    assert recorded == [
+        ("interrupt.claim", "rita-reviewer", interrupt.pk),
+        ("interrupt.release", "rita-reviewer", interrupt.pk),
+        ("interrupt.withdraw", "sam-support", mine.pk),
+    ]
+
+
 # --- withdrawals -----------------------------------------------------------------------
 
 

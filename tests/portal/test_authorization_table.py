@@ -78,6 +78,8 @@ GET  /threads/                              login 200   200   200   200   200   
 GET  /threads/<str:thread_id>/              login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/ htmx         login 404   404   200   200   200   404   200   200
 GET  /threads/<str:thread_id>/transcript/   login 404   404   200   200   200   404   200   200
+POST /threads/<str:thread_id>/retry         login 404   404   403   403   403   404   403   302
+POST /threads/<str:thread_id>/cancel        login 404   404   403   403   403   404   403   302
 GET  /queue/                                login 403   403   200   403   403   403   200   200
 GET  /queue/ htmx                           login 403   403   200   403   403   403   200   200
 GET  /interrupts/<str:interrupt_id>/        login 404   404   200   200   200   404   200   200
@@ -89,7 +91,12 @@ GET  /history/ htmx                         login 403   403   200   200   200   
 GET  /history/export.csv                    login 403   403   200   200   200   403   200   200
 GET  /history/export.jsonl                  login 403   403   200   200   200   403   200   200
 GET  /history/<int:decision_id>/            login 404   404   200   200   200   404   200   200
+GET  /history/actions/                      login 403   403   403   200   200   403   403   200
+GET  /history/actions/ htmx                 login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.csv            login 403   403   403   200   200   403   403   200
+GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
+GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
 GET  /api/                                  404   404   404   404   404   404   404   404   404
 GET  /api/openapi.json                      200   200   200   200   200   200   200   200   200
 GET  /api/docs                              200   200   200   200   200   200   200   200   200
@@ -120,6 +127,8 @@ WS_TABLE = _table("""
 MUTATING = {
     ("POST", "/chat/<str:thread_id>/"),
     ("POST", "/chat/<str:thread_id>/withdraw"),
+    ("POST", "/threads/<str:thread_id>/retry"),
+    ("POST", "/threads/<str:thread_id>/cancel"),
     ("POST", "/interrupts/<str:interrupt_id>/decide"),
     ("POST", "/interrupts/<str:interrupt_id>/claim"),
     ("POST", "/interrupts/<str:interrupt_id>/unclaim"),
@@ -161,11 +170,14 @@ def _personas() -> dict[str, Any]:
 
 
 class World:
-    """Sally's objects: a finished chat, a pending request, and a decided one."""
+    """Sally's objects: a finished chat, a failed one, a pending request, and a decided
+    one."""
 
     def __init__(self, sally: Any, rex: Any) -> None:
         self.done = make_thread(owner=sally, text="Where is my parcel?")
         Thread.objects.filter(pk=self.done.pk).update(status=Thread.Status.DONE)
+        self.failed = make_thread(owner=sally, text="Refund order F-1.")
+        Thread.objects.filter(pk=self.failed.pk).update(status=Thread.Status.FAILED)
         self.interrupt = make_interrupt(owner=sally)
         decided = make_interrupt(owner=sally)
         self.decision = make_decision(interrupt=decided, reviewer=rex)
@@ -196,6 +208,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             f"/threads/{i.thread_id}/transcript/",
             None,
         ),
+        ("POST", "/threads/<str:thread_id>/retry"): (f"/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/threads/<str:thread_id>/cancel"): (
+            f"/threads/{i.thread_id}/cancel",
+            {"confirm": "yes"},
+        ),
         ("GET", "/queue/"): ("/queue/", None),
         ("GET", "/interrupts/<str:interrupt_id>/"): (f"/interrupts/{i.pk}/", None),
         ("POST", "/interrupts/<str:interrupt_id>/decide"): (f"/interrupts/{i.pk}/decide", approve),
@@ -205,7 +222,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/export.csv"): ("/history/export.csv", None),
         ("GET", "/history/export.jsonl"): ("/history/export.jsonl", None),
         ("GET", "/history/<int:decision_id>/"): (f"/history/{world.decision.pk}/", None),
+        ("GET", "/history/actions/"): ("/history/actions/", None),
+        ("GET", "/history/actions/export.csv"): ("/history/actions/export.csv", None),
+        ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
+        ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
         ("GET", "/api/"): ("/api/", None),
         ("GET", "/api/openapi.json"): ("/api/openapi.json", None),
         ("GET", "/api/docs"): ("/api/docs", None),

@@ -31,7 +31,15 @@ FORBIDDEN = [
     "DELETE FROM portal_decision",
     "UPDATE portal_decision SET note = 'rewritten'",
     "DROP TRIGGER portal_decision_no_truncate ON portal_decision",
+    "TRUNCATE portal_auditevent",
+    "ALTER TABLE portal_auditevent DISABLE TRIGGER portal_auditevent_append_only",
+    "DELETE FROM portal_auditevent",
+    "UPDATE portal_auditevent SET actor_name = 'nobody'",
 ]
+RECORD_AN_EVENT = """
+from portal.models import audit_record
+print("RECORDED", audit_record(action="login", target=("user", 1)).pk)
+"""
 
 
 def _drop_role(cursor, role: str) -> None:
@@ -81,7 +89,10 @@ def test_the_app_role_runs_the_decision_flow_yet_cannot_remove_or_unprotect_deci
     assert thread.status == Thread.Status.DONE
     assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
     decision = Decision.objects.get(interrupt=request)
-    assert "ok: 1 decisions verified" in finish(spawn("verify_audit", **as_app))
+    assert "RECORDED" in finish(spawn("shell", "-c", RECORD_AN_EVENT, **as_app))
+    verified = finish(spawn("verify_audit", **as_app))
+    assert "ok: 1 decisions verified" in verified
+    assert "ok: 1 audit events verified" in verified
     checked = finish(spawn("check", "--deploy", "--database", "default", **as_app))
     assert "portal.W001" not in checked
 
@@ -98,6 +109,10 @@ def test_the_app_role_runs_the_decision_flow_yet_cannot_remove_or_unprotect_deci
         "permission denied for table portal_decision",
         "permission denied for table portal_decision",
         "must be owner of relation portal_decision",
+        "permission denied for table portal_auditevent",
+        "must be owner of table portal_auditevent",
+        "permission denied for table portal_auditevent",
+        "permission denied for table portal_auditevent",
     ]
     assert Decision.objects.get(pk=decision.pk).note == decision.note
 
@@ -126,6 +141,7 @@ def test_grant_app_role_prints_its_statements_for_a_dba(db, capsys):
     call_command("grant_app_role", "portal_app", "--sql")
     out = capsys.readouterr().out
     assert 'GRANT SELECT, INSERT ON TABLE "portal_decision" TO "portal_app";' in out
+    assert 'GRANT SELECT, INSERT ON TABLE "portal_auditevent" TO "portal_app";' in out
     assert 'REVOKE ALL ON TABLE "portal_decision" FROM "portal_app";' in out
     assert 'GRANT SELECT ON TABLE "django_migrations" TO "portal_app";' in out
     assert 'GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "portal_interrupt"' in out

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from django.core import mail
 from django.db import transaction
+from django.utils import timezone
 
 from agents import signing
 from portal import outbox
@@ -92,30 +94,55 @@ def test_a_receiver_with_another_secret_refuses_it_and_the_delivery_log_says_so(
     assert list(delivery.log.values_list("ok", "status_code")) == [(False, 401), (False, 401)]
 
 
+def make_due() -> None:
+    """What the passing of each delivery's backoff does (tests do not wait for it)."""
+    Delivery.objects.filter(status=Delivery.Status.PENDING).update(
+        next_attempt_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_with_the_receiver_down_deliveries_retry_and_each_arrives_once_when_it_is_back(
-    fast_retries, receiver
+    receiver,
 ):
     subscribe(receiver.url)
     receiver.stop()
     notes = [outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"n": n}) for n in range(5)]
+    outbox_dispatch()
 
-    notifier = Notifier(name="test-notifier")
-    for _ in range(3):  # a few rounds against a closed port
-        notifier.tick()
-        time.sleep(0.25)
+    for attempt in (1, 2, 3):  # three tries against a closed port
+        assert outbox.outbox_deliver() == 5
+        assert outbox.outbox_deliver() == 0  # each is backing off now, none is due
+        assert set(Delivery.objects.values_list("attempts", flat=True)) == {attempt}
+        make_due()
     assert Delivery.objects.filter(status=Delivery.Status.PENDING).count() == 5
+    assert set(Delivery.objects.values_list("attempts", flat=True)) == {3}
     assert not DeliveryAttempt.objects.filter(ok=True).exists()
-    assert DeliveryAttempt.objects.filter(error__contains="could not reach").count() >= 10
-    assert all(d.attempts >= 2 for d in Delivery.objects.all())  # retried, not given up
+    assert DeliveryAttempt.objects.filter(error__contains="could not reach").count() == 15
 
     receiver.start()  # the same port
-    drain(until=lambda: len(receiver.handled) == 5)
+    assert outbox.outbox_deliver() == 5
 
     assert sorted(receiver.handled) == sorted(str(n.pk) for n in notes)
     assert receiver.repeats == 0
     assert len(receiver.requests) == 5  # nothing sent twice once it was up
     assert Delivery.objects.filter(status=Delivery.Status.SENT).count() == 5
+    assert outbox.outbox_deliver() == 0
+
+
+def test_a_notifier_round_tries_each_due_delivery_once_however_short_its_backoff(
+    transactional_db, settings, receiver
+):
+    settings.PORTAL_NOTIFY_BACKOFF_SECONDS = 0.001  # due again before the round is over
+    settings.PORTAL_NOTIFY_BACKOFF_MAX_SECONDS = 0.001
+    subscribe(receiver.url)
+    receiver.stop()
+    outbox.outbox_enqueue(kind=outbox.RUN_FAILED)
+
+    Notifier(name="test-notifier").tick()
+
+    delivery = Delivery.objects.get()
+    assert (delivery.attempts, delivery.status) == (1, Delivery.Status.PENDING)
 
 
 @pytest.mark.django_db(transaction=True)

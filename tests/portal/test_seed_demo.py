@@ -80,3 +80,24 @@ def test_running_seed_demo_again_keeps_a_changed_password(settings, capsys):
     assert reviewer.check_password("changed-after-the-demo-began")
     assert "reviewer   (existing user: left unchanged)" in out
     assert "support    password: support-demo-pass" in out  # unchanged, still the demo one
+
+
+def test_the_demo_emails_every_event_so_make_run_shows_notifications(settings, capsys):
+    from django.core import mail
+
+    from portal.models import Subscription
+    from portal.notifier import Notifier
+    from portal.worker import Worker
+
+    settings.DEBUG = True
+    settings.PORTAL_MODEL = "scripted"
+
+    out = seed(capsys=capsys)
+    seed(capsys=capsys)  # again: still one subscription
+    Worker(name="demo").run_forever(once=True)  # the demo's requests reach the queue
+    Notifier(name="demo").run_forever(once=True)
+
+    assert "every event is emailed to reviewers@example.com" in out
+    assert Subscription.objects.count() == 1
+    subjects = [m.subject for m in mail.outbox if m.to == ["reviewers@example.com"]]
+    assert subjects and all(s.startswith("New request from ") for s in subjects)

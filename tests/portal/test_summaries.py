@@ -63,10 +63,15 @@ def test_the_exports_carry_the_summary(client, auditor, reviewer, request_with_s
 
 def test_the_admin_lists_and_shows_the_summary(client, admin_user, request_with_summary):
     client.force_login(admin_user)
-    listing = client.get(reverse("admin:portal_interrupt_changelist")).content.decode()
-    page = client.get(
+    listing_response = client.get(reverse("admin:portal_interrupt_changelist"))
+    page_response = client.get(
         reverse("admin:portal_interrupt_change", args=[request_with_summary.pk])
-    ).content.decode()
+    )
+    assert (listing_response.status_code, page_response.status_code) == (200, 200), (
+        listing_response.get("Location"),
+        page_response.get("Location"),
+    )
+    listing, page = listing_response.content.decode(), page_response.content.decode()
     assert f'<span class="portal-summary">{SUMMARY}</span>' in listing
     assert SUMMARY in page
 

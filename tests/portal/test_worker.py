@@ -506,3 +506,31 @@ def test_a_run_taken_over_as_its_earlier_attempt_writes_its_first_step_finishes_
     assert (run.status, thread.status) == (Run.Status.SUCCEEDED, Thread.Status.DONE)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     assert snapshot is not None and [m["role"] for m in snapshot.messages] == ["user", "assistant"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_claim_is_one_statement_that_also_marks_the_thread_running(
+    support_agent,
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    older, _ = services.thread_start(agent="approve", input=say("pay 1"), user=support_agent)
+    services.thread_start(agent="approve", input=say("pay 2"), user=support_agent)
+    worker = Worker(name="one-trip")
+
+    with CaptureQueriesContext(connection) as queries:
+        run = worker.claim()
+
+    assert len(queries) == 1, [q["sql"][:80] for q in queries.captured_queries]
+    assert run is not None and run.thread_id == older.pk  # the oldest queued first
+    assert (run.status, run.attempts, run.lease_owner) == (Run.Status.RUNNING, 1, "one-trip")
+    assert run.lease_expires_at is not None and run.started_at is not None
+    stored = Run.objects.get(pk=run.pk)
+    assert (stored.status, stored.attempts, stored.lease_owner) == (
+        Run.Status.RUNNING,
+        1,
+        "one-trip",
+    )
+    assert Thread.objects.get(pk=older.pk).status == Thread.Status.RUNNING

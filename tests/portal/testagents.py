@@ -20,8 +20,8 @@ count executions across processes that share nothing else.
   ``refund.log``); "refund X once" calls ``refund_once`` (idempotent: it pays through
   ``ledger``, which acts once per idempotency key, to ``ledger.log``). Both note every
   call in ``<tool>_calls.log``. Each stops at marked points when the test asks it to
-  (``hold``): ``before`` and ``after`` the payment, and ``saved`` once its result is in
-  the thread (the model's next turn).
+  (``hold``): ``turn`` as the model is about to ask for the call, ``before`` and ``after``
+  the payment, and ``saved`` once its result is in the thread (the model's next turn).
 """
 
 from __future__ import annotations
@@ -287,6 +287,10 @@ class _HoldingModel(ScriptedModel):
         if trailing_tool_results(messages):
             # The tool's result and its node's end are in the thread by now.
             await asyncio.to_thread(hold, "saved")
+        else:
+            # About to answer with a tool call: the worker holds the run, nothing of the
+            # call is recorded yet.
+            await asyncio.to_thread(hold, "turn")
         return await super().agenerate(messages, tools, **kwargs)
 
 

@@ -5,8 +5,8 @@ Run it as the role that owns the tables (the one ``migrate`` runs as), after eve
 the role the web processes and workers connect as must not be that owner. This grants
 ROLE, on every table of the portal:
 
-- ``portal_decision`` and ``portal_auditevent``: SELECT and INSERT only (decisions and
-  audit events are appended, never changed);
+- ``portal_decision``, ``portal_approval`` and ``portal_auditevent``: SELECT and INSERT
+  only (decisions, approvals and audit events are appended, never changed);
 - ``django_migrations``: SELECT;
 - every other table: SELECT, INSERT, UPDATE, DELETE;
 - USAGE on the schema, and USAGE and SELECT on its sequences.
@@ -23,7 +23,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 
-APPEND_ONLY = {"portal_decision": "SELECT, INSERT", "portal_auditevent": "SELECT, INSERT"}
+APPEND_ONLY = {
+    "portal_decision": "SELECT, INSERT",
+    "portal_approval": "SELECT, INSERT",
+    "portal_auditevent": "SELECT, INSERT",
+}
 READ_ONLY = {"django_migrations": "SELECT"}
 READ_WRITE = "SELECT, INSERT, UPDATE, DELETE"
 
@@ -101,7 +105,7 @@ class Command(BaseCommand):
                 cursor.execute(statement)
         others = (len(statements) - 2) // 2 - len(APPEND_ONLY) - len(READ_ONLY)
         self.stdout.write(
-            f"granted {role}: SELECT, INSERT on portal_decision and portal_auditevent; "
-            "SELECT on django_migrations; "
+            f"granted {role}: SELECT, INSERT on portal_decision, portal_approval and "
+            "portal_auditevent; SELECT on django_migrations; "
             f"read-write on the {others} other tables; no TRUNCATE, TRIGGER or ownership"
         )

@@ -3,13 +3,11 @@ stopped (SIGTERM or Ctrl-C finish the current round first)."""
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connections
 
+from portal import loops
 from portal.notifier import Notifier
 
 
@@ -24,19 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--poll", type=float, default=1.0, help="seconds between rounds")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # One long-lived process: keep its connection between rounds (as run_worker does).
-        for alias in connections:
-            connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
-            connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
+        loops.keep_connections()
         notifier = Notifier(name=options["name"], poll=options["poll"])
-
-        def stop(signum: int, frame: Any) -> None:
-            self.stderr.write(f"notifier {notifier.name}: stopping after this round")
-            notifier.stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        self.stdout.write(f"notifier {notifier.name} ready", ending="\n")
-        self.stdout.flush()
-        done = notifier.run_forever(once=options["once"])
+        done = loops.run_as_command(
+            self, notifier, kind="notifier", once=options["once"], finishing="this round"
+        )
         self.stdout.write(f"notifier {notifier.name} handled {done} items")

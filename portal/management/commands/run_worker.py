@@ -3,13 +3,11 @@ finish the current run first)."""
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connections
 
+from portal import loops
 from portal.worker import Worker
 
 
@@ -24,21 +22,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # A worker is one long-lived process: keep its connection between runs instead of
-        # reconnecting for each (the web processes keep Django's per-request default).
-        # Health checks replace a connection the server dropped.
-        for alias in connections:
-            connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
-            connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
+        loops.keep_connections()
         worker = Worker(name=options["name"], poll=options["poll"])
-
-        def stop(signum: int, frame: Any) -> None:
-            self.stderr.write(f"worker {worker.name}: stopping after the current run")
-            worker.stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        self.stdout.write(f"worker {worker.name} ready", ending="\n")
-        self.stdout.flush()
-        done = worker.run_forever(once=options["once"])
+        done = loops.run_as_command(
+            self, worker, kind="worker", once=options["once"], finishing="the current run"
+        )
         self.stdout.write(f"worker {worker.name} executed {done} runs")

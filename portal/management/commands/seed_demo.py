@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.setup import ensure_demo_threads, ensure_demo_users
+from portal.setup import ensure_demo_subscription, ensure_demo_threads, ensure_demo_users
 
 
 class Command(BaseCommand):
@@ -37,6 +37,11 @@ class Command(BaseCommand):
             self.stdout.write(f"  {role:<9} {username:<10} {shown}")
         agents = ", ".join(settings.PORTAL_AGENTS)
         self.stdout.write(f"Agents: {agents}. Model: {settings.PORTAL_MODEL}.")
+        if ensure_demo_subscription():
+            self.stdout.write(
+                "Notifications: every event is emailed to reviewers@example.com; the console "
+                "email backend prints each one in the server's output (admin: Subscriptions)."
+            )
         # Example conversations (support2's) waiting in the review queue.
         started = ensure_demo_threads()
         if started:

@@ -1,5 +1,6 @@
-"""``manage.py verify_audit``: walk the decision hash chain, then the audit trail's
-(``portal.trail``), and report the first broken link of each.
+"""``manage.py verify_audit``: walk the decision hash chain, the approvals' (each
+reviewer's vote on a request that needs several), then the audit trail's
+(every other action), and report the first broken link of each.
 
 Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
 non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
@@ -7,7 +8,8 @@ is worth recording somewhere else: a chain that lost its newest rows, or was rew
 from some row to the end, is consistent with itself, and only a head recorded earlier
 shows it. Pass that head back with ``--expect-head HASH``: the check then also fails
 unless a decision still has that hash. ``--expect-event-head HASH`` does the same for the
-audit trail's chain, whose head is printed on the second line.
+audit trail's chain, whose head is printed on the second line, and
+``--expect-approval-head HASH`` for the approvals' (the third).
 """
 
 from __future__ import annotations
@@ -17,15 +19,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit import verify_chain
-from portal.models import AuditEvent, Decision
-from portal.trail import verify_events
+from portal.audit import APPROVALS, EVENTS, verify_chain
+from portal.models import Approval, AuditEvent, Decision
 
 
 class Command(BaseCommand):
     help = (
-        "Verify the decision hash chain and the audit trail's, and report the first broken "
-        "link of each."
+        "Verify the hash chains of decisions, audit events and approvals, and report the "
+        "first broken link of each."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,6 +40,11 @@ class Command(BaseCommand):
             help="A head hash printed by an earlier run: fail if no decision has it now.",
         )
         parser.add_argument(
+            "--expect-approval-head",
+            metavar="HASH",
+            help="The approvals' head printed by an earlier run: fail if no approval has it.",
+        )
+        parser.add_argument(
             "--expect-event-head",
             metavar="HASH",
             help="An audit trail head printed by an earlier run: fail if no event has it now.",
@@ -46,26 +52,41 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         expect_head = _head_option(options, "expect_head")
+        expect_approval_head = _head_option(options, "expect_approval_head")
         expect_event_head = _head_option(options, "expect_event_head")
         batch, db = options["batch_size"], options["database"]
         report = verify_chain(Decision.objects.using(db), batch_size=batch, expect_head=expect_head)
-        events = verify_events(
-            AuditEvent.objects.using(db), batch_size=batch, expect_head=expect_event_head
+        votes = verify_chain(
+            Approval.objects.using(db),
+            batch_size=batch,
+            expect_head=expect_approval_head,
+            chain=APPROVALS,
+        )
+        events = verify_chain(
+            AuditEvent.objects.using(db),
+            batch_size=batch,
+            expect_head=expect_event_head,
+            chain=EVENTS,
         )
         problems = []
         if report.broken is not None:
             problems.append(
                 f"first broken link: {report.broken} ({report.count} decisions before it verified)"
             )
-        if not events.ok:
+        if votes.broken is not None:
             problems.append(
-                f"first broken link in the audit trail: {events} ({events.count} events "
-                "before it verified)"
+                f"first broken link: {votes.broken} ({votes.count} approvals before it verified)"
+            )
+        if events.broken is not None:
+            problems.append(
+                f"first broken link in the audit trail: {events.broken} ({events.count} "
+                "events before it verified)"
             )
         if problems:
             raise CommandError("; ".join(problems), returncode=2)
         self.stdout.write(f"ok: {report.count} decisions verified (head {report.head})")
         self.stdout.write(f"ok: {events.count} audit events verified (head {events.head})")
+        self.stdout.write(f"ok: {votes.count} approvals verified (head {votes.head})")
 
 
 def _head_option(options: dict[str, Any], name: str) -> str | None:

@@ -1,0 +1,54 @@
+"""Cancelling fails closed across processes: a worker holds the thread's run, the model is
+about to ask for a refund, and the thread is cancelled. The refund never runs.
+
+The test agent ``refunds`` (testagents.py) stops at ``turn`` until the test lets go; the
+refund tool notes every call in ``refund_calls.log``, which the test reads.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from portal import services
+from portal.models import Checkpoint, Run, Thread
+from tests.portal.conftest import output, wait_for
+from tests.portal.testagents import read_effects
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
+
+
+def say(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_call(
+    spawn, support_agent, effects
+):
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
+    hold = effects / "hold_turn"
+    hold.touch()
+    # A long lease: the worker's heartbeat, which would also notice, stays out of it.
+    worker = spawn("run_worker", "--id", "holder", "--poll", "0.1", PORTAL_RUN_LEASE_SECONDS="60")
+    wait_for(lambda: read_effects(effects, "reached_turn"), timeout=60, what="the model's turn")
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+    seq = Thread.objects.get(pk=thread.pk).last_seq
+
+    services.thread_abort(thread=thread, user=support_agent)
+    hold.unlink()  # the model answers now: "call refund(A-1)"
+
+    wait_for(lambda: "outcome dropped" in output(worker), timeout=60, what="the worker to stop")
+    worker.terminate()
+    worker.wait(timeout=30)
+
+    assert read_effects(effects, "refund_calls") == []
+    assert read_effects(effects, "refund") == []
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert thread.status == Thread.Status.CANCELLED
+    # Nothing the run did after the cancellation was recorded.
+    assert thread.last_seq == seq
+    assert not Checkpoint.objects.filter(thread=thread, seq__gt=seq).exists()
