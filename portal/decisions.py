@@ -699,14 +699,19 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
 
 
 def _decline_value(interrupt: Interrupt, now: datetime) -> Any:
-    # Fail closed: a yes/no request gets an explicit no with the reason, which the
-    # runtime hands back to the model; anything else gets None (cancelled).
+    # Fail closed: a yes/no request, or a typed approval of tool calls, gets an explicit no
+    # with the reason, which the runtime hands back to the model as the calls' decline;
+    # anything else gets None (cancelled).
     schema = interrupt.response_schema
+    reason = f"The request expired at {_when(now)} without a decision."
+    found = inbox.declared(schema)
+    if found is not None and interrupt.tool_calls and "ignore" in found.actions:
+        return {"type": "ignore", "note": reason}
     props = schema.get("properties") if isinstance(schema, dict) else None
     if isinstance(props, dict) and "approved" in props:
         value: dict[str, Any] = {"approved": False}
         if "note" in props:
-            value["note"] = f"The request expired at {_when(now)} without a decision."
+            value["note"] = reason
         if not validate_resume(value, schema):
             return value
     return None

@@ -285,6 +285,42 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
     assert decision.executed_args == {call_id: {"user_id": "u-382"}}
 
 
+@pytest.mark.usefixtures("test_agents")
+@pytest.mark.parametrize(
+    ("data", "outcome", "reason"),
+    [
+        ({"action": "ignore", "note": "wrong user"}, "ignored", "wrong user"),
+        ({"action": "response", "response": "Deactivate it instead."}, "responded", "Deactivate"),
+        ({"action": "reject"}, "rejected", "No approval was given."),  # a yes/no "no"
+    ],
+)
+def test_the_accounts_breakpoint_takes_typed_answers_each_its_own_outcome_and_runs_nothing(
+    client, support_agent, reviewer, data, outcome, reason
+):
+    from agents.examples import accounts
+    from portal import services
+    from portal.models import Interrupt
+
+    accounts.DELETED.clear()
+    thread, _ = services.thread_start(
+        agent="accounts", input=say("Please delete the account for user u-381."), user=support_agent
+    )
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[request.pk])).content.decode()
+    assert buttons(page) == {"accept", "edit", "response", "ignore"}
+
+    decide(client, reviewer, request, **data)
+    drain()
+
+    assert accounts.DELETED == []
+    assert json.loads(tool_message(thread)["content"])["status"] == "declined"
+    assert reason in tool_message(thread)["content"]
+    decision = Decision.objects.get(interrupt=request)
+    assert (decision.outcome, decision.executed_args) == (outcome, None)
+
+
 def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
     from datetime import timedelta
 
