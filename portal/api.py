@@ -3,11 +3,11 @@ at ``/api/docs``.
 
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
 USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
-scopes (``read`` for every GET, ``start`` to start threads and withdraw their requests,
-``decide`` to claim, release and answer; a missing one is a 403 naming it), may expire, and
-is refused (401, saying why) once expired or once its user is deactivated or changes
-password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get 429 with
-``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
+scopes (``read`` for every GET, ``start`` to start, retry and cancel threads and withdraw
+their requests, ``decide`` to claim, release and answer; a missing one is a 403 naming it),
+may expire, and is refused (401, saying why) once expired or once its user is deactivated
+or changes password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get
+429 with ``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
 whatever the token.
 
 Every refusal has the same body: ``{"detail": "<readable message>", "errors": [lines]}``;
@@ -59,7 +59,13 @@ from portal.decisions import (
     interrupt_claim,
     interrupt_unclaim,
 )
-from portal.errors import InputError, InterruptNotPending
+from portal.errors import (
+    InputError,
+    InterruptNotPending,
+    ThreadActionForbidden,
+    ThreadNotCancellable,
+    ThreadNotRetryable,
+)
 from portal.inputs import API_PREFIX
 from portal.models import (
     ApiToken,
@@ -74,7 +80,7 @@ from portal.models import (
     password_fingerprint,
 )
 from portal.registry import UnknownAgentError
-from portal.services import thread_cancel, thread_start
+from portal.services import thread_abort, thread_cancel, thread_retry, thread_start
 
 TOKEN_PREFIX = "prt_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
@@ -210,7 +216,10 @@ class TokenRateThrottle(SimpleRateThrottle):
         token = getattr(request, "api_token", None)
         if token is None:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": token.pk}
+        # Keyed by the token's hash, not its row id: an id can come back (a row deleted
+        # and its id reused, a rolled-back test), and the new token would inherit the
+        # old one's count.
+        return self.cache_format % {"scope": self.scope, "ident": token.token_hash}
 
 
 # Refusals any endpoint may answer, whatever its own: documented on every operation.
@@ -259,9 +268,10 @@ api = PortalApi(
     description=(
         "List and answer the requests agents raise, start threads and read them. "
         "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
-        "Tokens carry scopes: `read` for the GET endpoints, `start` to start threads and "
-        "withdraw their requests, `decide` to claim, release and answer requests. Lists "
-        "return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
+        "Tokens carry scopes: `read` for the GET endpoints, `start` to start, retry and "
+        "cancel threads and withdraw their requests, `decide` to claim, release and "
+        "answer requests. Lists return at most 100 items a page; `/threads` and "
+        "`/decisions` page by the `next` "
         "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
         "token get 429 and Retry-After."
     ),
@@ -589,6 +599,9 @@ def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     )
 
 
+API_OFFSET_MAX = 1_000_000
+
+
 class InterruptPage(LimitOffsetPagination):
     """Limit/offset with ``limit`` capped (a larger one is a 422 naming the maximum), and
     the page's user messages read in one query."""
@@ -600,7 +613,11 @@ class InterruptPage(LimitOffsetPagination):
             le=API_PAGE_MAX,
             description=f"How many requests to return, at most {API_PAGE_MAX}.",
         )
-        offset: int = Field(0, ge=0)
+        # Bounded so that a huge number is a 422 naming the bound, not a database
+        # error; past a million rows a client should filter instead.
+        offset: int = Field(
+            0, ge=0, le=API_OFFSET_MAX, description=f"Rows to skip, at most {API_OFFSET_MAX}."
+        )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_limit=API_PAGE_MAX, **kwargs)
@@ -1120,3 +1137,64 @@ async def thread_events(request: HttpRequest, thread_id: str) -> Any:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy must pass each event on at once
     return response
+
+
+# --- recovering and stopping a thread -----------------------------------------------------
+
+
+class RetryOut(Schema):
+    thread_id: str
+    run_id: str = Field(..., description="The run that goes on from the last checkpoint.")
+
+
+@api.post(
+    "/threads/{thread_id}/retry",
+    response={202: RetryOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def retry_thread(request: HttpRequest, thread_id: str) -> Any:
+    """Retry a failed thread from its last checkpoint; the worker runs it (202: queued).
+    Its owner may, or whoever may retry any thread; 409 unless it failed and has nothing
+    queued."""
+    thread = _thread_or_404(request, thread_id)
+    try:
+        run = thread_retry(thread=thread, user=_user(request))
+    except ThreadActionForbidden as exc:
+        raise ApiProblem(403, str(exc)) from None
+    except ThreadNotRetryable as exc:
+        raise ApiProblem(409, f"Not retried: {exc}.") from None
+    return Status(202, {"thread_id": str(thread.pk), "run_id": str(run.pk)})
+
+
+class CancelOut(Schema):
+    thread_id: str
+    status: str = Field(..., description="The thread's status now: cancelled.")
+    cancelled_at: datetime
+    cancelled_by: str | None = Field(None, description="Who cancelled it (null: the system).")
+
+
+@api.post(
+    "/threads/{thread_id}/cancel",
+    response={200: CancelOut, 403: Problem, 404: Problem, 409: Problem},
+    tags=["threads"],
+    auth=BearerToken(ApiToken.Scope.START),
+)
+def cancel_thread(request: HttpRequest, thread_id: str) -> Any:
+    """Stop a thread for good, failing closed: its queued and running runs are cancelled
+    and its pending request leaves the queue as cancelled, so no pending tool call runs.
+    Its owner may, or whoever may cancel any thread; 409 when it was already cancelled or
+    is done with nothing queued."""
+    thread = _thread_or_404(request, thread_id)
+    try:
+        stopped = thread_abort(thread=thread, user=_user(request))
+    except ThreadActionForbidden as exc:
+        raise ApiProblem(403, str(exc)) from None
+    except ThreadNotCancellable as exc:
+        raise ApiProblem(409, f"Not cancelled: {exc}.") from None
+    return {
+        "thread_id": str(stopped.pk),
+        "status": stopped.status,
+        "cancelled_at": stopped.cancelled_at,
+        "cancelled_by": stopped.cancelled_by.get_username() if stopped.cancelled_by else None,
+    }

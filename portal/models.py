@@ -564,7 +564,7 @@ class ApiToken(models.Model):
 
     class Scope(models.TextChoices):
         READ = "read", "read: list and read requests and threads"
-        START = "start", "start: start threads and withdraw their requests"
+        START = "start", "start: start, retry and cancel threads; withdraw their requests"
         DECIDE = "decide", "decide: claim, release and answer requests"
 
     user = models.ForeignKey(

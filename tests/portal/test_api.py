@@ -561,3 +561,13 @@ def test_the_listed_user_message_is_found_however_far_back_it_is(client, reviewe
     items = api_for(client, reviewer).get("/api/interrupts").json()["items"]
 
     assert sorted(i["user_message"] for i in items) == ["recent words", "words from long ago"]
+
+
+def test_an_offset_too_large_for_the_database_is_422_not_a_server_error(client, reviewer):
+    api = api_for(client, reviewer)
+
+    response = api.get("/api/interrupts", offset=10**20)
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == ["$.offset: Input should be less than or equal to 1000000"]
+    assert api.get("/api/interrupts", offset=1_000_000).status_code == 200

@@ -17,8 +17,8 @@ from jsonschema import Draft202012Validator
 from portal import broadcast
 from portal.api import api_token_create
 from portal.decisions import interrupt_claim
-from portal.models import api_tokens_revoke
-from tests.factories import make_decision, make_interrupt, make_user
+from portal.models import Thread, api_tokens_revoke
+from tests.factories import make_decision, make_interrupt, make_thread, make_user
 from tests.portal.test_api_events import Stream
 
 # Routes that serve the document itself rather than the API it describes, and the API's
@@ -125,6 +125,9 @@ def test_every_response_fits_the_documented_schema(document):
     def fresh() -> Any:
         return make_interrupt(owner=owner)
 
+    failed = make_thread(owner=owner)
+    Thread.objects.filter(pk=failed.pk).update(status=Thread.Status.FAILED)
+    stopped = make_thread(owner=owner)
     answer = {"resume": {"approved": True}}
     answered = fresh()
     # (method, documented path, token, url, body): each operation's answers, 2xx first.
@@ -288,6 +291,15 @@ def test_every_response_fits_the_documented_schema(document):
         ("GET", "/api/decisions", token[auditor], "/api/decisions?outcome=maybe", None),
         ("GET", "/api/decisions", token[support], "/api/decisions", None),
         ("GET", "/api/interrupts", token[reviewer], "/api/interrupts?bad=%00", None),
+    ]
+    retry, cancel = "/api/threads/{thread_id}/retry", "/api/threads/{thread_id}/cancel"
+    calls += [
+        ("POST", retry, token[owner], f"/api/threads/{failed.pk}/retry", {}),
+        ("POST", retry, token[owner], f"/api/threads/{held.thread_id}/retry", {}),
+        ("POST", retry, token[reviewer], f"/api/threads/{failed.pk}/retry", {}),
+        ("POST", cancel, token[owner], f"/api/threads/{stopped.pk}/cancel", {}),
+        ("POST", cancel, token[owner], f"/api/threads/{stopped.pk}/cancel", {}),
+        ("POST", cancel, token[reviewer], f"/api/threads/{held.thread_id}/cancel", {}),
     ]
     # Without a token, every operation refuses alike.
     for path, operations in document.doc["paths"].items():

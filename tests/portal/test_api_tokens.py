@@ -319,6 +319,21 @@ def test_a_token_over_its_rate_gets_429_with_retry_after_in_the_apis_format(
     assert get(client, other).status_code == 200
 
 
+def test_a_new_token_never_inherits_the_count_of_a_deleted_one_with_its_id(
+    client, reviewer, settings, fresh_counts
+):
+    settings.PORTAL_API_RATE = "2/m"
+    old, token = api_token_create(user=reviewer)
+    assert [get(client, token).status_code for _ in range(3)] == [200, 200, 429]
+    reused_id = old.pk
+    old.delete()
+
+    new, fresh = api_token_create(user=reviewer)
+    ApiToken.objects.filter(pk=new.pk).update(id=reused_id)
+
+    assert get(client, fresh).status_code == 200
+
+
 def test_an_empty_rate_means_no_limit(client, reviewer, settings, fresh_counts):
     settings.PORTAL_API_RATE = ""
     _, token = api_token_create(user=reviewer)

@@ -36,6 +36,8 @@ KNOWN_WRITES = {
     "api:claim_interrupt",
     "api:release_interrupt",
     "api:withdraw_interrupt",
+    "api:retry_thread",
+    "api:cancel_thread",
 }
 
 
@@ -89,6 +91,8 @@ def _bodies(world):
         "api:claim_interrupt": {},
         "api:release_interrupt": {},
         "api:withdraw_interrupt": {},
+        "api:retry_thread": {},
+        "api:cancel_thread": {},
         "api:resume_thread": {
             "resume": {"approved": True},
             "resume_interrupt_id": world["interrupt_id"],

@@ -111,6 +111,8 @@ GET  /api/decisions                         401   403   403   200   200   200   
 POST /api/interrupts/<interrupt_id>/claim   401   404   404   200   403   403   404   200   200
 POST /api/interrupts/<interrupt_id>/release 401   404   404   200   403   403   404   200   200
 POST /api/interrupts/<interrupt_id>/withdraw 401  404   404   403   403   403   404   403   403
+POST /api/threads/<thread_id>/retry         401   404   404   403   403   403   404   403   202
+POST /api/threads/<thread_id>/cancel        401   404   404   403   403   403   404   403   200
 GET  /admin/                                login login login login login 200   200   login 200
 GET  /admin/portal/interrupt/<id>/change/   login login login login login 200   403   login 200
 POST /admin/portal/interrupt/<id>/decide/   login login login login login 403   403   login 302
@@ -136,6 +138,8 @@ MUTATING = {
     ("POST", "/api/interrupts/<interrupt_id>/claim"),
     ("POST", "/api/interrupts/<interrupt_id>/release"),
     ("POST", "/api/interrupts/<interrupt_id>/withdraw"),
+    ("POST", "/api/threads/<thread_id>/retry"),
+    ("POST", "/api/threads/<thread_id>/cancel"),
     ("POST", "/admin/portal/interrupt/<id>/decide/"),
 }
 
@@ -240,6 +244,8 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/api/threads"): ("/api/threads", None),
         ("GET", "/api/threads/<thread_id>/events"): (f"/api/threads/{i.thread_id}/events", None),
         ("GET", "/api/decisions"): ("/api/decisions", None),
+        ("POST", "/api/threads/<thread_id>/retry"): (f"/api/threads/{world.failed.pk}/retry", {}),
+        ("POST", "/api/threads/<thread_id>/cancel"): (f"/api/threads/{i.thread_id}/cancel", {}),
         ("POST", "/api/interrupts/<interrupt_id>/claim"): (f"/api/interrupts/{i.pk}/claim", {}),
         ("POST", "/api/interrupts/<interrupt_id>/release"): (
             f"/api/interrupts/{i.pk}/release",

@@ -56,3 +56,26 @@ def test_upgrading_grants_the_new_permissions_to_whoever_could_do_the_same_befor
     assert codenames(starters.permissions) == {"start_thread"}
     # Taking over claims was an is_staff privilege; nobody gets it by upgrading.
     assert not Permission.objects.get(codename="take_over_claim").group_set.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_latest_afterwards")
+def test_upgrading_lets_whoever_audits_browse_the_audit_trail_and_nobody_else():
+    _migrate(("portal", "0020_interrupt_tool"))
+    Permission.objects.filter(
+        content_type__app_label="portal", codename="view_audit_trail"
+    ).delete()
+    readers = Group.objects.create(name="old-auditors")
+    readers.permissions.add(Permission.objects.get(codename="view_history"))
+    deciders = Group.objects.create(name="old-reviewers")
+    deciders.permissions.add(
+        *Permission.objects.filter(codename__in=["decide_interrupt", "view_history"])
+    )
+    solo = make_user("solo-auditor")
+    solo.user_permissions.add(Permission.objects.get(codename="view_history"))
+
+    _migrate(("portal", "0024_audit_events_and_worker_heartbeats"))
+
+    trail = Permission.objects.get(content_type__app_label="portal", codename="view_audit_trail")
+    assert set(trail.group_set.values_list("name", flat=True)) == {"old-auditors"}
+    assert list(trail.user_set.values_list("username", flat=True)) == ["solo-auditor"]
