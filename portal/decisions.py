@@ -312,8 +312,8 @@ def _typed_outcome(
     outcome = _TYPED_OUTCOMES.get(str(kind), Decision.Outcome.CANCELLED)
     calls = interrupt.tool_calls
     if calls:
-        # A high-risk tool's approval: arguments keyed by call id, and an edit may change
-        # some calls and leave the others as asked.
+        # An approval of tool calls (a high-risk tool's, a breakpoint's): arguments keyed
+        # by call id, and an edit may change some calls and leave the others as asked.
         asked = {call.id: call.args for call in calls}
         if kind == "accept":
             return outcome, asked, dict(asked)
@@ -385,8 +385,8 @@ def decision_submit(
         if not found:
             raise ThreadNotPaused(f"There is no request {pk}.")
         schema = found[0]
-    # A yes/no approval to a request that declares typed answers (a high-risk tool's,
-    # since it allows Agent Inbox's four) is recorded as the typed answer it stands for.
+    # A yes/no approval to a request that declares typed answers (a high-risk tool's, or a
+    # breakpoint's before the tools) is recorded as the typed answer it stands for.
     typed = inbox.from_approval(value, schema)
     said_no = typed is not value and typed.get("type") == "ignore"
     value = typed
