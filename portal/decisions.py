@@ -34,7 +34,7 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, outbox, policies, roles
+from portal import broadcast, external, outbox, policies, roles
 from portal.errors import InputError, Refused
 from portal.inputs import check_input
 from portal.models import (
@@ -337,14 +337,19 @@ def _typed_outcome(
     return outcome, original, None
 
 
-def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run:
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | None:
     """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
 
     Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
-    is the durable queue, and workers see it (and are woken) only once that commits.
+    is the durable queue, and workers see it (and are woken) only once that commits. An
+    external agent's request has no graph to resume: its thread is closed instead and the
+    agent told (``portal.external``), and there is no run (None).
     """
     payload = {"resume": value, "resume_interrupt_id": interrupt_id}
     check_input(payload, "the decision")
+    if external.is_external(interrupt_id):
+        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
+        return None
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
         notify_workers()

@@ -180,6 +180,7 @@ def outbox_enqueue(
     if interrupt is not None:
         agent, reason = agent or interrupt.agent, reason or interrupt.reason
         thread_id = thread_id or interrupt.thread_id
+    now = timezone.now()
     with transaction.atomic():
         note = Notification.objects.create(
             kind=kind,
@@ -188,13 +189,14 @@ def outbox_enqueue(
             reason=reason,
             interrupt=interrupt,
             thread_id=thread_id,
+            created_at=now,
+            # A named target needs no fan-out: its one delivery is written here.
+            dispatched_at=now if to is not None else None,
         )
         if to is not None:
             Delivery.objects.create(
                 notification=note, channel=to.channel, target=to.target, secret=to.secret
             )
-            note.dispatched_at = note.created_at
-            note.save(update_fields=["dispatched_at"])
         wake_on_commit()
     return note
 
@@ -277,6 +279,7 @@ def request_payload(interrupt: Interrupt) -> dict[str, Any]:
         "agent": interrupt.agent,
         "reason": interrupt.reason,
         "tool": interrupt.tool,
+        "summary": interrupt.summary,
         "message": interrupt.message,
         "status": interrupt.status,
         "created_at": _iso(interrupt.created_at),
@@ -324,12 +327,22 @@ def notify_run_failed(run: Run, *, agent: str) -> Notification:
 
 def summary(note: Notification) -> str:
     """One line a person reads: the email subject, the Slack text's first line."""
+    return " ".join(_summary(note).split())[:300]  # a header: one line, no newline
+
+
+def _summary(note: Notification) -> str:
     request = note.payload.get("request") or {}
-    what = request.get("message") or request.get("tool") or request.get("reason") or ""
+    what = (
+        request.get("summary")
+        or request.get("message")
+        or request.get("tool")
+        or request.get("reason")
+        or ""
+    )
     who = note.agent or "an agent"
     if note.kind == RUN_FAILED:
         error = (note.payload.get("run") or {}).get("error", "")
-        return f"A run of {who} failed: {error}"[:300]
+        return f"A run of {who} failed: {error}"
     decision = note.payload.get("decision") or {}
     titles = {
         REQUEST_CREATED: f"New request from {who}",
@@ -342,7 +355,7 @@ def summary(note: Notification) -> str:
         REQUEST_ESCALATED: f"Request from {who} escalated",
     }
     title = titles.get(note.kind, note.kind)
-    return f"{title}: {what}"[:300] if what else title
+    return f"{title}: {what}" if what else title
 
 
 # --- sending ---------------------------------------------------------------------------

@@ -138,6 +138,7 @@ def policy_for(agent: str, reason: str) -> Policy:
     for key in _keys(agent or "", reason or ""):
         if key in policies:
             entry = policies[key] or {}
+            _check_routing(entry, key)
             return Policy(
                 key=key,
                 separation_of_duties=bool(entry.get("separation_of_duties", True)),
@@ -157,6 +158,21 @@ def policy_for(agent: str, reason: str) -> Policy:
                 escalate_to=entry.get("escalate_to") or None,
             )
     return Policy(key="")
+
+
+def _check_routing(entry: dict[str, Any], key: str) -> None:
+    # A reminder counts back from the expiry and the escalation on from the reminder: a
+    # setting without the one it counts from would silently never fire.
+    where = f"PORTAL_POLICIES[{key!r}]"
+    if entry.get("remind_before") is not None and entry.get("expires_after") is None:
+        raise ValueError(f"{where} sets remind_before but no expires_after to count back from")
+    if entry.get("escalate_after") is not None and entry.get("remind_before") is None:
+        raise ValueError(
+            f"{where} sets escalate_after but no remind_before: the escalation counts on "
+            "from the reminder"
+        )
+    if (entry.get("escalate_after") is None) != (not entry.get("escalate_to")):
+        raise ValueError(f"{where} needs both escalate_after and escalate_to, or neither")
 
 
 def configured_keys() -> list[str]:

@@ -164,7 +164,7 @@ WITH expired AS (
     RETURNING r.*
 ), busy AS (
     UPDATE {thread} t SET status = 'running', updated_at = statement_timestamp()
-    FROM claimed WHERE t.id = claimed.thread_id
+    FROM claimed WHERE t.id = claimed.thread_id AND t.cancelled_at IS NULL
 )
 SELECT * FROM claimed
 """

@@ -128,3 +128,21 @@ def test_an_expiry_from_the_admin_is_in_the_audit_trail(client, admin_user):
 
     event = AuditEvent.objects.get(action="interrupt.expire")
     assert (event.actor_name, event.target_id) == ("ada-admin", request.pk)
+
+
+def test_the_admin_lists_votes_read_only(client, admin_user, settings, roles):
+    from portal.decisions import decision_submit
+
+    settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
+    voter = make_user("voter", role="reviewer")
+    request = make_interrupt()
+    vote = decision_submit(
+        interrupt=request, reviewer=voter, value={"approved": True}, resume_interrupt_id=request.pk
+    )
+    client.force_login(admin_user)
+
+    listing = client.get("/admin/portal/approval/").content.decode()
+    assert "voter" in listing and "delete_selected" not in listing
+    page = client.get(f"/admin/portal/approval/{vote.pk}/change/").content.decode()
+    assert vote.hash in page
+    assert client.post(f"/admin/portal/approval/{vote.pk}/delete/").status_code == 403

@@ -311,3 +311,20 @@ def test_the_embedded_notifier_is_woken_by_a_commit_and_sends_at_once(receiver):
     finally:
         stop_embedded_notifier()
     assert list(receiver.handled) == [str(note.pk)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_whose_message_spans_lines_is_emailed_with_a_one_line_subject(settings):
+    from tests.factories import make_interrupt
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    subscribe("ops@example.test", channel="email", secret="")
+    make_interrupt(message="Approve this refund?\n\n**Order** A-1001,\r\n$42.50")
+
+    drain()
+
+    [message] = mail.outbox
+    assert (
+        message.subject == "New request from refunds: Approve this refund? **Order** A-1001, $42.50"
+    )
+    assert Delivery.objects.get().status == Delivery.Status.SENT

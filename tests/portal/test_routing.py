@@ -260,3 +260,30 @@ def test_notifiers_sweeping_at_once_send_one_reminder_and_one_escalation(setting
     assert RoutingEvent.objects.filter(interrupt=interrupt, action="reminded").count() == 1
     assert RoutingEvent.objects.filter(interrupt=interrupt, action="escalated").count() == 1
     assert Notification.objects.filter(kind=outbox.REQUEST_REMINDER).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"remind_before": 60}, "remind_before but no expires_after"),
+        ({"expires_after": 600, "escalate_after": 60, "escalate_to": "x"}, "no remind_before"),
+        ({"expires_after": 600, "remind_before": 60, "escalate_to": "x"}, "or neither"),
+        ({"assign_to": ["finance"]}, "'user:<username>' or 'group:<name>'"),
+    ],
+)
+def test_a_routing_policy_that_could_never_fire_is_refused_saying_why(settings, entry, problem):
+    from portal.policies import policy_for
+
+    settings.PORTAL_POLICIES = {"refunds:*": entry}
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(")) as refused:
+        policy_for("refunds", "tool_approval")
+    assert "PORTAL_POLICIES['refunds:*']" in str(refused.value)
+
+
+def test_the_start_up_check_names_a_routing_policy_that_could_never_fire(settings):
+    from portal.checks import check_policies
+
+    settings.PORTAL_POLICIES = {"refunds:*": {"remind_before": 60}}
+    [error] = check_policies()
+    assert error.id == "portal.E001"
+    assert "remind_before but no expires_after" in error.msg

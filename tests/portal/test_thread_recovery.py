@@ -225,3 +225,25 @@ def test_cancelling_answers_whoever_waits_for_the_threads_work(support_agent, mo
     services.thread_abort(thread=thread, user=support_agent)
 
     assert waiting.thread_key(thread.pk) in told
+
+
+def test_a_run_left_queued_on_a_cancelled_thread_does_nothing_and_keeps_it_cancelled(
+    support_agent, effects
+):
+    # Belt and braces: no service queues one, but a worker that finds one runs nothing
+    # and does not mark the thread running again.
+    from portal.worker import Worker
+
+    thread = make_thread(agent="marker", owner=support_agent)
+    services.thread_abort(thread=thread, user=support_agent)
+    stray = Run.objects.create(
+        thread=thread, kind=Run.Kind.START, input={"messages": [{"role": "user", "content": "x"}]}
+    )
+
+    Worker(name="test-worker").run_forever(once=True)
+
+    thread.refresh_from_db()
+    stray.refresh_from_db()
+    assert thread.status == Thread.Status.CANCELLED
+    assert (stray.status, stray.error) == (Run.Status.CANCELLED, "its thread was cancelled")
+    assert not (effects / "marker.log").exists()
