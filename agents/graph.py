@@ -53,7 +53,14 @@ from agents.state import (
     StreamEvent,
     new_id,
 )
-from agents.tools import ToolNode, describe_call, edits_key, summarize_call
+from agents.tools import (
+    ToolNode,
+    approval_schema,
+    decline_reason,
+    describe_call,
+    edits_key,
+    summarize_call,
+)
 
 __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
@@ -251,17 +258,16 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         message = f"Approve {wanted}?"
         summary = "; ".join(summarize_call(n, a, tools.get(n)) for _, n, a in calls)
         if when == "before" and isinstance(tool_node, ToolNode):
-            # Before the tools run, a reviewer may approve them with edited arguments,
-            # each call's checked against its tool's parameters.
-            editable = {
-                i: tool_node.tools[n].parameters for i, n, a in calls if n in tool_node.tools and a
-            }
-            if editable:
-                args = {"type": "object", "properties": editable, "additionalProperties": False}
-                schema = {
-                    **BREAKPOINT_SCHEMA,
-                    "properties": {**BREAKPOINT_SCHEMA["properties"], "args": args},
+            # Before the tools run, the reviewer gives one of the answers a high-risk
+            # tool's approval takes: accept, edit (the calls to known tools that have
+            # arguments, each checked against its tool's parameters), respond or ignore.
+            schema = approval_schema(
+                {
+                    i: (a, tool_node.tools[n].parameters)
+                    for i, n, a in calls
+                    if n in tool_node.tools and a
                 }
+            )
     return Interrupt(
         id=new_id("int"),
         key=f"{node}:{when}",
@@ -272,6 +278,21 @@ def _breakpoint(node: str, when: str, state: AgentState, tool_node: Any = None) 
         response_schema=schema,
         summary=summary if len(summary) <= MAX_SUMMARY_CHARS else summary[:199] + "…",
     )
+
+
+def _breakpoint_answer(value: Any, schema: Any) -> tuple[bool, str | None, dict[str, Any] | None]:
+    """(go on, what the model is told if not, edited arguments by call id) from an answer
+    to a breakpoint: a typed one (before the tools) or a yes/no one (anywhere else, and
+    breakpoints paused before they took typed answers). Fail closed either way."""
+    if inbox.declared(schema) is not None:
+        edits = (
+            value.get("args") if isinstance(value, dict) and value.get("type") == "edit" else None
+        )
+        return inbox.goes_ahead(value), decline_reason(value), edits or None
+    approved = isinstance(value, dict) and value.get("approved") is True
+    note = value.get("note") if isinstance(value, dict) else None
+    edits = value.get("args") if approved else None
+    return approved, note, edits if isinstance(edits, dict) and edits else None
 
 
 class _Run:
@@ -659,11 +680,10 @@ class CompiledGraph:
         if errors:
             raise ResumeValidationError(errors, interrupt_id=pending.id)
         if pending.reason == "breakpoint":
-            approved = isinstance(value, dict) and value.get("approved") is True
-            note = value.get("note") if isinstance(value, dict) else None
-            if approved and isinstance(value.get("args"), dict) and value["args"]:
+            approved, note, edits = _breakpoint_answer(value, pending.response_schema)
+            if edits:
                 # Kept with the answers until the node completes: its calls use them.
-                run.answers[edits_key(pending.node)] = {"id": pending.id, "value": value["args"]}
+                run.answers[edits_key(pending.node)] = {"id": pending.id, "value": edits}
             return await self._end_breakpoint(run, pending, approved=approved, note=note)
         run.answers[pending.key] = {"id": pending.id, "value": value}
         run.unpause()

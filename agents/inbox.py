@@ -13,9 +13,9 @@ an optional ``note``, or ``None`` when the request was cancelled or expired. Onl
 ``accept`` and ``edit`` mean "go ahead" (``goes_ahead``): anything else, including no
 answer, must leave the action undone.
 
-A high-risk tool's approval (``agents.tools``) declares all four: accept, edit the calls'
-arguments (keyed by call id), respond, or ignore. A yes/no approval sent to such a
-request is read as its typed answer (``from_approval``).
+A high-risk tool's approval (``agents.tools``) and a breakpoint before the tools declare
+all four: accept, edit the calls' arguments (keyed by call id), respond, or ignore. A
+yes/no approval sent to such a request is read as its typed answer (``from_approval``).
 
 The declaration travels inside the request's ``response_schema`` (built by
 ``response_schema``), so every reader of a request (the portal's form, its API, an

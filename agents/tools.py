@@ -333,25 +333,31 @@ OUTCOME_SCHEMA: dict[str, Any] = {
 }
 
 
-# The answers a high-risk tool's approval allows, as in Agent Inbox: run the calls as
-# asked, run them with edited arguments, send the model a response instead, or ignore it.
+# The answers an approval of tool calls allows (a high-risk tool's, a breakpoint's before
+# the tools), as in Agent Inbox: run the calls as asked, run them with edited arguments,
+# send the model a response instead, or ignore it.
 APPROVAL_ACTIONS = ("accept", "edit", "response", "ignore")
 
 
-def _approval_schema(risky: list[tuple[_Call, Tool]]) -> dict[str, Any]:
-    # An edit's arguments are keyed by call id, each checked against its tool's parameters.
+def approval_schema(editable: dict[str, tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+    """The answers to a request to run tool calls: accept, respond or ignore, and edit when
+    some call has arguments to edit (``editable``: call id -> (its arguments, its tool's
+    parameters)). An edit's arguments are keyed by call id, each checked against its
+    tool's parameters; calls left out run as asked."""
+    if not editable:
+        return inbox.response_schema([a for a in APPROVAL_ACTIONS if a != "edit"])
     return inbox.response_schema(
         APPROVAL_ACTIONS,
-        args={call.id: call.args for call, _ in risky},
+        args={call_id: args for call_id, (args, _) in editable.items()},
         args_schema={
             "type": "object",
-            "properties": {call.id: t.parameters for call, t in risky},
+            "properties": {call_id: params for call_id, (_, params) in editable.items()},
             "additionalProperties": False,
         },
     )
 
 
-def _decline_reason(decision: Any) -> str | None:
+def decline_reason(decision: Any) -> str | None:
     """What the model is told about a declined approval: a reviewer's response (with
     their note), or their note; None when they said nothing."""
     if not isinstance(decision, dict):
@@ -441,7 +447,9 @@ class ToolNode:
                 + "; ".join(describe_call(c.name, c.args, t) for c, t in risky)
                 + "?",
                 reason="tool_approval",
-                response_schema=_approval_schema(risky),
+                response_schema=approval_schema(
+                    {call.id: (call.args, t.parameters) for call, t in risky}
+                ),
                 summary=_cut("; ".join(summarize_call(c.name, c.args, t) for c, t in risky)),
             )
             approval_id = run.last_interrupt_id
@@ -484,7 +492,7 @@ class ToolNode:
         # Fail closed: only an explicit accept or edit lets the call run; a response,
         # ignore, no answer (cancelled, expired) or anything malformed declines it.
         if not inbox.goes_ahead(decision):
-            return self._declined(call, _decline_reason(decision))
+            return self._declined(call, decline_reason(decision))
         edits = decision.get("args") if decision.get("type") == "edit" else None
         edited = edits.get(call.id) if isinstance(edits, dict) else None
         args = edited if isinstance(edited, dict) else call.args

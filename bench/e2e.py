@@ -3,8 +3,8 @@
 Ours: one daphne process (``portal.asgi``) serving the JSON API, and 1 or 4 ``manage.py
 run_worker`` processes, on PostgreSQL and Redis, running ``agents/examples/refunds.py``
 with the scripted model (no model latency). A support user's token starts threads, a
-reviewer's token approves them (separation of duties: the starter may not decide). Our
-API has no call that waits for a run, so the client polls ``GET /api/threads/<id>``.
+reviewer's token approves them (separation of duties: the starter may not decide). The
+client learns each outcome with one waiting ``GET /api/threads/<id>?wait=30``.
 
 The peer: LangGraph's agent server (``langgraph-api`` under uvicorn) on its PostgreSQL +
 Redis runtime (``langgraph-runtime-pg``), running ``bench/e2e_peer_graph.py``: the same
@@ -60,7 +60,8 @@ MANY = int(os.environ.get("BENCH_E2E_CLIENTS", "20"))
 WORKERS = [int(n) for n in os.environ.get("BENCH_E2E_WORKERS", "1,4").split(",")]
 BURST = int(os.environ.get("BENCH_E2E_BURST", "300"))
 BATCH_SECONDS = float(os.environ.get("BENCH_E2E_BATCH_SECONDS", "60"))
-POLL = float(os.environ.get("BENCH_E2E_POLL_MS", "10")) / 1000
+# Seconds one waiting GET may wait for a run (the API's limit is 30).
+WAIT = float(os.environ.get("BENCH_E2E_WAIT_SECONDS", "30"))
 # A start-up takes a minute when other jobs load the machine several times over.
 STARTUP_SECONDS = float(os.environ.get("BENCH_E2E_STARTUP_SECONDS", "180"))
 TEXT = "Refund $42.50 for order A-1001, it arrived broken."
@@ -174,6 +175,9 @@ class Ours:
         self.web = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "daphne"),
+                # Warnings only, no access log: as the peer's uvicorn runs.
+                "-v",
+                "0",
                 "-b",
                 "127.0.0.1",
                 "-p",
@@ -230,11 +234,17 @@ class Ours:
         return str(r.json()["thread_id"])
 
     async def wait(self, client: Any, stats: Stats, thread_id: str, status: str) -> dict:
+        # The waiting GET answers once the thread's run has paused or finished (the peer's
+        # client makes the same one call, /runs/wait); asked again only if it timed out.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             r = await stats.timed(
-                "GET /api/threads/<id>",
-                client.get(f"{self.base}/api/threads/{thread_id}", headers=self.support),
+                "GET /api/threads/<id>?wait",
+                client.get(
+                    f"{self.base}/api/threads/{thread_id}",
+                    params={"wait": WAIT},
+                    headers=self.support,
+                ),
             )
             body = r.json()
             if body.get("status") == "failed":
@@ -243,7 +253,8 @@ class Ours:
                 status != "interrupted" or body["pending_interrupt"]
             ):
                 return body
-            await asyncio.sleep(POLL)
+            if r.status_code != 200:
+                raise RuntimeError(f"wait: {r.status_code} {r.text[:200]}")
         raise RuntimeError(f"thread {thread_id} not {status} within 30 s")
 
     async def resume(self, client: Any, stats: Stats, thread_id: str, interrupt_id: str) -> None:
@@ -653,9 +664,17 @@ def write_report(
                 ]
             )
         if b.side == "ours" and b.done:
-            polls = len(b.stats.requests.get("GET /api/threads/<id>", []))
+            polls = len(b.stats.requests.get("GET /api/threads/<id>?wait", []))
             request_rows.append(
-                [b.side, b.workers, b.clients, "polls per cycle", "", polls / len(b.done), ""]
+                [
+                    b.side,
+                    b.workers,
+                    b.clients,
+                    "waiting GETs per cycle",
+                    "",
+                    polls / len(b.done),
+                    "",
+                ]
             )
     breakdown = [row for b in batches if b.db_window is not None for row in run_breakdown(b)]
     apart_rows = [
@@ -713,8 +732,9 @@ these cores: every figure is a whole-system figure on a small machine.
 run_worker` processes, PostgreSQL and Redis, `DEBUG` off; `agents/examples/refunds.py` with
 the scripted model (`PORTAL_MODEL=scripted`, no delay). A support user's token starts a
 thread (`POST /api/threads`), a reviewer's token approves it (`POST
-/api/threads/<id>/resume`). The API has no call that waits for a run, so the client polls
-`GET /api/threads/<id>` every {POLL * 1000:.0f} ms until the thread is paused, then done.
+/api/threads/<id>/resume`); after each it learns the outcome with one waiting `GET
+/api/threads/<id>?wait={WAIT:g}`, answered when the run has paused or finished. daphne runs
+with `-v 0` (warnings, no access log), as the peer's uvicorn does.
 **The peer**: LangGraph's agent server (`langgraph-api` under uvicorn, one process that
 serves the API and runs its queue) on its PostgreSQL + Redis runtime
 (`langgraph-runtime-pg`), started offline with no license key;
@@ -824,17 +844,20 @@ Client-side time per HTTP request:
 # (label, substring of a sampled stack): the first that matches names the sample.
 WEB_PHASES = [
     ("starting threads (asgiref starts one per request)", "Thread.start"),
-    ("open a PostgreSQL connection (one per request)", "DatabaseWrapper.get_new_connection"),
-    ("token check (SELECT + UPDATE last_used_at)", "BearerToken.authenticate"),
+    ("borrow a pooled connection (and its health check)", "DatabaseWrapper.get_new_connection"),
+    ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
+    ("live updates on commit (rendering partials, Redis)", "portal/broadcast.py"),
     ("POST resume: decision_submit", "resume_thread (portal/api.py"),
     ("POST start: thread_start", "start_thread (portal/api.py"),
-    ("GET thread: checkpoint read + rendering to JSON", "get_thread (portal/api.py"),
+    ("GET thread ?wait: looks while waiting", "_thread_busy (portal/api.py"),
+    ("GET thread ?wait: checkpoint read + JSON", "_thread_out (portal/api.py"),
+    ("GET thread ?wait: the wait itself (event loop)", "await_until (portal/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
     ("daphne + asyncio (HTTP, event loop)", ""),
 ]
 WORKER_PHASES = [
-    ("claim (SELECT ... FOR UPDATE SKIP LOCKED, UPDATE)", "Worker.claim "),
+    ("claim (one statement on PostgreSQL)", "Worker.claim "),
     ("finish + settle (run and thread rows)", "Worker._finish "),
     ("publish to Redis (live updates)", "portal/broadcast.py"),
     ("checkpoint writes and reads", "portal/checkpointer.py"),

@@ -23,7 +23,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -32,6 +32,7 @@ from django.utils.html import format_html
 from portal import outbox, roles, services
 from portal.decisions import DecisionRefused, interrupt_expire
 from portal.errors import Refused
+from portal.external import request_state, with_collection
 from portal.forms import DecisionForm
 from portal.models import (
     ApiToken,
@@ -42,6 +43,7 @@ from portal.models import (
     Decision,
     Delivery,
     DeliveryAttempt,
+    ExternalRequest,
     Interrupt,
     Notification,
     RoutingEvent,
@@ -603,6 +605,85 @@ class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         for token in queryset.select_related("user"):
             api_token_delete(token=token, by=request.user)
+
+
+class CollectionFilter(admin.SimpleListFilter):
+    """Where an external request's answer stands: a decided request whose agent never
+    read its answer (nor took its webhook) is one an operator should look at."""
+
+    title = "answer"
+    parameter_name = "answer"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("pending", "waiting for a decision"),
+            ("uncollected", "decided, not collected"),
+            ("collected", "collected"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = Interrupt.Status.PENDING
+        if self.value() == "pending":
+            return queryset.filter(interrupt__status=pending)
+        if self.value() == "uncollected":
+            return queryset.exclude(interrupt__status=pending).filter(
+                collected_at__isnull=True, delivered=False
+            )
+        if self.value() == "collected":
+            return queryset.filter(Q(collected_at__isnull=False) | Q(delivered=True))
+        return queryset
+
+
+@admin.register(ExternalRequest)
+class ExternalRequestAdmin(ReadOnlyAdmin):
+    """Requests raised by agents outside the portal, and whether their answers reached
+    them. The request itself (payload, decision form) is on its interrupt's page."""
+
+    ordering = ["-created_at"]
+    list_display = ["interrupt_link", "agent", "title", "requester", "answer", "created_at"]
+    list_filter = [CollectionFilter]
+    list_select_related = ["interrupt", "interrupt__thread", "requester"]
+    search_fields = ["interrupt__id", "external_ref", "idempotency_key", "requester__username"]
+    readonly_fields = (
+        "interrupt_link",
+        "agent",
+        "title",
+        "requester",
+        "token",
+        "external_ref",
+        "idempotency_key",
+        "callback_url",
+        "created_at",
+        "answer",
+        "collected_at",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExternalRequest]:
+        return with_collection(super().get_queryset(request))
+
+    @admin.display(description="Request")
+    def interrupt_link(self, obj: ExternalRequest) -> str:
+        url = reverse("admin:portal_interrupt_change", args=[quote(obj.interrupt_id)])
+        return format_html('<a href="{}">{}</a>', url, obj.interrupt_id)
+
+    @admin.display(description="Agent")
+    def agent(self, obj: ExternalRequest) -> str:
+        return obj.interrupt.agent
+
+    @admin.display(description="Title")
+    def title(self, obj: ExternalRequest) -> str:
+        return obj.interrupt.thread.title
+
+    @admin.display(description="Answer")
+    def answer(self, obj: ExternalRequest) -> str:
+        if obj.interrupt.status == Interrupt.Status.PENDING:
+            return "waiting for a decision"
+        state = request_state(obj.interrupt)
+        if obj.collected_at is not None:
+            return f"{state}, collected {obj.collected_at:%Y-%m-%d %H:%M} UTC"
+        if getattr(obj, "delivered", False):
+            return f"{state}, collected by its webhook"
+        return f"{state}, not collected"
 
 
 # --- notifications and routing -----------------------------------------------------------

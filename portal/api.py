@@ -4,10 +4,11 @@ at ``/api/docs``.
 Auth is ``Authorization: Bearer <token>``. Tokens are made by ``manage.py create_api_token
 USER --scope ...`` (``api_token_create``); only their SHA-256 is stored. A token carries
 scopes (``read`` for every GET, ``start`` to start, retry and cancel threads and withdraw
-their requests, ``decide`` to claim, release and answer; a missing one is a 403 naming it),
-may expire, and is refused (401, saying why) once expired or once its user is deactivated
-or changes password. Each token may make ``settings.PORTAL_API_RATE`` requests; more get
-429 with ``Retry-After``. With ``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
+their requests, ``decide`` to claim, release and answer, ``request`` for an outside agent
+to raise requests; a missing one is a 403 naming it), may expire, and is refused (401,
+saying why) once expired or once its user is deactivated or changes password. Each token
+may make ``settings.PORTAL_API_RATE`` requests; more get 429 with ``Retry-After``. With
+``settings.PORTAL_API_ENABLED`` off every endpoint answers 403,
 whatever the token.
 
 Every refusal has the same body: ``{"detail": "<readable message>", "errors": [lines]}``;
@@ -30,7 +31,7 @@ import math
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -85,11 +86,10 @@ from portal.registry import UnknownAgentError
 from portal.services import thread_abort, thread_cancel, thread_retry, thread_start
 
 TOKEN_PREFIX = "prt_"
+WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
-# How precisely a token's last_used_at is kept: it is written when older than this.
-TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
 
@@ -107,14 +107,18 @@ def api_token_create(
     by: Any = None,
 ) -> tuple[ApiToken, str]:
     """A new token for ``user``: (the stored row, the token itself). The token is not
-    stored, so this is the only time it can be shown. ``scopes`` defaults to all three
-    (read, start, decide); the token never does more than its user may. ``by``: who
-    created it (None: an operator at the command line), for the audit trail."""
+    stored, so this is the only time it can be shown. ``scopes`` defaults to all of them;
+    the token never does more than its user may. A token with the ``request`` scope gets
+    a webhook secret (``row.webhook_secret``) that signs the answers sent to its
+    requests' callback URLs. ``by``: who created it (None: an operator at the command
+    line), for the audit trail."""
     scopes = sorted(set(scopes))
     unknown = set(scopes) - set(ALL_SCOPES)
     if unknown:
         raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    # The key the answers to this token's requests are signed with, shown once with it.
+    secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         row = ApiToken.objects.create(
             user=user,
@@ -123,6 +127,7 @@ def api_token_create(
             scopes=scopes,
             expires_at=expires_at,
             password_fingerprint=password_fingerprint(user),
+            webhook_secret=secret if ApiToken.Scope.REQUEST in scopes else "",
         )
         audit_record(
             action=AuditEvent.Action.TOKEN_CREATE,
@@ -186,11 +191,7 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        now = timezone.now()
-        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
-            # At most one durable write per token and minute, not one per request: reads
-            # would otherwise each wait for the disk.
-            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user
@@ -272,8 +273,8 @@ api = PortalApi(
         "Authenticate with `Authorization: Bearer <token>` (`manage.py create_api_token`). "
         "Tokens carry scopes: `read` for the GET endpoints, `start` to start, retry and "
         "cancel threads and withdraw their requests, `decide` to claim, release and "
-        "answer requests. Lists return at most 100 items a page; `/threads` and "
-        "`/decisions` page by the `next` "
+        "answer requests, `request` for an outside agent to raise them (`/api/requests`). "
+        "Lists return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
         "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
         "token get 429 and Retry-After."
     ),
@@ -621,7 +622,10 @@ class ResumeIn(Schema):
 class ResumeOut(Schema):
     thread_id: str
     run_id: str | None = Field(
-        ..., description="The queued resume; null while the request waits for more reviewers."
+        ...,
+        description="The queued resume; null while the request waits for more reviewers, "
+        "and for an external agent's request, which has no graph to resume (its agent is "
+        "told instead).",
     )
     decision_id: int | None = Field(
         ..., description="The decision; null while the request waits for more reviewers."
@@ -859,11 +863,12 @@ def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> An
                 "waiting_for": getattr(recorded, "needed", None),
             },
         )
+    run = recorded.resume_run  # type: ignore[attr-defined]
     return Status(
         202,
         {
             "thread_id": str(thread.pk),
-            "run_id": str(recorded.resume_run.pk),  # type: ignore[attr-defined]
+            "run_id": str(run.pk) if run is not None else None,
             "decision_id": recorded.pk,
             "outcome": recorded.outcome,
         },
@@ -1080,7 +1085,11 @@ def release_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
 class WithdrawOut(Schema):
     interrupt_id: str
     thread_id: str
-    run_id: str = Field(..., description="The run that resumes the thread with a decline.")
+    run_id: str | None = Field(
+        ...,
+        description="The run that resumes the thread with a decline; null for an external "
+        "agent's request, which has no graph (its agent is told instead).",
+    )
     status: str = Field(..., description="The request's status now: cancelled.")
 
 
@@ -1112,7 +1121,7 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
         {
             "interrupt_id": interrupt.pk,
             "thread_id": str(interrupt.thread_id),
-            "run_id": str(run.pk),
+            "run_id": str(run.pk) if run is not None else None,
             "status": interrupt.status,
         },
     )

@@ -34,7 +34,7 @@ from agents.interrupt import validate_resume
 from agents.schema import json_problem
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
-from portal import broadcast, outbox, policies, roles
+from portal import broadcast, external, outbox, policies, roles
 from portal.errors import InputError, Refused
 from portal.inputs import check_input
 from portal.models import (
@@ -247,7 +247,7 @@ def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
 
 
 def _outcome_and_args(
-    interrupt: Interrupt, value: Any
+    interrupt: Interrupt, value: Any, *, said_no: bool = False
 ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     """(outcome, original_args, executed_args), args keyed by tool call id.
 
@@ -255,10 +255,14 @@ def _outcome_and_args(
     approval or a breakpoint before the tools (``value["tool_calls"]``, editable through
     ``value["args"]``), or an ``interrupt()`` inside a tool (``tool_call_id`` set;
     editable when it allows "edit"). Executed args are None unless it goes ahead.
+    ``said_no``: ``value`` is the typed answer of a yes/no "no" (``from_approval``).
     """
     declared = inbox.declared(interrupt.response_schema)
     if declared is not None:
-        return _typed_outcome(interrupt, declared, value)
+        outcome, original, executed = _typed_outcome(interrupt, declared, value)
+        # A yes/no "no" reaches the agent as an ignore, but the reviewer refused: it is
+        # recorded as the rejection a "no" always is; only an explicit ignore is ignored.
+        return (Decision.Outcome.REJECTED if said_no else outcome), original, executed
     if value is None:
         outcome = Decision.Outcome.CANCELLED
     elif isinstance(value, dict) and "approved" in value:
@@ -308,13 +312,9 @@ def _typed_outcome(
     outcome = _TYPED_OUTCOMES.get(str(kind), Decision.Outcome.CANCELLED)
     calls = interrupt.tool_calls
     if calls:
-        # A high-risk tool's approval: arguments keyed by call id, and an edit may change
-        # some calls and leave the others as asked.
+        # An approval of tool calls (a high-risk tool's, a breakpoint's): arguments keyed
+        # by call id, and an edit may change some calls and leave the others as asked.
         asked = {call.id: call.args for call in calls}
-        if kind == "ignore":
-            # Ignoring a request to run a tool is refusing it: recorded as the rejection
-            # it always was, so history and metrics count tool refusals in one place.
-            return Decision.Outcome.REJECTED, asked, None
         if kind == "accept":
             return outcome, asked, dict(asked)
         if kind == "edit":
@@ -337,14 +337,19 @@ def _typed_outcome(
     return outcome, original, None
 
 
-def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run:
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | None:
     """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
 
     Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
-    is the durable queue, and workers see it (and are woken) only once that commits.
+    is the durable queue, and workers see it (and are woken) only once that commits. An
+    external agent's request has no graph to resume: its thread is closed instead and the
+    agent told (``portal.external``), and there is no run (None).
     """
     payload = {"resume": value, "resume_interrupt_id": interrupt_id}
     check_input(payload, "the decision")
+    if external.is_external(interrupt_id):
+        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
+        return None
     with transaction.atomic():
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
         notify_workers()
@@ -385,9 +390,11 @@ def decision_submit(
         if not found:
             raise ThreadNotPaused(f"There is no request {pk}.")
         schema = found[0]
-    # A yes/no approval to a request that declares typed answers (a high-risk tool's,
-    # since it allows Agent Inbox's four) is recorded as the typed answer it stands for.
-    value = inbox.from_approval(value, schema)
+    # A yes/no approval to a request that declares typed answers (a high-risk tool's, or a
+    # breakpoint's before the tools) is recorded as the typed answer it stands for.
+    typed = inbox.from_approval(value, schema)
+    said_no = typed is not value and typed.get("type") == "ignore"
+    value = typed
     if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
         value = {**value, "note": note}
     _validate(schema, value, note)
@@ -421,7 +428,7 @@ def decision_submit(
         forbidden = decision_forbidden(interrupt=locked, user=reviewer)
         if forbidden is not None:
             raise forbidden
-        outcome, original, executed = _outcome_and_args(locked, value)
+        outcome, original, executed = _outcome_and_args(locked, value, said_no=said_no)
         if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
             note = value["note"]
         policy = policies.policy_for(locked.agent, locked.reason)
@@ -697,14 +704,19 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
 
 
 def _decline_value(interrupt: Interrupt, now: datetime) -> Any:
-    # Fail closed: a yes/no request gets an explicit no with the reason, which the
-    # runtime hands back to the model; anything else gets None (cancelled).
+    # Fail closed: a yes/no request, or a typed approval of tool calls, gets an explicit no
+    # with the reason, which the runtime hands back to the model as the calls' decline;
+    # anything else gets None (cancelled).
     schema = interrupt.response_schema
+    reason = f"The request expired at {_when(now)} without a decision."
+    found = inbox.declared(schema)
+    if found is not None and interrupt.tool_calls and "ignore" in found.actions:
+        return {"type": "ignore", "note": reason}
     props = schema.get("properties") if isinstance(schema, dict) else None
     if isinstance(props, dict) and "approved" in props:
         value: dict[str, Any] = {"approved": False}
         if "note" in props:
-            value["note"] = f"The request expired at {_when(now)} without a decision."
+            value["note"] = reason
         if not validate_resume(value, schema):
             return value
     return None

@@ -4,13 +4,15 @@ It has three shapes, chosen from the interrupt (``DecisionForm.mode``):
 
 - ``approval``: no schema, or a yes/no schema (``approved`` plus optionally ``note`` and
   ``args``). Buttons approve and reject, a note, and for a breakpoint before the tools
-  (with the calls in ``tool_calls``) an "edit arguments" section built from each tool's
-  parameter schema, prefilled with what the model asked.
+  paused before those took typed answers (with the calls in ``tool_calls``) an "edit
+  arguments" section built from each tool's parameter schema, prefilled with what the
+  model asked.
 - ``schema``: fields generated from the ``response_schema`` (``portal.schema_forms``).
 - ``json``: a JSON textarea, for schemas the generator cannot render.
 - ``inbox``: a request that declares the answers it allows (``agents.inbox``), such as a
-  high-risk tool's approval: one button for each of accept, edit (with the argument
-  editor, a section per tool call), response (with a text box) and ignore, and only those.
+  high-risk tool's approval or a breakpoint before the tools: one button for each of
+  accept, edit (with the argument editor, a section per tool call), response (with a text
+  box) and ignore, and only those.
 
 The form turns the POST into the JSON value; it does not decide whether the value is
 acceptable. ``decision_submit`` does, with jsonschema, and ``show_refusal`` puts its error
@@ -171,11 +173,7 @@ class DecisionForm(forms.Form):
         """(action, label) of the answers a declaring request allows that are a plain
         button (edit and response sit with their fields)."""
         actions = self.declared.actions if self.declared else []
-        labels = dict(_ACTION_LABELS)
-        if original_args(self.interrupt):
-            # Ignoring a request to run a tool refuses it; the button says so.
-            labels[IGNORE] = "Reject"
-        return [(a, labels[a]) for a in actions if a in (ACCEPT, IGNORE)]
+        return [(a, _ACTION_LABELS[a]) for a in actions if a in (ACCEPT, IGNORE)]
 
     @property
     def allows_response(self) -> bool:
@@ -223,8 +221,12 @@ class DecisionForm(forms.Form):
     def _clean_inbox(self, cleaned: dict[str, Any], declared: inbox.Declared) -> dict[str, Any]:
         action = cleaned.get("action") or ""
         # A page rendered before high-risk approvals declared their answers still posts
-        # approve or reject: the same answers, by their new names.
-        action = {APPROVE: ACCEPT, REJECT: IGNORE}.get(action, action)
+        # approve or reject: approve is accept by its new name, and reject stays the "no"
+        # it was (``value``), which goes to the agent as an ignore.
+        action = {APPROVE: ACCEPT}.get(action, action)
+        if action == REJECT and IGNORE in declared.actions:
+            cleaned["action"] = REJECT
+            return cleaned
         if action not in declared.actions:
             allowed = ", ".join(_ACTION_LABELS[a].lower() for a in declared.actions)
             raise forms.ValidationError(f"This request allows only: {allowed}.")
@@ -239,6 +241,8 @@ class DecisionForm(forms.Form):
         """The answer as JSON (call after ``is_valid()``)."""
         data = self.cleaned_data
         note = data.get("note") or ""
+        if self.declared is not None and data["action"] == REJECT:
+            return {"approved": False, "note": note} if note else {"approved": False}
         if self.declared is not None:
             answer: dict[str, Any] = {"type": data["action"]}
             if data["action"] == EDIT and self.args_layout is not None:

@@ -566,20 +566,22 @@ class ApiToken(models.Model):
         READ = "read", "read: list and read requests and threads"
         START = "start", "start: start, retry and cancel threads; withdraw their requests"
         DECIDE = "decide", "decide: claim, release and answer requests"
+        REQUEST = "request", "request: raise approval requests as an external agent"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     name = models.CharField(max_length=100, blank=True)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    scopes = models.JSONField(default=list, help_text="Any of: read, start, decide.")
+    scopes = models.JSONField(default=list, help_text="Any of: read, start, decide, request.")
+    # The key the portal signs this token's external requests' webhooks with (HMAC, so it
+    # is kept as it is); made with a token carrying the "request" scope, shown once.
+    webhook_secret = models.CharField(max_length=64, blank=True, editable=False, default="")
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never.")
     password_fingerprint = models.CharField(max_length=64, editable=False, default="")
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # To within a minute (portal.api.TOKEN_LAST_USED_RESOLUTION): a token used now shows a
-    # time at most that old.
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -671,6 +673,58 @@ def _revoke_tokens_on_user_change(sender: Any, instance: Any, **_: Any) -> None:
 
 
 # --- end API tokens ----------------------------------------------------------------------
+
+
+class ExternalRequest(models.Model):
+    """An approval request raised over the API by an agent that runs outside the portal.
+
+    It is an ordinary ``Interrupt`` on a ``Thread`` of its own, written through the
+    checkpointer like any pause, so the queue, history, metrics, policies and the decision
+    service treat it like any other. What differs lives here: who raised it and how the
+    answer goes back (a signed webhook to ``callback_url``, or the requester's long-poll).
+    The thread has no graph: its decision closes it instead of queueing a resume
+    (``portal.external.external_request_close``).
+    """
+
+    interrupt = models.OneToOneField(
+        Interrupt, primary_key=True, on_delete=models.CASCADE, related_name="external"
+    )
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="external_requests",
+        db_index=False,  # external_request_idempotency (Meta) serves lookups by requester
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Empty: the requester sent none. Otherwise unique per requester (Meta): the same key
+    # twice finds the first request, even when both arrive at once.
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    # sha256 of the fields that made the request: a reused key with other fields is refused.
+    fingerprint = models.CharField(max_length=64, editable=False)
+    external_ref = models.CharField(max_length=200, blank=True)
+    callback_url = models.URLField(max_length=500, blank=True)
+    # The requesting token's webhook secret when the request was made, so a later change
+    # of the token does not leave an answer unsigned.
+    callback_secret = models.CharField(max_length=64, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When the answer reached the agent: its long-poll read it, or its webhook was taken.
+    collected_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        permissions = [("raise_request", "Can raise approval requests as an external agent")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requester", "idempotency_key"],
+                name="external_request_idempotency",
+                condition=~Q(idempotency_key=""),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"external request {self.interrupt_id}"
 
 
 # Decisions that are withdrawals (see ``Decision.is_withdrawal``), for queries that leave

@@ -23,6 +23,8 @@ permission             lets the user                                         gro
                        audit trail of actions (claims, logins, tokens...)
 ``retry_thread``       retry anyone's failed thread (owners retry their own) (none)
 ``cancel_thread``      cancel anyone's thread (owners cancel their own)      (none)
+``raise_request``      raise approval requests over the API (external        agent
+                       agents' service users)
 =====================  ====================================================  =============
 
 Whatever the permissions, the policies (``portal.policies``) still refuse a decider who
@@ -38,7 +40,7 @@ from django.contrib.auth.models import AnonymousUser, Permission
 from django.contrib.auth.models import User as AuthUser
 from django.db.models import Q, QuerySet
 
-SUPPORT, REVIEWER, AUDITOR = "support", "reviewer", "auditor"
+SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
 
 START_THREAD = "portal.start_thread"
 DECIDE = "portal.decide_interrupt"
@@ -51,6 +53,7 @@ VIEW_METRICS = "portal.view_metrics"
 RETRY_THREAD = "portal.retry_thread"
 CANCEL_THREAD = "portal.cancel_thread"
 VIEW_AUDIT_TRAIL = "portal.view_audit_trail"
+RAISE_REQUEST = "portal.raise_request"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
 ROLE_PERMISSIONS: dict[str, list[str]] = {
@@ -70,6 +73,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "view_metrics",
         "view_audit_trail",
     ],
+    AGENT: ["raise_request"],
 }
 
 User = AuthUser | AnonymousUser
@@ -140,6 +144,10 @@ def may_retry(user: User, thread: Any) -> bool:
 def may_cancel(user: User, thread: Any) -> bool:
     """Whether ``user`` may cancel ``thread``: its owner, or whoever may cancel any thread."""
     return _owns(user, thread) or can_cancel_threads(user)
+
+
+def can_raise_requests(user: User) -> bool:
+    return _has(user, RAISE_REQUEST)
 
 
 def deciders() -> QuerySet[AuthUser]:

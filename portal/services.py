@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal import broadcast, outbox, roles, runs, waiting
+from portal import broadcast, external, outbox, roles, runs, waiting
 from portal.decisions import thread_resume
 from portal.errors import (
     InputError,
@@ -25,7 +25,15 @@ from portal.errors import (
     ThreadNotRetryable,
 )
 from portal.inputs import check_input
-from portal.models import AuditEvent, Decision, Interrupt, Run, Thread, audit_record
+from portal.models import (
+    AuditEvent,
+    Decision,
+    ExternalRequest,
+    Interrupt,
+    Run,
+    Thread,
+    audit_record,
+)
 from portal.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -104,7 +112,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     return thread, run
 
 
-def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run:
+def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
     """Withdraw a pending request: the thread resumes with ``None`` (the tool declines)
     and goes on. (``thread_abort`` stops the whole thread instead.)
 
@@ -277,6 +285,10 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
                 note=f"The conversation was cancelled by {by_whom}.",
             )
             outbox.notify_decision(decision, request)
+            if external.is_external(request.pk):
+                # Its agent is told it was cancelled (the thread is not closed: a
+                # cancelled thread takes no more steps).
+                external.external_answer_queue(request.pk)
             broadcast.queue_change_on_commit(request)
         locked.status, locked.cancelled_at, locked.cancelled_by = (
             Thread.Status.CANCELLED,
@@ -318,6 +330,11 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
             "start a new conversation instead."
         )
     clean = validate_start_input({"messages": [{"role": "user", "content": text}]})
+    if ExternalRequest.objects.filter(interrupt__thread=thread).exists():
+        raise ThreadNotRetryable(
+            "This thread holds an external agent's request; that agent runs elsewhere and "
+            "takes no messages here."
+        )
     with transaction.atomic():
         # Row lock: two sends at once (a double click) would otherwise queue two turns
         # built on the same checkpoint.

@@ -2,7 +2,8 @@
 
 The graph is compiled with ``interrupt_before=["TOOL"]``: it pauses after the model chose
 ``delete_account`` and before the tool node runs. The tool needs no approval code of its
-own. Continuing the thread with ``{"messages": []}`` approves and runs it.
+own. Continuing the thread with ``{"messages": []}`` approves and runs it; a reviewer
+answers as to a high-risk tool's approval (accept, edit, respond or ignore).
 Run: ``python -m agents.examples.accounts``.
 """
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0022_thread_cancel_retry_approvals"),
+        ("portal", "0025_external_requests"),
     ]
 
     operations = [

@@ -24,7 +24,7 @@ from django_htmx.middleware import HtmxDetails
 
 from portal import paging, roles
 from portal.assignments import assigned_to
-from portal.models import Approval, Interrupt
+from portal.models import Approval, ExternalRequest, Interrupt
 from portal.paging import Cursor
 
 
@@ -108,12 +108,24 @@ def queue_page(
     )
 
 
+# The most outside agents the filter lists (the rest are still reachable by ?agent=).
+OUTSIDE_AGENTS_MAX = 50
+
+
+def _outside_agents_waiting() -> set[str]:
+    # Agents outside the portal (portal/external.py) have no settings entry; those with a
+    # request in the queue are offered too. Read from the external requests' side, so a
+    # queue of the portal's own agents' requests costs nothing here.
+    waiting = ExternalRequest.objects.filter(interrupt__status=Interrupt.Status.PENDING)
+    return set(waiting.values_list("interrupt__agent", flat=True).distinct()[:OUTSIDE_AGENTS_MAX])
+
+
 @require_GET
 @login_required
 def queue(request: HtmxRequest) -> HttpResponse:
     if not roles.can_decide(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
-    agents = sorted(settings.PORTAL_AGENTS)
+    agents = sorted(set(settings.PORTAL_AGENTS) | _outside_agents_waiting())
     agent = request.GET.get("agent", "")
     reason = request.GET.get("reason", "")
     sort = request.GET.get("sort", "oldest")

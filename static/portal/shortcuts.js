@@ -4,8 +4,8 @@
 //
 //   j / k   next / previous request (in the queue's order)
 //   o       open the selected request (queue)
-//   a / r   approve / reject (decision page: presses the form's own button, accept /
-//           ignore on a request with typed answers)
+//   a / r   approve / reject (decision page: presses the form's own button; accept /
+//           ignore on a request with typed answers, and the help names them so)
 //   n       focus the note (decision page)
 //
 // The queue remembers its order for the tab (sessionStorage) when a request is opened from

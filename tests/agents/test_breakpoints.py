@@ -38,7 +38,7 @@ async def test_interrupt_before_pauses_before_the_tool_node_and_continues_with_n
             {"id": "call_1", "name": "delete_account", "arguments": {"user_id": "u-381"}}
         ]
     }
-    assert request.response_schema["required"] == ["approved"]
+    assert request.response_schema["required"] == ["type"]  # a typed answer (agents.inbox)
     # The reviewer reads what is at stake, not the graph's plumbing.
     assert request.message == "Approve delete account (user id: u-381)?"
     assert state.context[-1].tools_calls[0]["function"]["name"] == "delete_account"

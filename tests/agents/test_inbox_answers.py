@@ -133,9 +133,70 @@ def account_graph(store, ran):
 async def test_a_breakpoint_before_the_tools_offers_each_calls_arguments_for_editing(store, config):
     graph = account_graph(store, [])
     request = await paused_request(graph, config)
-    args = request.response_schema["properties"]["args"]
+    found = declared(request.response_schema)
+    assert found is not None
+    # The answers a high-risk tool's approval takes, as in Agent Inbox.
+    assert found.actions == ["accept", "edit", "response", "ignore"]
+    assert found.args == {"call_1": {"user_id": "u-381"}}
+    args = found.args_schema
     assert args["properties"]["call_1"]["properties"]["user_id"] == {"type": "string"}
     assert args["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("answer", "ran", "result"),
+    [
+        ({"type": "accept"}, ["u-381"], "Account u-381 deleted."),
+        (
+            {"type": "edit", "args": {"call_1": {"user_id": "u-999"}}},
+            ["u-999"],
+            "Account u-999 deleted.",
+        ),
+        (
+            {"type": "response", "args": "Only deactivate it.", "note": "policy 7"},
+            [],
+            {"status": "declined", "reason": "Only deactivate it. (policy 7)"},
+        ),
+        (
+            {"type": "ignore", "note": "not this account"},
+            [],
+            {"status": "declined", "reason": "not this account"},
+        ),
+        # The yes/no answers of before still work.
+        ({"approved": True}, ["u-381"], "Account u-381 deleted."),
+        ({"approved": False}, [], {"status": "declined", "reason": "No approval was given."}),
+    ],
+)
+async def test_a_breakpoint_before_the_tools_takes_each_typed_answer_and_fails_closed(
+    store, config, answer, ran, result
+):
+    done: list[str] = []
+    graph = account_graph(store, done)
+    request = await paused_request(graph, config)
+
+    out = await graph.ainvoke({"resume": answer, "resume_interrupt_id": request.id}, config)
+
+    assert done == ran
+    [message] = [m for m in out["messages"] if m.role == "tool"]
+    if isinstance(result, dict):
+        assert tool_results(out["messages"])["call_1"] == result
+    else:
+        assert message.content == result
+    assert out["messages"][-1].text() == "Done."  # the model saw the outcome and answered
+
+
+async def test_a_breakpoint_before_calls_with_nothing_to_edit_offers_no_edit(store, config):
+    def forget_everything() -> str:
+        """Forget every account."""
+        return "forgotten"
+
+    model = FakeModel(call(("forget_everything", {})), say("Done."))
+    graph = ReactAgent(model, tools=[forget_everything]).compile(
+        checkpointer=store, interrupt_before=["TOOL"]
+    )
+    request = await paused_request(graph, config)
+    found = declared(request.response_schema)
+    assert found is not None and found.actions == ["accept", "response", "ignore"]
 
 
 async def test_editing_at_a_breakpoint_changes_the_pending_call_before_it_runs(store, config):

@@ -157,7 +157,8 @@ def test_resume_validation_lines_are_readable():
 
 def test_importing_agents_does_not_import_django():
     code = (
-        "import sys, agents, agents.graph, agents.prebuilt, agents.testing.checkpointer_contract;"
+        "import sys, agents, agents.graph, agents.prebuilt, agents.testing.checkpointer_contract,"
+        " agents.portal_client;"
         "print('django' in sys.modules)"
     )
     result = subprocess.run(

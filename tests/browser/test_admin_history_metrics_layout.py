@@ -69,10 +69,11 @@ def test_the_admin_decide_form_looks_like_the_admins_own_buttons(live, login, da
         document.querySelector("#content").append(row); }"""
     )
     form = page.locator("#admin-decision")
-    approve = form.get_by_role("button", name="Approve", exact=True).evaluate(_LOOK)
+    # A tool approval's typed answers: accept is the default, ignore the delete button.
+    approve = form.get_by_role("button", name="Accept", exact=True).evaluate(_LOOK)
     default = page.locator("#ref-default").evaluate(_LOOK)
     assert approve == default
-    reject = form.get_by_role("button", name="Reject").evaluate(_LOOK)
+    reject = form.get_by_role("button", name="Ignore", exact=True).evaluate(_LOOK)
     assert {k: v for k, v in reject.items() if k != "background"} == {
         k: v for k, v in page.locator("#ref-plain").evaluate(_LOOK).items() if k != "background"
     }

@@ -116,7 +116,7 @@ def test_deciding_from_the_page_and_the_admin_reports_no_csp_violation(
     assert csp_violations(page) == []
 
     admin = login(admin_user, start=f"/admin/portal/interrupt/{data['approval'].pk}/change/")
-    admin.locator("#admin-decision").get_by_role("button", name="Reject").first.click()
+    admin.locator("#admin-decision").get_by_role("button", name="Ignore").first.click()
     admin.wait_for_load_state("networkidle")
     assert "Recorded" in admin.content()
     assert csp_violations(admin) == []

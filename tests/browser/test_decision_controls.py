@@ -102,7 +102,7 @@ def test_options_are_checkboxes_and_the_ticked_ones_are_the_answer(live, login, 
 
 
 def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_recorded(
-    live, login, reviewer
+    live, login, reviewer, auditor, shoot
 ):
     interrupt = make_tool_approval()
     call_id = interrupt.value["tool_calls"][0]["id"]
@@ -110,7 +110,8 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     form = page.locator("#decision-form")
 
     expect(form.get_by_role("button", name="Accept", exact=True)).to_be_visible()
-    expect(form.get_by_role("button", name="Reject")).to_be_visible()
+    expect(form.get_by_role("button", name="Ignore", exact=True)).to_be_visible()
+    expect(form.get_by_role("button", name="Reject")).to_have_count(0)
     expect(form.get_by_text("Respond instead")).to_be_visible()
     form.get_by_text("Edit arguments").click()
     # The call's section is titled by its tool in words, never by its call id.
@@ -119,6 +120,10 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     amount = form.get_by_label("Amount")
     expect(amount).to_have_value("5000.0")
     amount.fill("4000")
+    # The whole page in one picture: the request beside its four answers.
+    page.set_viewport_size({"width": 1280, "height": 1480})
+    page.evaluate("window.scrollTo(0, 0)")
+    shoot(page, "decision-tool-approval")
     form.get_by_role("button", name="Accept with these arguments").click()
 
     expect(page.locator("#decision-result")).to_contain_text("Edited")
@@ -126,6 +131,13 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     edited = {"amount": 4000, "recipient": "Alice"}
     assert decision.value == {"type": "edit", "args": {call_id: edited}}
     assert decision.executed_args == {call_id: edited}
+
+    # The history's record of it reads in words.
+    record = login(auditor, start=f"/history/{decision.pk}/")
+    expect(record.locator("h1")).to_contain_text("Approved with edited arguments")
+    ran = "Transfer funds (amount: 4,000, recipient: Alice)"
+    expect(record.locator("main")).to_contain_text(ran)
+    shoot(record, "history-decision")
 
 
 def test_a_response_to_a_high_risk_tool_approval_declines_it_with_the_text(live, login, reviewer):
@@ -144,3 +156,19 @@ def test_a_response_to_a_high_risk_tool_approval_declines_it_with_the_text(live,
         "args": "Send $500 now and the rest after the invoice.",
     }
     assert decision.outcome == Decision.Outcome.RESPONDED and decision.executed_args is None
+
+
+def test_ignoring_a_high_risk_tool_approval_is_recorded_as_ignored_not_rejected(
+    live, login, reviewer
+):
+    interrupt = make_tool_approval()
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    form = page.locator("#decision-form")
+
+    form.get_by_label("Note").fill("Not a payment we make.")
+    form.get_by_role("button", name="Ignore", exact=True).click()
+
+    expect(page.locator("#decision-result")).to_contain_text("Ignored")
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.value == {"type": "ignore", "note": "Not a payment we make."}
+    assert decision.outcome == Decision.Outcome.IGNORED and decision.executed_args is None

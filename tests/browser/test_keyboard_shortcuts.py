@@ -106,11 +106,11 @@ def test_the_decision_page_approves_rejects_and_focuses_the_note_from_the_keyboa
     assert _decision(order[1]).outcome == Decision.Outcome.REJECTED
 
 
-@pytest.mark.parametrize(("key", "outcome"), [("a", "approved"), ("r", "rejected")])
-def test_a_and_r_accept_or_reject_a_high_risk_tool_approval_too(
+@pytest.mark.parametrize(("key", "outcome"), [("a", "approved"), ("r", "ignored")])
+def test_a_and_r_accept_or_ignore_a_high_risk_tool_approval_too(
     live, login, reviewer, support_agent, key, outcome
 ):
-    # Its answers are typed (accept / ignore), not approve / reject.
+    # Its answers are typed (accept / ignore), not approve / reject, and recorded as such.
     interrupt = make_tool_approval(owner=support_agent)
     page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
     expect(page.locator("#decision-form")).to_be_visible()

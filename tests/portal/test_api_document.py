@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 from portal import broadcast
 from portal.api import api_token_create
 from portal.decisions import interrupt_claim
+from portal.external import RequestSpec, external_request_create
 from portal.models import Assignment, RoutingEvent, Thread, api_tokens_revoke
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 from tests.portal.test_api_events import Stream
@@ -138,6 +139,10 @@ def test_every_response_fits_the_documented_schema(document):
     stopped = make_thread(owner=owner)
     answer = {"resume": {"approved": True}}
     answered = fresh()
+    bot = make_user(role="agent")
+    token[bot] = api_token_create(user=bot)[1]
+    ask = {"agent": "invoice-bot", "title": "Pay invoice 7", "payload": {"amount": 120}}
+    raised, _ = external_request_create(user=bot, spec=RequestSpec(agent="invoice-bot"))
     # (method, documented path, token, url, body): each operation's answers, 2xx first.
     calls: list[tuple[str, str, str | None, str, Any]] = [
         ("GET", "/api/interrupts", token[reviewer], "/api/interrupts", None),
@@ -299,6 +304,44 @@ def test_every_response_fits_the_documented_schema(document):
         ("GET", "/api/decisions", token[auditor], "/api/decisions?outcome=maybe", None),
         ("GET", "/api/decisions", token[support], "/api/decisions", None),
         ("GET", "/api/interrupts", token[reviewer], "/api/interrupts?bad=%00", None),
+        ("POST", "/api/requests", token[bot], "/api/requests", {**ask, "idempotency_key": "k"}),
+        ("POST", "/api/requests", token[bot], "/api/requests", {**ask, "idempotency_key": "k"}),
+        (
+            "POST",
+            "/api/requests",
+            token[bot],
+            "/api/requests",
+            {**ask, "idempotency_key": "k", "title": "Another"},
+        ),
+        (
+            "POST",
+            "/api/requests",
+            token[bot],
+            "/api/requests",
+            {**ask, "response_schema": {"$ref": "https://example.test/s.json"}},
+        ),
+        ("POST", "/api/requests", token[reviewer], "/api/requests", ask),
+        (
+            "GET",
+            "/api/requests/{request_id}",
+            token[bot],
+            f"/api/requests/{raised.pk}",
+            None,
+        ),
+        (
+            "GET",
+            "/api/requests/{request_id}",
+            token[reviewer],
+            f"/api/requests/{raised.pk}",
+            None,
+        ),
+        (
+            "GET",
+            "/api/requests/{request_id}",
+            token[bot],
+            f"/api/requests/{raised.pk}?wait=31",
+            None,
+        ),
     ]
     retry, cancel = "/api/threads/{thread_id}/retry", "/api/threads/{thread_id}/cancel"
     calls += [
@@ -312,8 +355,10 @@ def test_every_response_fits_the_documented_schema(document):
     # Without a token, every operation refuses alike.
     for path, operations in document.doc["paths"].items():
         for method in operations:
-            url = path.replace("{interrupt_id}", pending.pk).replace(
-                "{thread_id}", str(pending.thread_id)
+            url = (
+                path.replace("{interrupt_id}", pending.pk)
+                .replace("{thread_id}", str(pending.thread_id))
+                .replace("{request_id}", raised.pk)
             )
             calls.append((method.upper(), path, None, url, {} if method == "post" else None))
 

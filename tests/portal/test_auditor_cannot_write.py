@@ -15,8 +15,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from portal.external import RequestSpec, external_request_create
 from portal.models import Decision, Interrupt, Run, Thread
-from tests.factories import make_decision, make_interrupt
+from tests.factories import make_decision, make_interrupt, make_user
 
 WRITE_METHODS = ("post", "put", "patch", "delete")
 # Routes that are not part of the product's write surface: signing in and out, the
@@ -38,6 +39,7 @@ KNOWN_WRITES = {
     "api:withdraw_interrupt",
     "api:retry_thread",
     "api:cancel_thread",
+    "api:raise_request",
 }
 
 
@@ -61,7 +63,15 @@ def world(support_agent, reviewer):
     pending = make_interrupt(owner=support_agent)
     decided = make_interrupt(owner=support_agent)
     decision = make_decision(interrupt=decided, reviewer=reviewer)
-    return {"thread_id": pending.thread_id, "interrupt_id": pending.pk, "decision_id": decision.pk}
+    external, _ = external_request_create(
+        user=make_user("ivy-invoice-bot", role="agent"), spec=RequestSpec(agent="invoice-bot")
+    )
+    return {
+        "thread_id": pending.thread_id,
+        "interrupt_id": pending.pk,
+        "decision_id": decision.pk,
+        "request_id": external.pk,
+    }
 
 
 def _snapshot():
@@ -97,6 +107,7 @@ def _bodies(world):
             "resume": {"approved": True},
             "resume_interrupt_id": world["interrupt_id"],
         },
+        "api:raise_request": {"agent": "invoice-bot", "title": "Pay invoice 7"},
     }
     return form, api
 

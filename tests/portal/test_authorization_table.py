@@ -25,6 +25,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from portal.api import api_token_create
+from portal.external import RequestSpec, external_request_create
 from portal.models import Thread
 from portal.routing import websocket_urlpatterns
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
@@ -113,6 +114,8 @@ POST /api/interrupts/<interrupt_id>/release 401   404   404   200   403   403   
 POST /api/interrupts/<interrupt_id>/withdraw 401  404   404   403   403   403   404   403   403
 POST /api/threads/<thread_id>/retry         401   404   404   403   403   403   404   403   202
 POST /api/threads/<thread_id>/cancel        401   404   404   403   403   403   404   403   200
+POST /api/requests                          401   403   403   403   403   403   403   403   201
+GET  /api/requests/<request_id>             401   404   404   404   404   404   404   404   404
 GET  /admin/                                login login login login login 200   200   login 200
 GET  /admin/portal/interrupt/<id>/change/   login login login login login 200   403   login 200
 POST /admin/portal/interrupt/<id>/decide/   login login login login login 403   403   login 302
@@ -185,6 +188,11 @@ class World:
         self.interrupt = make_interrupt(owner=sally)
         decided = make_interrupt(owner=sally)
         self.decision = make_decision(interrupt=decided, reviewer=rex)
+        # An external agent's request: only the agent that raised it reads it over the API.
+        bot = make_user(f"bot-{Thread.objects.count()}", role="agent")
+        self.external, _ = external_request_create(
+            user=bot, spec=RequestSpec(agent="invoice-bot", title="Pay invoice 7")
+        )
 
 
 def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, Any], Any]:
@@ -259,6 +267,8 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             f"/api/threads/{i.thread_id}/resume",
             {"resume": {"approved": True}, "resume_interrupt_id": i.pk},
         ),
+        ("POST", "/api/requests"): ("/api/requests", {"agent": "invoice-bot", "title": "Pay"}),
+        ("GET", "/api/requests/<request_id>"): (f"/api/requests/{world.external.pk}", None),
         ("GET", "/admin/"): ("/admin/", None),
         ("GET", "/admin/portal/interrupt/<id>/change/"): (
             f"/admin/portal/interrupt/{quote(i.pk)}/change/",

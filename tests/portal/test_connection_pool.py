@@ -1,18 +1,23 @@
 """The web tier's connection pool, in a real daphne process on the test database: its
 requests (each run in a thread of its own) reuse a few PostgreSQL connections instead of
-opening one each; a connection the server dropped while it sat in the pool is replaced,
-not lent to a request; waiting requests hold no connection while they wait."""
+opening one each; a connection dropped while it sat in the pool is replaced, not lent to
+a request; waiting requests hold no connection while they wait.
+
+daphne reaches PostgreSQL through a loopback relay of the test's own, which counts the
+connections daphne opens and can cut them: nothing server-wide is read."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -22,8 +27,6 @@ from tests.portal.conftest import ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-APP = "portal-pool-test"
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -31,15 +34,78 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Relay:
+    """A loopback TCP relay to PostgreSQL that counts and can cut its connections."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.opened = 0
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.opened += 1
+            self.pairs.append((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> int:
+        """Drop every connection relayed so far, as a restarting server would."""
+        pairs, self.pairs = self.pairs, []
+        for pair in pairs:
+            for end in pair:
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        return len(pairs)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
 @pytest.fixture
-def daphne(worker_env, tmp_path) -> Iterator[Callable[..., str]]:
-    """Start daphne on the test database (its connections named APP); returns its URL."""
+def relay() -> Iterator[Relay]:
+    db = connection.settings_dict
+    relay = Relay(db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def daphne(worker_env, tmp_path, relay) -> Iterator[Callable[..., str]]:
+    """Start daphne on the test database, through ``relay``; returns its URL."""
     procs: list[subprocess.Popen] = []
 
     def start(**env: str) -> str:
         port = _free_port()
         log = tmp_path / f"daphne-{port}.log"
-        url = worker_env["DATABASE_URL"] + f"?application_name={APP}"
+        db = connection.settings_dict
+        auth = quote(db["USER"] or "") + (":" + quote(db["PASSWORD"]) if db.get("PASSWORD") else "")
+        url = f"postgres://{auth}@127.0.0.1:{relay.port}/{db['NAME']}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-v", "0", "-p", str(port), "portal.asgi:application"],
             cwd=ROOT,
@@ -71,17 +137,6 @@ def token(reviewer) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_token_create(user=reviewer, name='pool')[1]}"}
 
 
-def backends() -> list[tuple[int, object]]:
-    """(pid, backend_start) of daphne's connections to the test database."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid, backend_start FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s",
-            [APP],
-        )
-        return list(cursor.fetchall())
-
-
 def status(url: str, headers: dict[str, str]) -> int:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as r:
@@ -94,34 +149,27 @@ def get(base: str, headers: dict[str, str], n: int) -> list[int]:
     return [status(base + "/api/interrupts", headers) for _ in range(n)]
 
 
-def test_daphne_requests_reuse_a_few_pooled_connections(daphne, token):
+def test_daphne_requests_reuse_a_few_pooled_connections(daphne, relay, token):
     base = daphne()
     assert get(base, token, 2) == [200, 200]
-    time.sleep(0.2)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        (after_warm_up,) = cursor.fetchone()
+    warmed_up = relay.opened
 
     assert get(base, token, 20) == [200] * 20
 
-    # Without a pool each request would open a connection of its own and close it.
-    kept = backends()
-    assert 1 <= len(kept) <= 3, kept
-    assert all(started < after_warm_up for _, started in kept), kept
+    # Without a pool each of the 20 requests would open a connection of its own.
+    assert relay.opened - warmed_up <= 1, (warmed_up, relay.opened)
+    assert 1 <= relay.opened <= 4
 
 
-def test_a_pooled_connection_the_server_dropped_is_replaced_before_a_request_gets_it(daphne, token):
+def test_a_pooled_connection_dropped_while_idle_is_replaced_before_a_request_gets_it(
+    daphne, relay, token
+):
     base = daphne()
     assert get(base, token, 3) == [200] * 3
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s",
-            [APP],
-        )
-        assert cursor.fetchall()
+    assert relay.cut() >= 1
 
     assert get(base, token, 5) == [200] * 5
+    assert relay.opened >= 2  # the dropped ones were replaced
 
 
 def test_waiting_requests_do_not_hold_pooled_connections_while_they_wait(

@@ -286,8 +286,7 @@ def test_edited_arguments_that_break_the_tool_schema_are_refused(reviewer):
     [
         ({"type": "accept"}, Decision.Outcome.APPROVED, True),
         ({"type": "response", "args": "Ask for the invoice."}, Decision.Outcome.RESPONDED, False),
-        # Ignoring a request to run a tool refuses it.
-        ({"type": "ignore", "note": "not ours"}, Decision.Outcome.REJECTED, False),
+        ({"type": "ignore", "note": "not ours"}, Decision.Outcome.IGNORED, False),
     ],
 )
 def test_each_typed_answer_to_a_high_risk_call_is_recorded_as_its_outcome(
@@ -320,7 +319,10 @@ def test_a_rejected_high_risk_call_records_no_executed_arguments(reviewer):
 
     decision = submit(interrupt, reviewer, {"approved": False, "note": "too much"})
 
+    # A yes/no "no" stays a rejection, though the agent receives it as an ignore.
     assert decision.outcome == Decision.Outcome.REJECTED
+    assert decision.value == {"type": "ignore", "note": "too much"}
+    assert resume_runs(interrupt.thread)[0].input["resume"] == decision.value
     assert decision.executed_args is None
     assert decision.original_args is not None
 

@@ -8,7 +8,9 @@ import pytest
 from django.db import connection
 
 from agents.examples import refunds
+from portal.audit import verify_chain
 from portal.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
+from portal.external import RequestSpec, external_request_create
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.services import thread_start
 from portal.worker import Worker
@@ -138,3 +140,58 @@ def test_answers_racing_the_worker_that_finishes_the_thread_all_get_already_deci
     assert all(f"already decided by {winner} at" in str(r) for r in refused)
     assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
     assert refunds.ISSUED == [{"order_id": "A-1001", "amount": 42.5}]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_twenty_simultaneous_decisions_on_an_external_request_record_one(roles):
+    # An external agent's request has no graph: the winner closes its thread, nobody
+    # queues a resume, and the losers name the winner as on any request.
+    reviewers = [make_user(f"ext-reviewer-{n}", role="reviewer") for n in range(THREADS)]
+    request, _ = external_request_create(
+        user=make_user("invoice-bot", role="agent"),
+        spec=RequestSpec(
+            agent="invoice-bot",
+            title="Pay invoice 7",
+            response_schema={"type": "object", "properties": {"approved": {"type": "boolean"}}},
+        ),
+    )
+    interrupt_id = request.interrupt_id
+    barrier = threading.Barrier(THREADS)
+    results: list[object] = [None] * THREADS
+
+    def decide(n: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[n] = decision_submit(
+                interrupt=interrupt_id,
+                reviewer=reviewers[n],
+                value={"approved": n % 2 == 0},
+                resume_interrupt_id=interrupt_id,
+            )
+        except Exception as exc:
+            results[n] = exc
+        finally:
+            connection.close()
+
+    started = [threading.Thread(target=decide, args=(n,)) for n in range(THREADS)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join(timeout=60)
+
+    recorded = [r for r in results if isinstance(r, Decision)]
+    refused = [r for r in results if isinstance(r, AlreadyDecided)]
+    assert len(recorded) == 1, results
+    assert len(refused) == THREADS - 1, results
+    winner = recorded[0].reviewer.username
+    assert all(f"already decided by {winner} at" in str(r) for r in refused)
+    thread = Interrupt.objects.get(pk=interrupt_id).thread
+    assert Decision.objects.filter(interrupt_id=interrupt_id).count() == 1
+    assert not Run.objects.filter(thread=thread).exists()
+    assert thread.status == Thread.Status.DONE
+    assert list(thread.checkpoints.order_by("seq").values_list("status", flat=True)) == [
+        "interrupted",
+        "done",
+    ]
+    assert verify_chain(Decision.objects.all()).ok

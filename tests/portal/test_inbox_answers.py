@@ -4,10 +4,12 @@ exactly those, each is recorded as its own outcome, and the API refuses the othe
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 
 from agents import inbox
 from portal import metrics
@@ -283,6 +285,42 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
     assert decision.executed_args == {call_id: {"user_id": "u-382"}}
 
 
+@pytest.mark.usefixtures("test_agents")
+@pytest.mark.parametrize(
+    ("data", "outcome", "reason"),
+    [
+        ({"action": "ignore", "note": "wrong user"}, "ignored", "wrong user"),
+        ({"action": "response", "response": "Deactivate it instead."}, "responded", "Deactivate"),
+        ({"action": "reject"}, "rejected", "No approval was given."),  # a yes/no "no"
+    ],
+)
+def test_the_accounts_breakpoint_takes_typed_answers_each_its_own_outcome_and_runs_nothing(
+    client, support_agent, reviewer, data, outcome, reason
+):
+    from agents.examples import accounts
+    from portal import services
+    from portal.models import Interrupt
+
+    accounts.DELETED.clear()
+    thread, _ = services.thread_start(
+        agent="accounts", input=say("Please delete the account for user u-381."), user=support_agent
+    )
+    drain()
+    request = Interrupt.objects.get(thread=thread)
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[request.pk])).content.decode()
+    assert buttons(page) == {"accept", "edit", "response", "ignore"}
+
+    decide(client, reviewer, request, **data)
+    drain()
+
+    assert accounts.DELETED == []
+    assert json.loads(tool_message(thread)["content"])["status"] == "declined"
+    assert reason in tool_message(thread)["content"]
+    decision = Decision.objects.get(interrupt=request)
+    assert (decision.outcome, decision.executed_args) == (outcome, None)
+
+
 def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
     from datetime import timedelta
 
@@ -300,3 +338,28 @@ def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
     assert (decision.outcome, decision.value, decision.executed_args) == ("expired", None, None)
     run = Run.objects.get(thread=interrupt.thread, kind=Run.Kind.RESUME)
     assert run.input["resume"] is None
+
+
+def test_a_tool_approvals_ignore_rejection_and_response_are_told_apart_everywhere(
+    client, reviewer, auditor
+):
+    ignored, rejected, responded = (make_tool_approval() for _ in range(3))
+    make_decision(interrupt=ignored, reviewer=reviewer, value={"type": "ignore"})
+    make_decision(interrupt=rejected, reviewer=reviewer, value={"approved": False})
+    make_decision(interrupt=responded, reviewer=reviewer, value={"type": "response", "args": "No."})
+    client.force_login(auditor)
+
+    def found(**criteria):
+        page = client.get(reverse("history"), {"tool": "transfer_funds", **criteria})
+        return [row["decision_id"] for row in page.context["page"].rows]
+
+    assert found(outcome="ignored") == [ignored.decision.pk]
+    assert found(outcome="rejected") == [rejected.decision.pk]
+    assert found(outcome="responded") == [responded.decision.pk]
+    now = timezone.now()
+    [row] = metrics.summary(now - timedelta(hours=1), now + timedelta(hours=1))["by_agent"]
+    assert {o: n for o, n in row.counts.items() if n} == {
+        "ignored": 1,
+        "rejected": 1,
+        "responded": 1,
+    }

@@ -175,6 +175,28 @@ def test_editing_arguments_from_the_form_executes_the_edited_ones(client, review
     assert decision.original_args == {call_id: {"amount": 5000.0, "recipient": "Alice"}}
 
 
+def test_ignoring_a_high_risk_tool_approval_is_offered_and_recorded_as_ignored(client, reviewer):
+    interrupt = make_tool_approval()
+    login(client, reviewer)
+
+    page = client.get(detail_url(interrupt)).content.decode()
+    assert 'value="ignore" class="danger">Ignore</button>' in page
+    assert ">Reject</button>" not in page  # the button says the answer it records
+    assert "<dt><kbd>r</kbd></dt><dd>Ignore</dd>" in page  # and so does its shortcut's help
+    response = client.post(
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "action": "ignore", "note": "not ours"},
+    )
+
+    assert response.status_code == 302
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.outcome == Decision.Outcome.IGNORED
+    assert decision.value == {"type": "ignore", "note": "not ours"}
+    assert decision.executed_args is None
+    result = client.get(detail_url(interrupt)).content.decode()
+    assert "<strong>Ignored</strong>" in result
+
+
 def test_edited_arguments_that_break_the_schema_show_errors_next_to_the_field(client, reviewer):
     interrupt = make_tool_approval()
     call_id = interrupt.value["tool_calls"][0]["id"]

@@ -211,6 +211,21 @@ def test_an_overdue_request_is_resolved_as_expired_and_resumed_with_a_decline():
     assert run.input["resume_interrupt_id"] == interrupt.pk
 
 
+def test_an_overdue_tool_approval_with_typed_answers_is_declined_saying_it_expired():
+    # A high-risk tool's approval, or a breakpoint's before the tools: the calls are
+    # declined and the model is told why, as with a yes/no request.
+    interrupt = make_tool_approval()
+    expire(interrupt)
+
+    [decision] = interrupts_expire()
+
+    assert (decision.outcome, decision.executed_args) == (Decision.Outcome.EXPIRED, None)
+    [run] = Run.objects.filter(thread=interrupt.thread, kind=Run.Kind.RESUME)
+    resume = run.input["resume"]
+    assert resume["type"] == "ignore"
+    assert resume["note"].startswith("The request expired at ")
+
+
 def test_a_request_whose_schema_has_no_yes_or_no_is_resumed_with_none():
     schema = {"type": "object", "properties": {"name": {"type": "string"}}}
     interrupt = make_interrupt(schema=schema, reason="input_required")

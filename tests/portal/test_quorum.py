@@ -198,6 +198,21 @@ def test_a_rejection_count_makes_a_rejection_wait_for_more(settings, panel):
     assert resumes(request) == 1
 
 
+def test_a_tool_approvals_ignore_and_response_each_count_as_a_no(settings, panel):
+    settings.PORTAL_POLICIES = {
+        "*:tool_approval": {"approvals_required": 2, "rejections_required": 2},
+    }
+    request = make_tool_approval()
+
+    first = answer(request, panel[0], {"type": "ignore"})
+    decision = answer(request, panel[1], {"type": "response", "args": "Ask for the invoice."})
+
+    assert isinstance(first, Approval) and first.outcome == "ignored"
+    assert isinstance(decision, Decision)
+    assert (decision.outcome, decision.executed_args) == ("responded", None)
+    assert resumes(request) == 1
+
+
 def test_an_edit_is_refused_when_several_must_approve(settings, panel):
     settings.PORTAL_POLICIES = {"transfers:*": {"approvals_required": 2}}
     request = make_tool_approval()

@@ -225,7 +225,8 @@ def test_a_tool_approval_offers_argument_editing_prefilled_with_the_model_argume
 
     assert form.mode == "inbox"
     assert form.can_edit_args and form.allows_response
-    assert form.inbox_buttons() == [("accept", "Accept"), ("ignore", "Reject")]
+    # Each button says the answer it records: ignoring is not called a rejection.
+    assert form.inbox_buttons() == [("accept", "Accept"), ("ignore", "Ignore")]
     assert form.fields[f"args.{call_id}.amount"].initial == 5000.0
     assert form.fields[f"args.{call_id}.recipient"].initial == "Alice"
     assert form.fields[f"args.{call_id}.amount"].label.startswith("Transfer funds")
@@ -265,7 +266,8 @@ def test_accepting_a_tool_call_without_editing_sends_no_arguments(action, sent):
             {"type": "response", "args": "Ask for the invoice first."},
         ),
         ({"action": "ignore", "note": "not ours"}, {"type": "ignore", "note": "not ours"}),
-        ({"action": "reject"}, {"type": "ignore"}),
+        # A page rendered before the typed answers posts reject: the "no" it was.
+        ({"action": "reject", "note": "not ours"}, {"approved": False, "note": "not ours"}),
     ],
 )
 def test_each_typed_answer_to_a_tool_approval_is_built_from_its_form(post, answer):

@@ -2,6 +2,7 @@
 new JSON API token for USER.
 
 The token is printed as the last line of output and never again: only its hash is kept.
+A token with the ``request`` scope also gets a webhook secret, printed the line before.
 It expires after ``--days`` (90 by default; 0 for never) and is revoked when its user is
 deactivated or changes password.
 """
@@ -31,7 +32,8 @@ class Command(BaseCommand):
             choices=ALL_SCOPES,
             required=True,
             help="What the token may do; repeat for several: read (GET endpoints), "
-            "start (start threads), decide (resume threads).",
+            "start (start threads), decide (resume threads), request (raise approval "
+            "requests as an external agent).",
         )
         parser.add_argument(
             "--days",
@@ -61,4 +63,9 @@ class Command(BaseCommand):
             f"{', '.join(row.scopes)}, valid {until}. Store it now; it cannot be shown "
             "again. Send it as: Authorization: Bearer <token>"
         )
+        if row.webhook_secret:
+            self.stdout.write(
+                "Webhook secret (answers to this token's requests are signed with it; "
+                f"shown only now): {row.webhook_secret}"
+            )
         self.stdout.write(token)

@@ -1,0 +1,136 @@
+"""A LangGraph graph reviewed in the portal end to end (``agents.portal_langgraph``).
+
+LangGraph is in the bench environment only: run these with
+``.venv-bench/bin/python -m pytest tests/portal/test_langgraph_adapter.py``; elsewhere they
+are skipped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+pytest.importorskip("langgraph", reason="LangGraph is in the bench environment (make bench)")
+
+from agents.portal_client import PortalClient
+from agents.portal_langgraph import (
+    invoke_until_answered,
+    portal_request,
+    resume_with,
+)
+from examples.langgraph_invoice import build
+from portal import outbox
+from portal.api import api_token_create
+from portal.decisions import decision_submit
+from portal.models import ExternalRequest, Interrupt
+from tests.factories import make_user
+from tests.liveserver import live_portal
+from tests.loopback import WebhookReceiver
+
+pytestmark = pytest.mark.slow
+
+INVOICE = {"vendor": "ACME", "amount": 120.0}
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
+    with django_db_blocker.unblock(), live_portal(tmp_path_factory.mktemp("langgraph")) as base:
+        yield base
+
+
+@pytest.fixture
+def portal(server, transactional_db, roles) -> PortalClient:
+    row, token = api_token_create(user=make_user("lg-bot", role="agent"), scopes=["request"])
+    return PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
+
+
+def decide(request_id: str, reviewer, value) -> None:
+    decision_submit(
+        interrupt=request_id, reviewer=reviewer, value=value, resume_interrupt_id=request_id
+    )
+
+
+def test_a_graph_pauses_on_a_portal_request_and_continues_with_the_edit(portal, reviewer):
+    graph = build(portal)
+    config = {"configurable": {"thread_id": "invoice-7"}}
+
+    paused = graph.invoke(INVOICE, config)
+    request_id = portal_request(paused)
+
+    interrupt = Interrupt.objects.get(pk=request_id)
+    assert (interrupt.status, interrupt.agent) == ("pending", "invoice-bot")
+    assert interrupt.value == {"vendor": "ACME", "amount": 120.0}
+    assert ExternalRequest.objects.get(pk=request_id).external_ref == "invoice-7"
+
+    decide(request_id, reviewer, {"type": "edit", "args": {"amount": 100.0}})
+    done = graph.invoke(resume_with(portal.wait(request_id, timeout=30)), config)
+
+    assert done["paid"] == 100.0
+    assert done["said"] == f"Paid $100.00, approved by {reviewer.username}."
+    # The node ran twice (LangGraph's re-run rule); the portal holds one request.
+    assert Interrupt.objects.count() == 1
+
+
+def test_invoke_until_answered_waits_by_long_poll_and_an_ignore_pays_nothing(portal, reviewer):
+    graph = build(portal)
+    config = {"configurable": {"thread_id": "invoice-8"}}
+
+    def reviewer_ignores() -> None:
+        try:
+            deadline = time.monotonic() + 30
+            while not (pending := Interrupt.objects.filter(status="pending").first()):
+                assert time.monotonic() < deadline, "the graph never asked"
+                time.sleep(0.1)
+            decide(pending.pk, reviewer, {"type": "ignore"})
+        finally:
+            connection.close()
+
+    helper = threading.Thread(target=reviewer_ignores)
+    helper.start()
+    done = invoke_until_answered(graph, INVOICE, config, portal, timeout=30)
+    helper.join()
+
+    assert done["paid"] is None and done["said"] == "Not paid (ignored)."
+
+
+def test_a_webhook_resumes_the_graph_with_the_decision(server, transactional_db, roles, reviewer):
+    row, token = api_token_create(user=make_user("hook-bot", role="agent"), scopes=["request"])
+    portal = PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
+    receiver = WebhookReceiver(row.webhook_secret).start()
+    try:
+        graph = build(portal, callback_url=receiver.url)
+        paused = graph.invoke(INVOICE, {"configurable": {"thread_id": "invoice-10"}})
+        request_id = portal_request(paused)
+        decide(request_id, reviewer, {"type": "accept"})
+        deadline = time.monotonic() + 30
+        while not receiver.handled:  # the live server's notifier, or this process
+            assert time.monotonic() < deadline, "no webhook arrived"
+            outbox.outbox_deliver()
+            time.sleep(0.2)
+    finally:
+        receiver.stop()
+
+    # What the receiver's handler does: verify, then resume the graph the request names.
+    headers, body = receiver.requests[-1]
+    answered = portal.verify_webhook(body, headers["portal-signature"])
+    done = graph.invoke(
+        resume_with(answered), {"configurable": {"thread_id": answered.external_ref}}
+    )
+
+    assert done["paid"] == 120.0
+    assert done["said"] == f"Paid $120.00, approved by {reviewer.username}."
+
+
+def test_a_resume_that_is_not_the_requests_answer_is_refused(portal):
+    from langgraph.types import Command
+
+    graph = build(portal)
+    config = {"configurable": {"thread_id": "invoice-9"}}
+    graph.invoke(INVOICE, config)
+
+    with pytest.raises(ValueError, match="other than the answer"):
+        graph.invoke(Command(resume={"type": "accept"}), config)
