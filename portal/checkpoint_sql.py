@@ -59,7 +59,8 @@ STEP = """, step AS (
 # change it (each part costs the server its table's indexes to set up, even when it
 # writes no row): pending requests of the thread that the step no longer names leave the
 # queue (`stale`), and a pause's request enters it (`entered`) with its outbox row
-# (`announced`: portal.outbox fills in the payload when it fans the event out).
+# (`announced`: portal.outbox fills in the payload when it fans the event out), waking the
+# notifiers at commit (`rang`: counted as `entered`, so that it runs).
 QUEUE = """, stale AS (
     UPDATE portal_interrupt SET status = %(resolved)s, resolved_at = %(now)s
     WHERE thread_id = %(thread)s AND status = %(pending)s AND id <> %(pending_key)s
@@ -86,10 +87,12 @@ QUEUE = """, stale AS (
     SELECT gen_random_uuid(), %(created_kind)s::varchar, '{}'::jsonb, agent,
            %(reason)s::varchar, id, thread_id, %(now)s::timestamptz, NULL
     FROM entered
+), rang AS (
+    SELECT pg_notify(%(wake_channel)s, %(wake_key)s) FROM entered
 )
 SELECT (SELECT count(*) FROM step), (SELECT agent FROM moved),
        (SELECT coalesce(json_agg(json_build_array(id, reason)), '[]')::text FROM stale),
-       (SELECT count(*) FROM entered)
+       (SELECT count(*) FROM rang)
 """
 NO_QUEUE = " SELECT (SELECT count(*) FROM step), NULL, '[]', 0"
 

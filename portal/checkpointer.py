@@ -56,7 +56,7 @@ from agents.checkpoint import (
     compact_json,
     encode_step,
 )
-from portal import broadcast, outbox
+from portal import broadcast, outbox, waiting
 from portal import checkpoint_sql as sql
 from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
@@ -358,6 +358,8 @@ class DjangoCheckpointer:
             summary=_summary(request),
             expires_at=expires_at_for(agent, reason, now=now) if pending else None,
             created_kind=outbox.REQUEST_CREATED,
+            wake_channel=waiting.CHANNEL,
+            wake_key=waiting.OUTBOX_KEY,
         )
         return _Step(sql.WRITES[first, True], params, pending)
 

@@ -24,7 +24,7 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from portal import assignments, loops, outbox
+from portal import assignments, loops, outbox, waiting
 from portal.models import Delivery, Notification, Subscription, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,13 @@ class Notifier:
         """Work until stopped; with ``once``, until a round finds nothing to do."""
         total = 0
         log.info("notifier %s started", self.name)
+        # Woken by any process's new notification (NOTIFY on PostgreSQL) rather than
+        # finding it at the next poll; the poll remains for retries, reminders and a lost
+        # wake-up.
+        with waiting.listening(waiting.OUTBOX_KEY, _wake.set):
+            return self._run(once=once, total=total)
+
+    def _run(self, *, once: bool, total: int) -> int:
         try:
             while not self.stopping.is_set():
                 if not connection.in_atomic_block:

@@ -46,6 +46,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agents import signing
+from portal import waiting
 from portal.models import (
     AuditEvent,
     Decision,
@@ -148,12 +149,15 @@ def addresses(target: str) -> list[str]:
     return [a.strip() for a in target.split(",") if a.strip()]
 
 
-# An in-process notifier (the demo's) waits on this; one in another process polls.
+# A notifier waits on this; it is set by this process's commits, and on PostgreSQL by any
+# process's (the notifier listens for ``waiting.OUTBOX_KEY``).
 wake_event = threading.Event()
 
 
 def wake_on_commit() -> None:
-    """Wake an in-process notifier once the current transaction commits."""
+    """Wake the notifiers once the current transaction commits: the in-process one at once
+    and, on PostgreSQL, those of other processes by NOTIFY (a rollback wakes nobody)."""
+    waiting.changed(waiting.OUTBOX_KEY)
     transaction.on_commit(wake_event.set)
 
 

@@ -4,7 +4,8 @@ A writer calls ``changed(key)`` inside the transaction that changes the row; a r
 calls ``wait_until(key, done, seconds=...)`` (or ``await await_until(...)`` from async
 code) with a ``done`` that reads the row and says whether the wait is over. Keys name what
 changed: ``thread_key(id)`` once a thread's run finishes or pauses, ``interrupt_key(id)``
-once a request is decided, cancelled or expires.
+once a request is decided, cancelled or expires, ``OUTBOX_KEY`` once a notification is
+written (the notifiers wait on it, through ``listening``).
 
 On PostgreSQL ``changed`` is a ``NOTIFY`` on ``CHANNEL`` with the key as payload: delivered
 at commit, dropped on rollback. Each process keeps one connection that ``LISTEN``s, in a
@@ -41,6 +42,9 @@ RECONNECT_SECONDS = 1.0
 _lock = threading.Lock()
 _waiters: dict[str, set[Callable[[], None]]] = {}
 _listener: _Listener | None = None
+
+
+OUTBOX_KEY = "outbox"
 
 
 def thread_key(thread_id: object) -> str:
@@ -101,6 +105,15 @@ async def await_until(key: str, done: Callable[[], Awaitable[bool]], *, seconds:
                 async with asyncio.timeout(min(remaining, interval())):
                     await event.wait()
             event.clear()
+
+
+@contextlib.contextmanager
+def listening(key: str, callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` on each change of ``key`` while inside (from the listener's thread
+    for other processes' changes; on SQLite only this process's own commits call it). For
+    a loop that waits on its own event rather than on a ``done``."""
+    with _subscribed(key, callback):
+        yield
 
 
 def stop() -> None:

@@ -1,5 +1,6 @@
 """The outbox under real processes and real concurrency: a notifier killed mid-send loses
-nothing, and notifiers draining one outbox together send each delivery once."""
+nothing, notifiers draining one outbox together send each delivery once, and a notifier in
+another process is woken by a new notification rather than finding it at its next poll."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import time
 import pytest
 from django.db import connection
 
-from portal import outbox
-from portal.models import Delivery, DeliveryAttempt, Subscription
+from portal import outbox, waiting
+from portal.models import Delivery, DeliveryAttempt, Subscription, WorkerHeartbeat
 from portal.notifier import Notifier
+from tests.factories import make_interrupt
 from tests.loopback import WebhookReceiver
 from tests.portal.conftest import output, wait_for
 
@@ -102,3 +104,36 @@ def test_notifiers_draining_one_outbox_together_send_each_delivery_once():
     assert len(receiver.requests) == count  # nothing was sent twice
     assert receiver.repeats == 0
     assert DeliveryAttempt.objects.count() == count
+
+
+@pytest.mark.postgres
+def test_a_notifier_in_another_process_is_woken_by_a_new_notification_not_its_poll(spawn):
+    with WebhookReceiver(SECRET) as receiver:
+        subscribe(receiver.url)
+        # A poll far longer than the wait below: only a wake-up can deliver in time.
+        notifier = spawn("run_notifier", "--id", "woken", "--poll", "120")
+        wait_for(lambda: "ready" in output(notifier), what="the notifier to start")
+        wait_for(lambda: WorkerHeartbeat.objects.filter(name="woken").exists(), what="a beat")
+        time.sleep(1)  # its first round is done: it is waiting now
+        started = time.monotonic()
+        note = outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"run": {"error": "x"}})
+        wait_for(
+            lambda: str(note.pk) in receiver.handled,
+            timeout=10,
+            what=f"the notifier to be woken:\n{output(notifier)}",
+        )
+        assert time.monotonic() - started < 10
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_request_raised_by_a_checkpoint_write_wakes_the_notifiers_at_commit():
+    """The checkpointer's own statement writes a new request's notification: it rings
+    too (only NOTIFY can: no Python code of this process runs for it)."""
+    rang = threading.Event()
+    with waiting.listening(waiting.OUTBOX_KEY, rang.set):
+        wait_for(lambda: waiting._listener is not None and waiting._listener.up, what="LISTEN")
+        time.sleep(0.2)  # past the wake-everyone of the listener's connecting
+        rang.clear()
+        make_interrupt()
+        assert rang.wait(10), "no NOTIFY for the new request's notification"
