@@ -9,10 +9,11 @@ open with no referrer and no access to this page.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from django import template
-from django.utils.html import escape
+from django.utils.html import escape, strip_tags
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
@@ -45,3 +46,12 @@ def render_markdown(text: str) -> SafeString:
 @register.filter(name="markdown")
 def markdown_filter(text: Any) -> SafeString:
     return render_markdown(str(text)) if text else mark_safe("")
+
+
+@register.filter(name="plaintext")
+def plaintext_filter(text: Any) -> str:
+    """Markdown as the words a reader sees, on one line: for places too small for
+    formatting (a queue row), where ``**$120**`` should read as ``$120``."""
+    if not text:
+        return ""
+    return " ".join(html.unescape(strip_tags(_md.render(str(text)))).split())

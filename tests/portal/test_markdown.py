@@ -56,3 +56,17 @@ def test_the_decision_page_renders_the_description_as_safe_markdown(client, revi
     assert "Refund <strong>$42.50</strong>?" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert 'href="javascript:' not in html
+
+
+def test_the_queue_row_shows_the_description_as_plain_words_not_markdown_marks(client, reviewer):
+    interrupt = make_interrupt(
+        message="Refund **$42.50** to `order 7`?\n\n- see [notes](https://example.test) <b>x</b>"
+    )
+    client.force_login(reviewer)
+
+    html = client.get(reverse("queue")).content.decode()
+    row = html[html.index(f'id="q-{interrupt.pk}"') :]
+    row = row[: row.index("</tr>")]
+
+    assert "Refund $42.50 to order 7? see notes &lt;b&gt;x&lt;/b&gt;" in row
+    assert "**" not in row and "`" not in row and "<b>" not in row
