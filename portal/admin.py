@@ -703,8 +703,19 @@ class SubscriptionForm(forms.ModelForm):  # type: ignore[type-arg]
             "group",
             "active",
         ]
-        widgets = {"secret": forms.PasswordInput(render_value=True)}
-        help_texts = {"events": "A JSON list of: " + ", ".join(outbox.KINDS) + ". [] is all."}
+        # Never rendered back: the page's HTML would carry the signing secret to every
+        # browser cache and screenshot of it. Blank on a change keeps the current one.
+        widgets = {"secret": forms.PasswordInput(render_value=False)}
+        help_texts = {
+            "events": "A JSON list of: " + ", ".join(outbox.KINDS) + ". [] is all.",
+            "secret": "Leave blank when changing a subscription to keep its current secret.",
+        }
+
+    def clean_secret(self) -> str:
+        secret = str(self.cleaned_data.get("secret") or "")
+        if not secret and self.instance.pk:
+            return str(self.instance.secret)
+        return secret
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

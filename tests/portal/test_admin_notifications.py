@@ -101,3 +101,27 @@ def test_the_delivery_log_shows_each_delivery_its_attempts_and_errors_read_only(
         == 403
     )
     assert Delivery.objects.filter(pk=delivery.pk).exists()
+
+
+def test_the_change_page_never_shows_a_webhooks_secret_and_blank_keeps_it(admin_client):
+    sub = Subscription.objects.create(
+        name="ops",
+        channel="webhook",
+        target="https://hooks.example.test/portal",
+        secret=SECRET,
+        events=["request.created"],
+    )
+    url = reverse("admin:portal_subscription_change", args=[quote(sub.pk)])
+
+    page = admin_client.get(url).content.decode()
+    assert SECRET not in page
+
+    response = admin_client.post(url, form(name="ops renamed", secret=""))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    sub.refresh_from_db()
+    assert (sub.name, sub.secret) == ("ops renamed", SECRET)
+
+    response = admin_client.post(url, form(secret="whsec-rotated-0123456789"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    sub.refresh_from_db()
+    assert sub.secret == "whsec-rotated-0123456789"
