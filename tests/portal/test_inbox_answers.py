@@ -363,3 +363,20 @@ def test_a_tool_approvals_ignore_rejection_and_response_are_told_apart_everywher
         "rejected": 1,
         "responded": 1,
     }
+
+
+def test_the_thread_history_and_metrics_pages_name_each_outcome_in_words(
+    client, support_agent, reviewer, auditor
+):
+    responded = make_tool_approval(owner=support_agent)
+    make_decision(interrupt=responded, reviewer=reviewer, value={"type": "response", "args": "No."})
+
+    client.force_login(support_agent)
+    thread = client.get(reverse("thread_detail", args=[responded.thread_id])).content.decode()
+    client.force_login(auditor)
+    history = client.get(reverse("history")).content.decode()
+    metrics_page = client.get(reverse("metrics")).content.decode()
+
+    for page in (thread, history, metrics_page):
+        assert "Answered in words instead" in page
+    assert ">responded<" not in thread + history + metrics_page
