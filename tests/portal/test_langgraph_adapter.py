@@ -1,8 +1,7 @@
 """A LangGraph graph reviewed in the portal end to end (``agents.portal_langgraph``).
 
-LangGraph is in the bench environment only: run these with
-``.venv-bench/bin/python -m pytest tests/portal/test_langgraph_adapter.py``; elsewhere they
-are skipped.
+LangGraph is a test dependency (the dev group), never the runtime's, so these run in
+``make test`` like every other test.
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-
-pytest.importorskip("langgraph", reason="LangGraph is in the bench environment (make bench)")
 
 from agents.portal_client import PortalClient
 from agents.portal_langgraph import (
