@@ -15,7 +15,7 @@ against a ``websearch_to_tsquery``, served by a GIN expression index over decide
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
@@ -312,30 +312,40 @@ class Page:
     next_cursor: Cursor | None
 
 
+def _page_of(
+    qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], cursor: Cursor | None, size: int
+) -> Page:
+    values, more = _keyset(qs, cursor, size)
+    rows = [to_row(v) for v in values]
+    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
+
+
+def _walk(
+    qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], batch_size: int
+) -> Iterator[dict[str, Any]]:
+    cursor = None
+    while True:
+        batch, more = _keyset(qs, cursor, batch_size)
+        for values in batch:
+            yield to_row(values)
+        if not more:
+            return
+        cursor = Cursor.of(batch[-1], "created_at")
+        del batch
+
+
 def page(
     criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
 ) -> Page:
     """One page of rows after ``cursor``: a single query whatever the page number."""
-    values, more = _keyset(filtered(criteria).values(*_VALUES), cursor, size or PAGE_SIZE)
-    rows = [row_from(v) for v in values]
-    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
+    return _page_of(filtered(criteria).values(*_VALUES), row_from, cursor, size or PAGE_SIZE)
 
 
 def iter_rows(
     criteria: dict[str, Any], *, batch_size: int | None = None
 ) -> Iterator[dict[str, Any]]:
     """Every matching row, newest first, reading ``batch_size`` rows per query."""
-    batch_size = batch_size or EXPORT_BATCH
-    cursor = None
-    qs = filtered(criteria).values(*_VALUES)
-    while True:
-        batch, more = _keyset(qs, cursor, batch_size)
-        for values in batch:
-            yield row_from(values)
-        if not more:
-            return
-        cursor = Cursor.of(batch[-1], "created_at")
-        del batch
+    return _walk(filtered(criteria).values(*_VALUES), row_from, batch_size or EXPORT_BATCH)
 
 
 def filter_choices() -> dict[str, list[str]]:
@@ -434,24 +444,14 @@ def events_page(
     criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
 ) -> Page:
     qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    values, more = _keyset(qs, cursor, size or PAGE_SIZE)
-    rows = [event_row(v) for v in values]
-    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
+    return _page_of(qs, event_row, cursor, size or PAGE_SIZE)
 
 
 def iter_event_rows(
     criteria: dict[str, Any], *, batch_size: int | None = None
 ) -> Iterator[dict[str, Any]]:
-    batch_size = batch_size or EXPORT_BATCH
-    cursor = None
     qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    while True:
-        batch, more = _keyset(qs, cursor, batch_size)
-        for values in batch:
-            yield event_row(values)
-        if not more:
-            return
-        cursor = Cursor.of(batch[-1], "created_at")
+    return _walk(qs, event_row, batch_size or EXPORT_BATCH)
 
 
 _ACTION_LABELS = dict(AuditEvent.Action.choices)

@@ -12,7 +12,7 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -38,8 +38,11 @@ CONTEXT_MESSAGES = 6
 NEXT_CHECKPOINTS = 8
 
 
-def _filter_form(request: HttpRequest) -> HistoryFilter:
-    form = HistoryFilter(request.GET or None)
+F = TypeVar("F", HistoryFilter, EventFilter)
+
+
+def _filter_form(request: HttpRequest, form_class: type[F]) -> F:
+    form = form_class(request.GET or None)
     if form.is_bound:
         form.is_valid()  # errors are shown; valid fields still filter
     return form
@@ -49,7 +52,7 @@ def _filter_form(request: HttpRequest) -> HistoryFilter:
 @login_required
 def history_list(request: HtmxRequest) -> HttpResponse:
     history.require_history_access(request)
-    form = _filter_form(request)
+    form = _filter_form(request, HistoryFilter)
     page = history.page(form.criteria(), form.cursor())
     context = {
         "form": form,
@@ -260,7 +263,7 @@ def _jsonl_lines(
 
 def _export(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
     history.require_export_access(request)
-    form = _filter_form(request)
+    form = _filter_form(request, HistoryFilter)
     return _stream(form, history.iter_rows, COLUMNS, kind, "decisions")
 
 
@@ -310,18 +313,11 @@ def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 # --- the audit trail of actions --------------------------------------------------------
 
 
-def _event_filter(request: HttpRequest) -> EventFilter:
-    form = EventFilter(request.GET or None)
-    if form.is_bound:
-        form.is_valid()  # errors are shown; valid fields still filter
-    return form
-
-
 @require_GET
 @login_required
 def audit_trail(request: HtmxRequest) -> HttpResponse:
     history.require_audit_trail_access(request)
-    form = _event_filter(request)
+    form = _filter_form(request, EventFilter)
     page = history.events_page(form.criteria(), form.cursor())
     context = {
         "form": form,
@@ -340,7 +336,7 @@ def audit_trail(request: HtmxRequest) -> HttpResponse:
 
 def _export_events(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
     history.require_audit_trail_export(request)
-    form = _event_filter(request)
+    form = _filter_form(request, EventFilter)
     return _stream(form, history.iter_event_rows, EVENT_COLUMNS, kind, "audit-trail")
 
 
