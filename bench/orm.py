@@ -223,7 +223,8 @@ class Ours(Impl):
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         # As the worker runs a graph: one event loop kept for the process's life, and the
         # checkpointer on its own autocommit async connection (portal.worker).
-        from portal.checkpointer import DjangoCheckpointer, aconnect
+        from portal.checkpointer import DjangoCheckpointer
+        from portal.runs import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())
@@ -993,7 +994,8 @@ class ReactOurs(Ours):
 
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         from agents.examples.refunds import build_agent
-        from portal.checkpointer import DjangoCheckpointer, aconnect
+        from portal.checkpointer import DjangoCheckpointer
+        from portal.runs import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())

@@ -35,11 +35,13 @@ import asyncio
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.db import transaction
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.db import close_old_connections, transaction
 from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,43 @@ def group_send(group: str, message: dict[str, Any]) -> None:
         log.warning("broadcast to %s timed out after %s s", group, PUBLISH_TIMEOUT)
 
 
+async def alistened(group: str) -> bool:
+    """Whether anyone may hear ``group``: False only when the Redis pub/sub layer says
+    nobody subscribes to it, so a publisher skips rendering and sending what nobody would
+    receive. A watcher that subscribes just after hears the next change, as one that
+    subscribed just after a send would."""
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return True
+    try:
+        # The layer has no public call for this; its group's channel name and shard are
+        # the ones its group_send publishes to.
+        own = layer._get_layer()
+        name = own._get_group_channel_name(group)
+        shard = own._get_shard(name)
+        shard._ensure_redis()
+        counts = await shard._redis.pubsub_numsub(name)
+        return bool(counts and counts[0][1])
+    except Exception:
+        log.warning("counting the subscribers of %s failed", group, exc_info=True)
+        return True
+
+
+def _status_event(
+    thread_id: object, status: str, run_id: object, run_status: str | None, error: str
+) -> dict[str, Any]:
+    return {
+        "type": THREAD_STATUS,
+        "thread_id": str(thread_id),
+        "status": status,
+        "run_id": str(run_id) if run_id else None,
+        "run_status": run_status,
+        "error": error,
+    }
+
+
 def publish_thread_status(
     thread_id: object,
     status: str,
@@ -159,17 +198,23 @@ def publish_thread_status(
 ) -> None:
     """A run changed the thread's status. Watchers fetch their own view of the
     transcript (what it offers depends on who looks: a link to review, a withdraw form)."""
-    group_send(
-        thread_group(thread_id),
-        {
-            "type": THREAD_STATUS,
-            "thread_id": str(thread_id),
-            "status": status,
-            "run_id": str(run_id) if run_id else None,
-            "run_status": run_status,
-            "error": error,
-        },
-    )
+    event = _status_event(thread_id, status, run_id, run_status, error)
+    group_send(thread_group(thread_id), event)
+
+
+async def apublish_thread_status(
+    thread_id: object,
+    status: str,
+    *,
+    run_id: object = None,
+    run_status: str | None = None,
+    error: str = "",
+) -> None:
+    """``publish_thread_status`` on the caller's event loop (a worker's), when anyone
+    watches the thread."""
+    group = thread_group(thread_id)
+    if await alistened(group):
+        await agroup_send(group, _status_event(thread_id, status, run_id, run_status, error))
 
 
 async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
@@ -261,6 +306,40 @@ async def apublish_queue_change(**change: Any) -> None:
     """``publish_queue_change`` for async callers: the rendering queries, so it runs in a
     thread."""
     await asyncio.to_thread(publish_queue_change, **change)
+
+
+async def apublish_queue_changes(changes: list[dict[str, Any]]) -> None:
+    """``publish_queue_change`` for each of ``changes``, committed, from an async writer
+    (a worker's checkpointer), when anyone hears the queue or the threads: rendered in a
+    thread of their own (the rendering queries)."""
+    groups = {QUEUE_GROUP, *(thread_group(change["thread_id"]) for change in changes)}
+    for group in groups:
+        if await alistened(group):
+            break
+    else:
+        return
+    await asyncio.get_running_loop().run_in_executor(_announcer(), _announce, changes)
+
+
+_announcing_thread: list[ThreadPoolExecutor] = []  # one per process (see _announcer)
+os.register_at_fork(after_in_child=_announcing_thread.clear)  # its thread stays behind
+
+
+def _announcer() -> ThreadPoolExecutor:
+    if not _announcing_thread:
+        _announcing_thread.append(ThreadPoolExecutor(1, thread_name_prefix="announce"))
+    return _announcing_thread[0]
+
+
+def _announce(changes: list[dict[str, Any]]) -> None:
+    # Its database connection is looked after as a request's is (closed when too old or
+    # broken).
+    close_old_connections()
+    try:
+        for change in changes:
+            publish_queue_change(**change)
+    finally:
+        close_old_connections()
 
 
 def queue_change_on_commit(interrupt: Any, *, by: Any = None, news: str = "") -> None:

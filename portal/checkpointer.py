@@ -12,7 +12,7 @@ queue's changes go to ``portal.broadcast`` by id and status; broadcast renders t
 On PostgreSQL a write is one statement (``portal.checkpoint_sql``) and a load one SELECT: round
 trips are what a step costs. Every write commits as the server is set (durably): the
 runtime acts, and people are told, on what it wrote. Given ``connection=`` (an autocommit
-psycopg ``AsyncConnection``, see ``aconnect``: the worker's), the async methods run the
+psycopg ``AsyncConnection``, see ``portal.runs.aconnect``: the worker's), the async methods run the
 statements on it, with no thread hop; otherwise they run them through ``sync_to_async`` on
 the caller's Django connection, inside the caller's transaction if it holds one. On SQLite
 (the embedded demo) a step is ORM calls in one transaction.
@@ -32,10 +32,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,8 +41,8 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, transaction
 from django.db import connection as django_connection
+from django.db import transaction
 from django.utils import timezone
 
 from agents.checkpoint import (
@@ -60,7 +58,6 @@ from portal import broadcast, outbox, waiting
 from portal import checkpoint_sql as sql
 from portal.models import Checkpoint, Interrupt, Notification, Run, Thread, conversation
 from portal.policies import expires_at_for, expiry_names_agents
-from portal.runs import connect_kwargs
 
 _THREAD_NAMESPACE = uuid.UUID("6f1c0a52-2d4e-4b8e-9a57-3c1f0d9e8b21")
 
@@ -163,7 +160,7 @@ class DjangoCheckpointer:
         if connection is not None and not connection.autocommit:
             raise ValueError(
                 "DjangoCheckpointer(connection=...) needs an autocommit connection: each "
-                "write is its own transaction (open it with portal.checkpointer.aconnect())"
+                "write is its own transaction (open it with portal.runs.aconnect())"
             )
         self.run_id = run.pk if run is not None else None
         self._aconn = connection
@@ -209,8 +206,7 @@ class DjangoCheckpointer:
                 raise _refused(thread_id, parent_seq, await cursor.fetchone())
         changes = self._done(pk, step, row)
         if changes:  # committed already: the connection is in autocommit mode
-            loop = asyncio.get_running_loop()
-            sent = loop.run_in_executor(_announcer(), _announce, changes)
+            sent = asyncio.ensure_future(broadcast.apublish_queue_changes(changes))
             self._announcing.add(sent)
             sent.add_done_callback(self._announcing.discard)
         return int(step.params["seq"])
@@ -496,33 +492,3 @@ class DjangoCheckpointer:
 
     def delete_sync(self, thread_id: str) -> None:
         Thread.objects.filter(id=thread_pk(thread_id)).delete()
-
-
-_announcing_thread: list[ThreadPoolExecutor] = []  # one per process (see _announcer)
-os.register_at_fork(after_in_child=_announcing_thread.clear)  # its thread stays behind
-
-
-def _announcer() -> ThreadPoolExecutor:
-    if not _announcing_thread:
-        _announcing_thread.append(ThreadPoolExecutor(1, thread_name_prefix="announce"))
-    return _announcing_thread[0]
-
-
-def _announce(changes: list[dict[str, Any]]) -> None:
-    """The queue changes of a step written on the async path, which has committed: in a
-    thread of its own (broadcast renders with the ORM), whose database connection is
-    looked after as a request's is (closed when too old or broken)."""
-    close_old_connections()
-    try:
-        for change in changes:
-            broadcast.publish_queue_change(**change)
-    finally:
-        close_old_connections()
-
-
-async def aconnect() -> Any:
-    """A new autocommit psycopg ``AsyncConnection`` to Django's PostgreSQL database, for
-    ``DjangoCheckpointer(connection=...)``. The caller closes it."""
-    import psycopg
-
-    return await psycopg.AsyncConnection.connect(**connect_kwargs(), autocommit=True)

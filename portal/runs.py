@@ -47,3 +47,12 @@ def connect_kwargs() -> dict[str, Any]:
         "port": db.get("PORT") or None,
         **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY},
     }
+
+
+async def aconnect() -> Any:
+    """A new autocommit psycopg ``AsyncConnection`` to Django's database, for the
+    checkpointer of a worker (``DjangoCheckpointer(connection=...)``). The caller closes
+    it."""
+    import psycopg
+
+    return await psycopg.AsyncConnection.connect(**connect_kwargs(), autocommit=True)

@@ -65,6 +65,12 @@ def changed(key: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     transaction.on_commit(lambda: _wake(key), using=using)
 
 
+def changed_here(key: str) -> None:
+    """Wake this process's waiters on ``key`` once the current transaction commits (at
+    once outside one): for a writer whose own statement sent the ``NOTIFY``."""
+    transaction.on_commit(lambda: _wake(key))
+
+
 def wait_until(key: str, done: Callable[[], bool], *, seconds: float) -> bool:
     """Call ``done`` now and after each change of ``key`` until it returns true (then
     return True) or ``seconds`` have passed (then False)."""

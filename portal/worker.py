@@ -61,6 +61,7 @@ from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -89,6 +90,9 @@ beat = loops.beat
 # have nothing but the poll.
 POLL_WITH_NOTIFY = 1.0
 POLL_WITHOUT_NOTIFY = 0.2
+# Seconds a run's chunks go unpublished after the channel layer said nobody watches its
+# thread, before it is asked again.
+HEARD_SECONDS = 0.5
 # An outcome that is not the run's: the worker lost its database connection mid-run and
 # gives the run back (its lease ends now; a worker continues it from its last checkpoint).
 RELEASE = "release"
@@ -157,6 +161,30 @@ SELECT * FROM claimed
 """
 
 
+# A run's outcome, when it did not fail, and its thread's status (Worker._settle_thread's
+# rule), in one statement: the run is recorded only by its lease holder, and the thread,
+# unless cancelled, follows its newest checkpoint. Returns the thread's status, or no row
+# when the run was not this worker's any more. The NOTIFY is sent at commit.
+_FINISH_SQL = """
+WITH finished AS (
+    UPDATE {run} SET status = %(status)s, error = %(error)s, finished_at = %(now)s,
+        lease_expires_at = NULL
+    WHERE id = %(run)s AND lease_owner = %(owner)s AND status = 'running'
+    RETURNING thread_id
+), settled AS (
+    SELECT finished.thread_id, CASE (
+        SELECT c.status FROM {checkpoint} c WHERE c.thread_id = finished.thread_id
+        ORDER BY c.seq DESC LIMIT 1
+    ) WHEN 'interrupted' THEN 'interrupted' WHEN 'done' THEN 'done' ELSE 'idle' END AS status
+    FROM finished
+), moved AS (
+    UPDATE {thread} t SET status = settled.status, updated_at = %(now)s
+    FROM settled WHERE t.id = settled.thread_id AND t.cancelled_at IS NULL
+)
+SELECT settled.status, pg_notify(%(channel)s, %(key)s) FROM settled
+"""
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str  # a Run.Status value
@@ -164,56 +192,87 @@ class Outcome:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews a run's lease until stopped. Its own thread (and database connection), so
-    it keeps beating even while a tool blocks the event loop."""
+    """Renews the lease of the run its worker executes, every third of the lease. One per
+    worker, for its life (a thread per run cost a start and a join on every run). Its own
+    thread (and database connection), so it keeps beating even while a tool blocks the
+    event loop."""
 
-    def __init__(
-        self, run_id: Any, owner: str, lease: float, on_lost: Callable[[], None] | None = None
-    ) -> None:
-        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
-        self.run_id, self.owner, self.lease = run_id, owner, lease
-        self.on_lost = on_lost
-        self.halt = threading.Event()
-        self.lost = False
+    def __init__(self, owner: str, lease: float, on_lost: Callable[[], None]) -> None:
+        super().__init__(name=f"heartbeat-{owner}", daemon=True)
+        self.owner, self.lease, self.on_lost = owner, lease, on_lost
+        self.changed = threading.Condition()
+        # Held while a beat runs: a run is let go only between beats, so a beat never
+        # judges the next run by the previous one's row.
+        self.beating = threading.Lock()
+        self.run_id: Any = None
+        self.renewed_at = time.monotonic()
+        self.stopping = False
+
+    def watch(self, run_id: Any) -> None:
+        with self.changed:
+            self.run_id, self.renewed_at = run_id, time.monotonic()
+            self.changed.notify()
+
+    def unwatch(self) -> None:
+        with self.beating, self.changed:
+            self.run_id = None
+
+    def stop(self) -> None:
+        with self.changed:
+            self.stopping = True
+            self.changed.notify()
+        if self.is_alive():
+            self.join()
 
     def run(self) -> None:
-        renewed_at = time.monotonic()
+        every = max(self.lease / 3, 0.2)
         try:
-            while not self.halt.wait(max(self.lease / 3, 0.2)):
-                try:
-                    renewed = Run.objects.filter(
-                        pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
-                    ).update(lease_expires_at=_lease_until(self.lease))
-                except Exception:
-                    # A database hiccup: try again next beat, with a fresh connection. Once
-                    # the lease may have run out, another worker may own the run: stop.
-                    log.warning("run %s: heartbeat failed", self.run_id, exc_info=True)
-                    connection.close()
-                    if time.monotonic() - renewed_at < self.lease:
-                        continue
-                    renewed = 0
-                if renewed:
-                    self._beat_worker()
-                if not renewed:
-                    self.lost = True
-                    log.warning("run %s: lease lost to another worker", self.run_id)
-                    if self.on_lost is not None:
-                        self.on_lost()
-                    return
-                renewed_at = time.monotonic()
+            while True:
+                with self.changed:
+                    while self.run_id is None and not self.stopping:
+                        self.changed.wait()
+                    if self.stopping:
+                        return
+                    run_id = self.run_id
+                    self.changed.wait(every)  # a new run or a stop ends the wait early
+                    if self.stopping:
+                        return
+                    if self.run_id != run_id:
+                        continue  # that run ended before its first beat
+                self._beat_run(run_id)
         finally:
             connection.close()
+
+    def _beat_run(self, run_id: Any) -> None:
+        with self.beating:
+            if self.run_id != run_id:
+                return
+            try:
+                renewed = Run.objects.filter(
+                    pk=run_id, lease_owner=self.owner, status=Run.Status.RUNNING
+                ).update(lease_expires_at=_lease_until(self.lease))
+                self.renewed_at = time.monotonic()
+            except Exception:
+                # A database hiccup: try again next beat, with a fresh connection. Once
+                # the lease may have run out, another worker may own the run: stop.
+                log.warning("run %s: heartbeat failed", run_id, exc_info=True)
+                connection.close()
+                if time.monotonic() - self.renewed_at < self.lease:
+                    return
+                renewed = 0
+            if not renewed:
+                log.warning("run %s: lease lost to another worker", run_id)
+                self.run_id = None
+                self.on_lost()
+                return
+            self._beat_worker()
 
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
         try:
             WorkerHeartbeat.objects.filter(name=self.owner).update(beat_at=Now())
         except Exception:
-            log.warning("run %s: recording the worker's heartbeat failed", self.run_id)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join()
+            log.warning("worker %s: recording its heartbeat failed", self.owner)
 
 
 class Worker:
@@ -242,6 +301,7 @@ class Worker:
         self._pg: Any = None
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
         self._lease_lost = False  # set by the heartbeat (another thread)
+        self._beating: _Heartbeat | None = None  # the lease heartbeat, started by a first run
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -419,15 +479,15 @@ class Worker:
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
         self._lease_lost = False
-        heartbeat = _Heartbeat(run.pk, self.name, self.lease, on_lost=self._abandon)
-        heartbeat.start()
+        heartbeat = self._lease_heartbeat()
+        heartbeat.watch(run.pk)
         try:
             outcome = self._execute(run)
         except Exception as exc:  # a bug of ours; the run fails, the worker goes on
             log.exception("run %s crashed the executor", run.pk)
             outcome = Outcome(Run.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            heartbeat.stop()
+            heartbeat.unwatch()
         self._finish(run, outcome)
         return outcome
 
@@ -502,6 +562,12 @@ class Worker:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
 
+    def _lease_heartbeat(self) -> _Heartbeat:
+        if self._beating is None or not self._beating.is_alive():
+            self._beating = _Heartbeat(self.name, self.lease, on_lost=self._abandon)
+            self._beating.start()
+        return self._beating
+
     def _abandon(self) -> None:
         self._lease_lost = True
         self._cancel_running()
@@ -532,7 +598,7 @@ class Worker:
         if self._pg is not None and not self._native_usable():
             self._connection_lost()
         if self._pg is None:
-            from portal.checkpointer import aconnect
+            from portal.runs import aconnect
 
             try:
                 self._pg = self._event_loop().run_until_complete(aconnect())
@@ -571,6 +637,10 @@ class Worker:
                 log.warning("worker %s: closing the async connection failed", self.name)
 
     def _close_loop(self) -> None:
+        # The run's companions end with the loop: the lease heartbeat, the connection.
+        beating, self._beating = self._beating, None
+        if beating is not None:
+            beating.stop()
         self._close_native()
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -615,6 +685,9 @@ class Worker:
                 lease_expires_at=Now(), error=outcome.error
             )
             return
+        if _using_postgres() and outcome.status != Run.Status.FAILED:
+            self._finish_one_statement(run, outcome, now)
+            return
         with transaction.atomic():
             # Only the lease holder records the outcome: if our lease expired and another
             # worker took the run over, its result is the one that counts.
@@ -634,6 +707,49 @@ class Worker:
             self._settle_thread(run, failed=outcome.status == Run.Status.FAILED)
         if outcome.status == Run.Status.FAILED:
             log.warning("run %s failed: %s", run.pk, outcome.error)
+
+    def _finish_one_statement(self, run: Run, outcome: Outcome, now: Any) -> None:
+        """``_finish`` and ``_settle_thread`` for a run that did not fail, on PostgreSQL:
+        one statement (``_FINISH_SQL``), atomic and committed as the server is set."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _FINISH_SQL.format(
+                    run=Run._meta.db_table,
+                    thread=Thread._meta.db_table,
+                    checkpoint=Checkpoint._meta.db_table,
+                ),
+                {
+                    "run": run.pk,
+                    "owner": self.name,
+                    "status": outcome.status,
+                    "error": outcome.error,
+                    "now": now,
+                    "channel": waiting.CHANNEL,
+                    "key": waiting.thread_key(run.thread_id),
+                },
+            )
+            row = cursor.fetchone()
+        if row is None:
+            log.warning("run %s: no longer this worker's; outcome dropped", run.pk)
+            return
+        run.status, run.error, run.finished_at = outcome.status, outcome.error, now
+        waiting.changed_here(waiting.thread_key(run.thread_id))
+        told = partial(
+            broadcast.apublish_thread_status,
+            run.thread_id,
+            row[0],
+            run_id=run.pk,
+            run_status=run.status,
+            error=run.error,
+        )
+        if connection.in_atomic_block:  # a test's transaction: told when it commits
+            transaction.on_commit(lambda: async_to_sync(told)(), robust=True)
+            return
+        # Committed: told from the worker's own loop (no hop to the publishing thread).
+        try:
+            self._event_loop().run_until_complete(told())
+        except Exception:
+            log.warning("run %s: publishing its outcome failed", run.pk, exc_info=True)
 
     def _settle_thread(self, run: Run, *, failed: bool) -> None:
         # The thread's status follows its newest checkpoint; a failure that left the
@@ -717,15 +833,22 @@ class Worker:
 async def _stream(
     graph: Any, payload: dict[str, Any], config: dict[str, Any], thread_id: Any
 ) -> bool:
-    """Run the graph, publishing every chunk; True if it paused on an interrupt."""
+    """Run the graph, publishing every chunk while anyone watches the thread; True if it
+    paused on an interrupt."""
     paused = False
+    # Whether anyone watches is asked again every HEARD_SECONDS, not per chunk (a token
+    # is one): someone who opens the page meanwhile sees the next message, and the end.
+    group, asked, heard = broadcast.thread_group(thread_id), -HEARD_SECONDS, False
     # aclosing: a cancel (lost lease) must also end the graph's own task, not leave it
     # pending on the worker's loop.
     async with graph, aclosing(graph.astream(payload, config=config)) as chunks:
         async for chunk in chunks:
             if chunk.event == "updates" and chunk.data.get("status") == "interrupted":
                 paused = True
-            await broadcast.apublish_chunk(thread_id, chunk.to_dict())
+            if time.monotonic() - asked >= HEARD_SECONDS:
+                heard, asked = await broadcast.alistened(group), time.monotonic()
+            if heard:
+                await broadcast.apublish_chunk(thread_id, chunk.to_dict())
     return paused
 
 

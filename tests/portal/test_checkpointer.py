@@ -217,7 +217,7 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
 ):
     from asgiref.sync import async_to_sync
 
-    from portal.checkpointer import aconnect
+    from portal.runs import aconnect
 
     thread = Thread.objects.create(agent="refunds", title="Broken mug")
     announced = []
@@ -227,7 +227,11 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         seen = Interrupt.objects.filter(pk=message["interrupt_id"]).exists()
         announced.append((group, message, seen))
 
+    async def watched(group):
+        return True  # someone has the queue open
+
     monkeypatch.setattr(broadcast, "group_send", send)
+    monkeypatch.setattr(broadcast, "alistened", watched)
 
     async def scenario():
         conn = await aconnect()
@@ -280,7 +284,7 @@ def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_
     import psycopg
     from asgiref.sync import async_to_sync, sync_to_async
 
-    from portal.checkpointer import aconnect
+    from portal.runs import aconnect
 
     thread = Thread.objects.create(agent="refunds")
     tid = str(thread.pk)
@@ -372,7 +376,7 @@ def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
 
     from asgiref.sync import async_to_sync
 
-    from portal.checkpointer import aconnect
+    from portal.runs import aconnect
 
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 600}}
@@ -402,7 +406,7 @@ def test_on_its_own_connection_every_step_commits_durably(transactional_db, monk
     from asgiref.sync import async_to_sync
 
     from agents import ModelError, ReactAgent
-    from portal.checkpointer import aconnect
+    from portal.runs import aconnect
     from tests.agents.conftest import FakeModel, call, say, user
 
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)

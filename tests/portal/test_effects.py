@@ -16,9 +16,10 @@ from asgiref.sync import async_to_sync
 from agents import ReactAgent
 from agents.tools import OUTCOME_REASON, OUTCOME_SCHEMA
 from portal import broadcast
-from portal.checkpointer import DjangoCheckpointer, aconnect
+from portal.checkpointer import DjangoCheckpointer
 from portal.decisions import decision_submit
 from portal.models import Decision, Thread
+from portal.runs import aconnect
 from tests.agents.conftest import FakeModel, call, say, user
 from tests.factories import make_interrupt
 

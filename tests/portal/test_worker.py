@@ -6,9 +6,11 @@ these tests need no subprocess; the cross-process behaviour is in test_worker_pr
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from portal import decisions, services
@@ -534,3 +536,116 @@ def test_on_postgresql_a_claim_is_one_statement_that_also_marks_the_thread_runni
         "one-trip",
     )
     assert Thread.objects.get(pk=older.pk).status == Thread.Status.RUNNING
+
+
+def test_one_lease_heartbeat_serves_every_run_of_a_worker(support_agent):
+    """A thread started and joined per run cost every run a start and a join."""
+    import threading
+
+    def heartbeats() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("heartbeat-")]
+
+    before = set(heartbeats())
+    worker = Worker(name="steady")
+    try:
+        seen = []
+        for amount in (1, 2):
+            services.thread_start(agent="approve", input=say(f"pay {amount}"), user=support_agent)
+            assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
+            seen.append([t for t in heartbeats() if t not in before])
+        assert len(seen[0]) == 1 and seen[0] == seen[1]  # the same thread, still there
+    finally:
+        worker._close_loop()
+    assert not [t for t in heartbeats() if t not in before]  # ended with the worker
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_did_not_fail_is_finished_and_settled_in_one_statement(support_agent):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.worker import Outcome
+
+    thread, run = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
+    worker = Worker(name="one-statement")
+    try:
+        claimed = worker.claim()
+        with CaptureQueriesContext(connection) as queries:
+            worker._finish(claimed, Outcome(Run.Status.SUCCEEDED))
+    finally:
+        worker._close_loop()
+    assert len(queries) == 1
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, run.lease_expires_at, thread.status) == ("succeeded", None, "idle")
+    # Not the lease holder any more: nothing is recorded.
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, lease_owner="other")
+    worker._finish(claimed, Outcome(Run.Status.INTERRUPTED))
+    assert Run.objects.get(pk=run.pk).status == Run.Status.RUNNING
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
+    support_agent, monkeypatch, watched
+):
+    """Nobody subscribed: no chunk, status or queue change is rendered or sent."""
+    from portal import broadcast
+
+    sent, rendered = [], []
+
+    async def listened(group):
+        return watched
+
+    async def record(group, message):
+        sent.append((group, message["type"]))
+
+    def render(interrupt_id, **kwargs):
+        rendered.append(interrupt_id)
+        return [], ""
+
+    monkeypatch.setattr(broadcast, "alistened", listened)
+    monkeypatch.setattr(broadcast, "agroup_send", record)
+    monkeypatch.setattr(
+        broadcast, "group_send", lambda group, message: sent.append((group, message["type"]))
+    )
+    monkeypatch.setattr(broadcast, "render_interrupt_change", render)
+    thread, _ = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+    worker = Worker(name="watched")
+    try:
+        assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
+    finally:
+        worker._close_loop()
+    if not watched:
+        assert (sent, rendered) == ([], [])
+        return
+    kinds = {kind for _, kind in sent}
+    assert {broadcast.THREAD_STATUS} <= kinds and (
+        broadcast.THREAD_CHUNK in kinds or broadcast.THREAD_HTML in kinds
+    )
+    assert rendered == [Interrupt.objects.get(thread=thread).pk]
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a Redis channel layer)")
+def test_the_redis_layer_says_whether_a_group_has_a_subscriber():
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    from portal import broadcast
+
+    async def scenario():
+        layer = get_channel_layer()
+        group = f"listened-{uuid.uuid4().hex}"
+        alone = await broadcast.alistened(group)
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            return alone, await broadcast.alistened(group)
+        finally:
+            await layer.group_discard(group, channel)
+            await layer.flush()
+
+    assert asyncio.run(scenario()) == (False, True)
