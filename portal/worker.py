@@ -12,8 +12,8 @@ two runs of one thread never execute at once, and are marked running. On SQLite 
 claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which serialises writers, and
 the claim itself is a conditional UPDATE.
 
-Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
-renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
+Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; the worker's heartbeat
+thread renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
 are set and compared with the database's clock, never a worker's. Each claim counts an
 attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
 heartbeat finds the lease gone (another worker took the run over) stops its graph at the
@@ -40,9 +40,11 @@ lost wake-ups and expired leases.
 
 Executing. On PostgreSQL a worker keeps one event loop and one autocommit async connection
 for its life, and the checkpointer writes each step through that connection in one
-statement (``portal.checkpointer``). When the caller holds a transaction (a test driving
-the loop inside its own), or on SQLite, the graph runs through ``async_to_sync`` and the
-checkpointer uses this thread's Django connection instead.
+statement (``portal.checkpointer``); a run that did not fail is finished, and its thread
+settled, in one more. Live updates (chunks, the thread's status, queue changes) are
+rendered and sent only while someone subscribes. When the caller holds a transaction (a
+test driving the loop inside its own), or on SQLite, the graph runs through
+``async_to_sync`` and the checkpointer uses this thread's Django connection instead.
 
 Run it: ``python manage.py run_worker [--once] [--id NAME] [--poll SECONDS]``; the demo
 runs the same loop in a daemon thread (``start_embedded_worker``).
@@ -226,22 +228,23 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         every = max(self.lease / 3, 0.2)
-        try:
-            while True:
-                with self.changed:
-                    while self.run_id is None and not self.stopping:
-                        self.changed.wait()
-                    if self.stopping:
-                        return
-                    run_id = self.run_id
-                    self.changed.wait(every)  # a new run or a stop ends the wait early
-                    if self.stopping:
-                        return
-                    if self.run_id != run_id:
-                        continue  # that run ended before its first beat
+        while True:
+            with self.changed:
+                while self.run_id is None and not self.stopping:
+                    self.changed.wait()
+                if self.stopping:
+                    return
+                run_id = self.run_id
+                self.changed.wait(every)  # a new run or a stop ends the wait early
+                if self.stopping:
+                    return
+                if self.run_id != run_id:
+                    continue  # that run ended before its first beat
+            try:
                 self._beat_run(run_id)
-        finally:
-            connection.close()
+            finally:
+                # Beats are seconds apart: no connection is held open between them.
+                connection.close()
 
     def _beat_run(self, run_id: Any) -> None:
         with self.beating:
