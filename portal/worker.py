@@ -12,8 +12,8 @@ two runs of one thread never execute at once, and are marked running. On SQLite 
 claiming transaction is ``BEGIN IMMEDIATE`` (see settings), which serialises writers, and
 the claim itself is a conditional UPDATE.
 
-Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; the worker's heartbeat
-thread renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
+Leases. A claimed run carries ``lease_owner`` and ``lease_expires_at``; a heartbeat thread
+renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph runs. Leases
 are set and compared with the database's clock, never a worker's. Each claim counts an
 attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
 heartbeat finds the lease gone (another worker took the run over) stops its graph at the
@@ -194,88 +194,56 @@ class Outcome:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the lease of the run its worker executes, every third of the lease. One per
-    worker, for its life (a thread per run cost a start and a join on every run). Its own
-    thread (and database connection), so it keeps beating even while a tool blocks the
-    event loop."""
+    """Renews a run's lease until stopped. Its own thread (and database connection), so
+    it keeps beating even while a tool blocks the event loop."""
 
-    def __init__(self, owner: str, lease: float, on_lost: Callable[[], None]) -> None:
-        super().__init__(name=f"heartbeat-{owner}", daemon=True)
-        self.owner, self.lease, self.on_lost = owner, lease, on_lost
-        self.changed = threading.Condition()
-        # Held while a beat runs: a run is let go only between beats, so a beat never
-        # judges the next run by the previous one's row.
-        self.beating = threading.Lock()
-        self.run_id: Any = None
-        self.renewed_at = time.monotonic()
-        self.stopping = False
-
-    def watch(self, run_id: Any) -> None:
-        with self.changed:
-            self.run_id, self.renewed_at = run_id, time.monotonic()
-            self.changed.notify()
-
-    def unwatch(self) -> None:
-        with self.beating, self.changed:
-            self.run_id = None
-
-    def stop(self) -> None:
-        with self.changed:
-            self.stopping = True
-            self.changed.notify()
-        if self.is_alive():
-            self.join()
+    def __init__(
+        self, run_id: Any, owner: str, lease: float, on_lost: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        self.run_id, self.owner, self.lease = run_id, owner, lease
+        self.on_lost = on_lost
+        self.halt = threading.Event()
+        self.lost = False
 
     def run(self) -> None:
-        every = max(self.lease / 3, 0.2)
-        while True:
-            with self.changed:
-                while self.run_id is None and not self.stopping:
-                    self.changed.wait()
-                if self.stopping:
+        renewed_at = time.monotonic()
+        try:
+            while not self.halt.wait(max(self.lease / 3, 0.2)):
+                try:
+                    renewed = Run.objects.filter(
+                        pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
+                    ).update(lease_expires_at=_lease_until(self.lease))
+                except Exception:
+                    # A database hiccup: try again next beat, with a fresh connection. Once
+                    # the lease may have run out, another worker may own the run: stop.
+                    log.warning("run %s: heartbeat failed", self.run_id, exc_info=True)
+                    connection.close()
+                    if time.monotonic() - renewed_at < self.lease:
+                        continue
+                    renewed = 0
+                if renewed:
+                    self._beat_worker()
+                if not renewed:
+                    self.lost = True
+                    log.warning("run %s: lease lost to another worker", self.run_id)
+                    if self.on_lost is not None:
+                        self.on_lost()
                     return
-                run_id = self.run_id
-                self.changed.wait(every)  # a new run or a stop ends the wait early
-                if self.stopping:
-                    return
-                if self.run_id != run_id:
-                    continue  # that run ended before its first beat
-            try:
-                self._beat_run(run_id)
-            finally:
-                # Beats are seconds apart: no connection is held open between them.
-                connection.close()
-
-    def _beat_run(self, run_id: Any) -> None:
-        with self.beating:
-            if self.run_id != run_id:
-                return
-            try:
-                renewed = Run.objects.filter(
-                    pk=run_id, lease_owner=self.owner, status=Run.Status.RUNNING
-                ).update(lease_expires_at=_lease_until(self.lease))
-                self.renewed_at = time.monotonic()
-            except Exception:
-                # A database hiccup: try again next beat, with a fresh connection. Once
-                # the lease may have run out, another worker may own the run: stop.
-                log.warning("run %s: heartbeat failed", run_id, exc_info=True)
-                connection.close()
-                if time.monotonic() - self.renewed_at < self.lease:
-                    return
-                renewed = 0
-            if not renewed:
-                log.warning("run %s: lease lost to another worker", run_id)
-                self.run_id = None
-                self.on_lost()
-                return
-            self._beat_worker()
+                renewed_at = time.monotonic()
+        finally:
+            connection.close()
 
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
         try:
             WorkerHeartbeat.objects.filter(name=self.owner).update(beat_at=Now())
         except Exception:
-            log.warning("worker %s: recording its heartbeat failed", self.owner)
+            log.warning("run %s: recording the worker's heartbeat failed", self.run_id)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join()
 
 
 class Worker:
@@ -304,7 +272,6 @@ class Worker:
         self._pg: Any = None
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
         self._lease_lost = False  # set by the heartbeat (another thread)
-        self._beating: _Heartbeat | None = None  # the lease heartbeat, started by a first run
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -482,15 +449,15 @@ class Worker:
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
         self._lease_lost = False
-        heartbeat = self._lease_heartbeat()
-        heartbeat.watch(run.pk)
+        heartbeat = _Heartbeat(run.pk, self.name, self.lease, on_lost=self._abandon)
+        heartbeat.start()
         try:
             outcome = self._execute(run)
         except Exception as exc:  # a bug of ours; the run fails, the worker goes on
             log.exception("run %s crashed the executor", run.pk)
             outcome = Outcome(Run.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            heartbeat.unwatch()
+            heartbeat.stop()
         self._finish(run, outcome)
         return outcome
 
@@ -565,12 +532,6 @@ class Worker:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
 
-    def _lease_heartbeat(self) -> _Heartbeat:
-        if self._beating is None or not self._beating.is_alive():
-            self._beating = _Heartbeat(self.name, self.lease, on_lost=self._abandon)
-            self._beating.start()
-        return self._beating
-
     def _abandon(self) -> None:
         self._lease_lost = True
         self._cancel_running()
@@ -640,10 +601,6 @@ class Worker:
                 log.warning("worker %s: closing the async connection failed", self.name)
 
     def _close_loop(self) -> None:
-        # The run's companions end with the loop: the lease heartbeat, the connection.
-        beating, self._beating = self._beating, None
-        if beating is not None:
-            beating.stop()
         self._close_native()
         loop = self._loop
         if loop is not None and not loop.is_closed():

@@ -538,27 +538,6 @@ def test_on_postgresql_a_claim_is_one_statement_that_also_marks_the_thread_runni
     assert Thread.objects.get(pk=older.pk).status == Thread.Status.RUNNING
 
 
-def test_one_lease_heartbeat_serves_every_run_of_a_worker(support_agent):
-    """A thread started and joined per run cost every run a start and a join."""
-    import threading
-
-    def heartbeats() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("heartbeat-")]
-
-    before = set(heartbeats())
-    worker = Worker(name="steady")
-    try:
-        seen = []
-        for amount in (1, 2):
-            services.thread_start(agent="approve", input=say(f"pay {amount}"), user=support_agent)
-            assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
-            seen.append([t for t in heartbeats() if t not in before])
-        assert len(seen[0]) == 1 and seen[0] == seen[1]  # the same thread, still there
-    finally:
-        worker._close_loop()
-    assert not [t for t in heartbeats() if t not in before]  # ended with the worker
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_run_that_did_not_fail_is_finished_and_settled_in_one_statement(support_agent):
