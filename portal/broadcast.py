@@ -40,6 +40,7 @@ from typing import Any
 
 import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import transaction
@@ -193,6 +194,8 @@ def listening(*groups: str) -> list[bool]:
         return [False for _ in groups]
     if isinstance(layer, InMemoryChannelLayer):
         return [bool(layer.groups.get(group)) for group in groups]
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return [True for _ in groups]
     try:
         found = _numsub_client()
         if not found:
