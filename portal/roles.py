@@ -36,7 +36,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Permission
 from django.contrib.auth.models import User as AuthUser
 from django.db.models import Q, QuerySet
@@ -78,26 +77,6 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 }
 
 User = AuthUser | AnonymousUser
-
-
-class PermissionsBackend(ModelBackend):
-    """Django's ``ModelBackend``, reading a user's own and their groups' permissions in one
-    query instead of two. Like it, it keeps them on the user object, which is loaded for
-    each request: a permission taken away holds from the next request on."""
-
-    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
-        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
-            return set()
-        if not hasattr(user_obj, "_perm_cache"):
-            fields = ("content_type__app_label", "codename")
-            if user_obj.is_superuser:
-                rows = Permission.objects.values_list(*fields).order_by()
-            else:
-                own = Permission.objects.filter(user=user_obj).values_list(*fields).order_by()
-                held = Permission.objects.filter(group__user=user_obj).values_list(*fields)
-                rows = own.union(held.order_by())
-            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in rows}
-        return user_obj._perm_cache  # type: ignore[no-any-return]
 
 
 def _has(user: User, perm: str) -> bool:
