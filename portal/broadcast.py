@@ -39,9 +39,13 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import close_old_connections, transaction
+from django.dispatch import receiver
 from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
@@ -151,28 +155,84 @@ def group_send(group: str, message: dict[str, Any]) -> None:
         log.warning("broadcast to %s timed out after %s s", group, PUBLISH_TIMEOUT)
 
 
-async def alistened(group: str) -> bool:
-    """Whether anyone may hear ``group``: False only when the Redis pub/sub layer says
-    nobody subscribes to it, so a publisher skips rendering and sending what nobody would
-    receive. A watcher that subscribes just after hears the next change, as one that
-    subscribed just after a send would."""
+_PUBSUB_LAYER = "channels_redis.pubsub.RedisPubSubChannelLayer"
+_numsub: Any = None  # (the Redis client, the layer's prefix) once known; False: cannot ask
+
+
+@receiver(setting_changed)
+def _forget_numsub(*, setting: str, **_: Any) -> None:
+    global _numsub
+    if setting == "CHANNEL_LAYERS":
+        _numsub = None
+
+
+def _numsub_client() -> Any:
+    global _numsub
+    if _numsub is None:
+        _numsub = False
+        config: dict[str, Any] = settings.CHANNEL_LAYERS.get("default", {})
+        options: dict[str, Any] = config.get("CONFIG", {})
+        hosts = options.get("hosts") or []
+        # Only the pub/sub layer subscribes each group's channel (the core layer keeps
+        # groups in sorted sets); a sharded one puts each group on one of several servers.
+        if config.get("BACKEND") == _PUBSUB_LAYER and len(hosts) == 1:
+            host = hosts[0]
+            address = host.get("address") if isinstance(host, dict) else host
+            if isinstance(address, str):
+                client = redis.Redis.from_url(address, socket_timeout=PUBLISH_TIMEOUT)
+                _numsub = (client, options.get("prefix", "asgi"))
+    return _numsub
+
+
+def listening(*groups: str) -> list[bool]:
+    """For each group, whether any socket (in any process) may be subscribed to it now.
+
+    True when it cannot tell: rendering for nobody only costs time. A socket that
+    subscribes just after this said no catches up on its own (it re-fetches its view once
+    open), as it does after any publish it missed."""
     layer = get_channel_layer()
     if layer is None:
-        return False
+        return [False for _ in groups]
+    if isinstance(layer, InMemoryChannelLayer):
+        return [bool(layer.groups.get(group)) for group in groups]
     if not isinstance(layer, RedisPubSubChannelLayer):
-        return True
+        return [True for _ in groups]
     try:
-        # The layer has no public call for this; its group's channel name and shard are
-        # the ones its group_send publishes to.
-        own = layer._get_layer()
-        name = own._get_group_channel_name(group)
-        shard = own._get_shard(name)
-        shard._ensure_redis()
-        counts = await shard._redis.pubsub_numsub(name)
-        return bool(counts and counts[0][1])
+        found = _numsub_client()
+        if not found:
+            return [True for _ in groups]
+        client, prefix = found
+        counts = dict(client.pubsub_numsub(*(f"{prefix}__group__{g}" for g in groups)))
+        return [counts.get(f"{prefix}__group__{g}".encode(), 1) > 0 for g in groups]
     except Exception:
-        log.warning("counting the subscribers of %s failed", group, exc_info=True)
-        return True
+        log.warning("could not ask who listens to %s", groups, exc_info=True)
+        return [True for _ in groups]
+
+
+def publish_thread_status(
+    thread_id: object,
+    status: str,
+    *,
+    run_id: object = None,
+    run_status: str | None = None,
+    error: str = "",
+) -> None:
+    """A run changed the thread's status. Watchers fetch their own view of the
+    transcript (what it offers depends on who looks: a link to review, a withdraw form)."""
+    group_send(thread_group(thread_id), _status_event(thread_id, status, run_id, run_status, error))
+
+
+async def apublish_thread_status(
+    thread_id: object,
+    status: str,
+    *,
+    run_id: object = None,
+    run_status: str | None = None,
+    error: str = "",
+) -> None:
+    """``publish_thread_status`` on the caller's event loop (a worker's own)."""
+    event = _status_event(thread_id, status, run_id, run_status, error)
+    await agroup_send(thread_group(thread_id), event)
 
 
 def _status_event(
@@ -186,35 +246,6 @@ def _status_event(
         "run_status": run_status,
         "error": error,
     }
-
-
-def publish_thread_status(
-    thread_id: object,
-    status: str,
-    *,
-    run_id: object = None,
-    run_status: str | None = None,
-    error: str = "",
-) -> None:
-    """A run changed the thread's status. Watchers fetch their own view of the
-    transcript (what it offers depends on who looks: a link to review, a withdraw form)."""
-    event = _status_event(thread_id, status, run_id, run_status, error)
-    group_send(thread_group(thread_id), event)
-
-
-async def apublish_thread_status(
-    thread_id: object,
-    status: str,
-    *,
-    run_id: object = None,
-    run_status: str | None = None,
-    error: str = "",
-) -> None:
-    """``publish_thread_status`` on the caller's event loop (a worker's), when anyone
-    watches the thread."""
-    group = thread_group(thread_id)
-    if await alistened(group):
-        await agroup_send(group, _status_event(thread_id, status, run_id, run_status, error))
 
 
 async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
@@ -286,19 +317,25 @@ def publish_queue_change(
     and every page about it shows so. Call it after the change committed. ``by`` is who
     acted, when the interrupt's row does not say (a release); ``news``, what happened,
     when neither does (a vote on a request that needs several reviewers)."""
+    queue_open, page_open = listening(QUEUE_GROUP, thread_group(thread_id))
+    if not (queue_open or page_open):
+        # Nothing to render for: a page that opens its socket later fetches its own view
+        # once it is subscribed (live.js catches up on open).
+        return
     queue_html, page_html = render_interrupt_change(interrupt_id, by=by, news=news)
-    group_send(
-        QUEUE_GROUP,
-        queue_changed(
-            interrupt_id=interrupt_id,
-            thread_id=thread_id,
-            agent=agent,
-            reason=reason,
-            status=status,
-            html=queue_html,
-        ),
-    )
-    if page_html:
+    if queue_open:
+        group_send(
+            QUEUE_GROUP,
+            queue_changed(
+                interrupt_id=interrupt_id,
+                thread_id=thread_id,
+                agent=agent,
+                reason=reason,
+                status=status,
+                html=queue_html,
+            ),
+        )
+    if page_html and page_open:
         group_send(thread_group(thread_id), {"type": THREAD_HTML, "html": page_html})
 
 
@@ -310,14 +347,7 @@ async def apublish_queue_change(**change: Any) -> None:
 
 async def apublish_queue_changes(changes: list[dict[str, Any]]) -> None:
     """``publish_queue_change`` for each of ``changes``, committed, from an async writer
-    (a worker's checkpointer), when anyone hears the queue or the threads: rendered in a
-    thread of their own (the rendering queries)."""
-    groups = {QUEUE_GROUP, *(thread_group(change["thread_id"]) for change in changes)}
-    for group in groups:
-        if await alistened(group):
-            break
-    else:
-        return
+    (a worker's checkpointer): in a thread of its own, since the rendering queries."""
     await asyncio.get_running_loop().run_in_executor(_announcer(), _announce, changes)
 
 

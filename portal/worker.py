@@ -705,6 +705,8 @@ class Worker:
         if connection.in_atomic_block:  # a test's transaction: told when it commits
             transaction.on_commit(lambda: async_to_sync(told)(), robust=True)
             return
+        if not broadcast.listening(broadcast.thread_group(run.thread_id))[0]:
+            return
         # Committed: told from the worker's own loop (no hop to the publishing thread).
         try:
             self._event_loop().run_until_complete(told())
@@ -806,7 +808,8 @@ async def _stream(
             if chunk.event == "updates" and chunk.data.get("status") == "interrupted":
                 paused = True
             if time.monotonic() - asked >= HEARD_SECONDS:
-                heard, asked = await broadcast.alistened(group), time.monotonic()
+                # One call per run, normally: a round trip, as a publish would be.
+                heard, asked = broadcast.listening(group)[0], time.monotonic()
             if heard:
                 await broadcast.apublish_chunk(thread_id, chunk.to_dict())
     return paused

@@ -227,11 +227,9 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         seen = Interrupt.objects.filter(pk=message["interrupt_id"]).exists()
         announced.append((group, message, seen))
 
-    async def watched(group):
-        return True  # someone has the queue open
-
     monkeypatch.setattr(broadcast, "group_send", send)
-    monkeypatch.setattr(broadcast, "alistened", watched)
+    # As if a queue were open: with no socket subscribed nothing is rendered or sent.
+    monkeypatch.setattr(broadcast, "listening", lambda *groups: [True for _ in groups])
 
     async def scenario():
         conn = await aconnect()

@@ -6,11 +6,9 @@ these tests need no subprocess; the cross-process behaviour is in test_worker_pr
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from portal import decisions, services
@@ -575,9 +573,6 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
 
     sent, rendered = [], []
 
-    async def listened(group):
-        return watched
-
     async def record(group, message):
         sent.append((group, message["type"]))
 
@@ -585,7 +580,7 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
         rendered.append(interrupt_id)
         return [], ""
 
-    monkeypatch.setattr(broadcast, "alistened", listened)
+    monkeypatch.setattr(broadcast, "listening", lambda *groups: [watched for _ in groups])
     monkeypatch.setattr(broadcast, "agroup_send", record)
     monkeypatch.setattr(
         broadcast, "group_send", lambda group, message: sent.append((group, message["type"]))
@@ -605,26 +600,3 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
         broadcast.THREAD_CHUNK in kinds or broadcast.THREAD_HTML in kinds
     )
     assert rendered == [Interrupt.objects.get(thread=thread).pk]
-
-
-@pytest.mark.skipif(not settings.REDIS_URL, reason="needs REDIS_URL (a Redis channel layer)")
-def test_the_redis_layer_says_whether_a_group_has_a_subscriber():
-    import asyncio
-
-    from channels.layers import get_channel_layer
-
-    from portal import broadcast
-
-    async def scenario():
-        layer = get_channel_layer()
-        group = f"listened-{uuid.uuid4().hex}"
-        alone = await broadcast.alistened(group)
-        channel = await layer.new_channel()
-        await layer.group_add(group, channel)
-        try:
-            return alone, await broadcast.alistened(group)
-        finally:
-            await layer.group_discard(group, channel)
-            await layer.flush()
-
-    assert asyncio.run(scenario()) == (False, True)
