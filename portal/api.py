@@ -275,7 +275,10 @@ api = PortalApi(
         "cancel threads and withdraw their requests, `decide` to claim, release and "
         "answer requests, `request` for an outside agent to raise them (`/api/requests`). "
         "Lists return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
-        "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
+        "cursor. `GET /threads/{thread_id}`, `POST /threads` and `POST "
+        "/threads/{thread_id}/resume` take `wait` (seconds, at most 30): the answer comes "
+        "once the thread's run has paused or finished, instead of being polled for. Every "
+        "refusal has the body `{detail, errors}`. Too many requests with one "
         "token get 429 and Retry-After."
     ),
     auth=BearerToken(),
