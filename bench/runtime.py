@@ -432,6 +432,96 @@ async def run_interleaved(n: int, block: int = 50) -> tuple[Timing, Timing, Timi
     return ours, lg_sync, lg_async, floor
 
 
+LONG_THREADS = int(os.environ.get("BENCH_LONG_THREADS", "200"))  # per history length
+
+
+async def run_long(n: int = LONG_THREADS, block: int = 20) -> dict[int, dict[str, Any]]:
+    """One cycle each on threads that already hold 10, 100 or 1,000 messages, ours vs
+    LangGraph's ``ainvoke`` taking turns in blocks: per history length, each side's cycle
+    times (wall) and CPU per cycle (``process_time``)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    out: dict[int, dict[str, Any]] = {}
+    for size in HISTORIES:
+        msgs = history(size)
+        ours_cp = InMemoryCheckpointer()
+        ours_g = build_ours(ours_cp)
+        lg_g = build_langgraph(InMemorySaver())
+        ours_ids, lg_ids = thread_ids(f"o{size}", n + WARMUP), thread_ids(f"l{size}", n + WARMUP)
+        for tid in ours_ids:
+            await ours_seed(ours_cp, tid, msgs)
+        for tid in lg_ids:
+            lg_seed(lg_g, tid, msgs)
+
+        async def ours_cycle(tid: str, g: Any = ours_g) -> None:
+            await ours_resume(g, tid, await ours_pause(g, tid))
+
+        async def lg_cycle(tid: str, g: Any = lg_g) -> None:
+            await lg_aresume(g, tid, await lg_apause(g, tid))
+
+        sides = {"ours": (ours_cycle, ours_ids), "LangGraph ainvoke": (lg_cycle, lg_ids)}
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, float] = dict.fromkeys(sides, 0.0)
+        for cycle, ids in sides.values():  # warm-up, not reported
+            for tid in ids[:WARMUP]:
+                await cycle(tid)
+        gc.collect()
+        for start in range(WARMUP, n + WARMUP, block):
+            for name, (cycle, ids) in sides.items():
+                c0 = time.process_time()
+                for tid in ids[start : start + block]:
+                    t0 = time.perf_counter()
+                    await cycle(tid)
+                    times[name].append(time.perf_counter() - t0)
+                cpu[name] += time.process_time() - c0
+        out[size] = {"times": times, "cpu_ms": {k: v / n * 1000 for k, v in cpu.items()}}
+    return out
+
+
+def long_section(long: dict[int, dict[str, Any]]) -> str:
+    headers = ["history (messages)", "side", "cycle p50 ms", "cycle p95 ms", "CPU ms / cycle"]
+    rows = []
+    for size, got in long.items():
+        for name, times in got["times"].items():
+            p50, p95, _ = summary_ms(times)
+            rows.append([f"{size:,}", name, p50, p95, f"{got['cpu_ms'][name]:.3f}"])
+    ratio = {
+        size: {
+            "p50": summary_ms(got["times"]["LangGraph ainvoke"])[0]
+            / summary_ms(got["times"]["ours"])[0],
+            "p95": summary_ms(got["times"]["LangGraph ainvoke"])[1]
+            / summary_ms(got["times"]["ours"])[1],
+        }
+        for size, got in long.items()
+    }
+    at_1000 = ratio[1000]
+    cpu = [long[s]["cpu_ms"]["ours"] for s in HISTORIES]
+    flat = cpu[-1] <= cpu[0] * 1.10
+    lines = [
+        f"- LangGraph's time / ours at {size:,} messages: p50 {r['p50']:.1f}x, p95 {r['p95']:.1f}x."
+        for size, r in ratio.items()
+    ]
+    lines.append(
+        f"- Target at 1,000 messages, at least 5x LangGraph: **"
+        f"{'met' if min(at_1000.values()) >= 5 else 'missed'}** (p50 {at_1000['p50']:.1f}x, "
+        f"p95 {at_1000['p95']:.1f}x)."
+    )
+    lines.append(
+        f"- Our CPU per cycle: {cpu[0]:.3f} / {cpu[1]:.3f} / {cpu[2]:.3f} ms at 10 / 100 / "
+        f"1,000 messages; flat (within 10%): **{'met' if flat else 'missed'}**."
+    )
+    return "\n\n".join(
+        [
+            f"On long histories: {LONG_THREADS} threads per history length and side (after "
+            f"{WARMUP} warm-up threads), each already holding 10, 100 or 1,000 messages "
+            "(~200 bytes each), runs one cycle; ours and LangGraph's `ainvoke` take turns in "
+            "blocks of 20 threads. CPU is the process's CPU time over each side's blocks.",
+            table(headers, rows),
+            "\n".join(lines),
+        ]
+    )
+
+
 def profile(n: int = N) -> str:
     """cProfile of our N cycles; the top functions by own time and by cumulative time."""
     graph = build_ours(InMemoryCheckpointer())
@@ -461,6 +551,7 @@ def main() -> None:
     ours, lg_sync, lg_async, floor = asyncio.run(run_interleaved(N))
     lg_best = lg_sync if lg_sync.cycle_p50_ms <= lg_async.cycle_p50_ms else lg_async
 
+    long = asyncio.run(run_long())
     ours_b = {size: asyncio.run(ours_bytes(size)) for size in HISTORIES}
     lg_b = {size: lg_bytes(size) for size in HISTORIES}
     avg_msg = message_bytes(history(100))
@@ -535,6 +626,7 @@ def main() -> None:
             "its pending writes):",
             table(per_cp_headers, per_cp_rows),
             ratios,
+            long_section(long),
         ]
     )
     title = "Runtime: pause/resume, ours vs LangGraph (in memory)"

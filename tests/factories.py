@@ -22,6 +22,8 @@ Functions:
   (the old one leaves the queue as the checkpointer does it); returns the new ``Interrupt``.
 - ``make_decision(*, interrupt, reviewer, value=None, note="")``: a decision recorded
   through ``portal.decisions.decision_submit`` (value defaults to an approval).
+- ``admin_change_url(obj)``: the path of ``obj``'s admin change page, its primary key
+  quoted as the admin quotes it (an id like ``int_23...`` read raw would mean ``int#...``).
 - ``APPROVAL_SCHEMA``: the ``{"approved": bool, "note": str}`` schema.
 - ``TRANSFER_PARAMETERS``: a tool parameter schema (amount, recipient).
 """
@@ -266,3 +268,11 @@ def make_decision(*, interrupt: Interrupt, reviewer, value: Any = _DEFAULT, note
         resume_interrupt_id=interrupt.pk,
         note=note,
     )
+
+
+def admin_change_url(obj) -> str:
+    from django.contrib.admin.utils import quote
+    from django.urls import reverse
+
+    meta = obj._meta
+    return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[quote(obj.pk)])

@@ -8,7 +8,7 @@ from itertools import pairwise
 import pytest
 
 from portal.decisions import decision_submit
-from tests.factories import make_interrupt, make_tool_approval
+from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
 # The widest element's right edge beyond the viewport, and what it is (for the message).
 _OVERFLOW = """() => {
@@ -59,7 +59,7 @@ _LOOK = """(el) => { const s = getComputedStyle(el);
 
 
 def test_the_admin_decide_form_looks_like_the_admins_own_buttons(live, login, data, admin_user):
-    page = login(admin_user, start=f"/admin/portal/interrupt/{data['approval'].pk}/change/")
+    page = login(admin_user, start=admin_change_url(data["approval"]))
     # The admin's own default and delete buttons and a submit row, for comparison.
     page.evaluate(
         """() => { const row = document.createElement("div"); row.className = "submit-row";

@@ -8,7 +8,7 @@ import pytest
 from portal.decisions import decision_submit
 from tests.browser.conftest import TIMEOUT_MS, wait_live
 from tests.browser.csp import csp_violations, watch_csp
-from tests.factories import make_interrupt, make_tool_approval
+from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
 
 @pytest.fixture
@@ -62,8 +62,8 @@ def _pages(data) -> dict[str, list[tuple[str, bool]]]:
     admin = [
         "/admin/",
         "/admin/portal/interrupt/",
-        f"/admin/portal/interrupt/{pending}/change/",
-        f"/admin/portal/interrupt/{approval}/change/",
+        admin_change_url(data["pending"]),
+        admin_change_url(data["approval"]),
         "/admin/portal/decision/",
         f"/admin/portal/decision/{decision}/change/",
         "/admin/portal/thread/",
@@ -115,7 +115,7 @@ def test_deciding_from_the_page_and_the_admin_reports_no_csp_violation(
     assert "Recorded" in page.content()
     assert csp_violations(page) == []
 
-    admin = login(admin_user, start=f"/admin/portal/interrupt/{data['approval'].pk}/change/")
+    admin = login(admin_user, start=admin_change_url(data["approval"]))
     admin.locator("#admin-decision").get_by_role("button", name="Ignore").first.click()
     admin.wait_for_load_state("networkidle")
     assert "Recorded" in admin.content()
