@@ -740,6 +740,22 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
     return interrupt
 
 
+def _waited(done: str) -> dict[str, Any]:
+    """The OpenAPI descriptions of a start's or an answer's 200 and 202."""
+    return {
+        "responses": {
+            200: {
+                "description": f"{done}, and (asked with `wait`) nothing of the thread is "
+                "queued or running any more: its run paused or finished. `thread` shows it."
+            },
+            202: {
+                "description": f"{done}. Asked with `wait`: the thread's run was still "
+                "queued or running when the seconds ran out; `thread` is as it was then."
+            },
+        }
+    }
+
+
 class WaitParams(Schema):
     wait: float = Field(
         0,
@@ -759,6 +775,7 @@ class WaitParams(Schema):
     response={200: StartOut, 202: StartOut, 403: Problem, 422: Problem},
     tags=["threads"],
     auth=BearerToken(ApiToken.Scope.START),
+    openapi_extra=_waited("Started"),
 )
 async def start_thread(request: HttpRequest, payload: StartIn, params: Query[WaitParams]) -> Any:
     """Start a conversation with an agent; the worker runs it (202: queued).
@@ -889,6 +906,7 @@ def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
     },
     tags=["threads"],
     auth=BearerToken(ApiToken.Scope.DECIDE),
+    openapi_extra=_waited("Recorded"),
 )
 async def resume_thread(
     request: HttpRequest, thread_id: str, payload: ResumeIn, params: Query[WaitParams]
