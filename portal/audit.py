@@ -202,7 +202,9 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
     """
     model = type(record)
     db = using or router.db_for_write(model, instance=record)
-    with transaction.atomic(using=db):
+    # No savepoint inside a caller's transaction: a failed insert fails it (or the
+    # caller's own savepoint) whole, and the lock is held to its end either way.
+    with transaction.atomic(using=db, savepoint=False):
         # The race: two rows committed at the same moment would both read the same chain
         # head and both store it as prev_hash, forking the chain. The transaction-level
         # advisory lock is held from reading the head until this insert commits, so the

@@ -38,8 +38,13 @@ import threading
 from functools import partial
 from typing import Any
 
+import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import transaction
+from django.dispatch import receiver
 from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
@@ -149,6 +154,60 @@ def group_send(group: str, message: dict[str, Any]) -> None:
         log.warning("broadcast to %s timed out after %s s", group, PUBLISH_TIMEOUT)
 
 
+_PUBSUB_LAYER = "channels_redis.pubsub.RedisPubSubChannelLayer"
+_numsub: Any = None  # (the Redis client, the layer's prefix) once known; False: cannot ask
+
+
+@receiver(setting_changed)
+def _forget_numsub(*, setting: str, **_: Any) -> None:
+    global _numsub
+    if setting == "CHANNEL_LAYERS":
+        _numsub = None
+
+
+def _numsub_client() -> Any:
+    global _numsub
+    if _numsub is None:
+        _numsub = False
+        config: dict[str, Any] = settings.CHANNEL_LAYERS.get("default", {})
+        options: dict[str, Any] = config.get("CONFIG", {})
+        hosts = options.get("hosts") or []
+        # Only the pub/sub layer subscribes each group's channel (the core layer keeps
+        # groups in sorted sets); a sharded one puts each group on one of several servers.
+        if config.get("BACKEND") == _PUBSUB_LAYER and len(hosts) == 1:
+            host = hosts[0]
+            address = host.get("address") if isinstance(host, dict) else host
+            if isinstance(address, str):
+                client = redis.Redis.from_url(address, socket_timeout=PUBLISH_TIMEOUT)
+                _numsub = (client, options.get("prefix", "asgi"))
+    return _numsub
+
+
+def listening(*groups: str) -> list[bool]:
+    """For each group, whether any socket (in any process) may be subscribed to it now.
+
+    True when it cannot tell: rendering for nobody only costs time. A socket that
+    subscribes just after this said no catches up on its own (it re-fetches its view once
+    open), as it does after any publish it missed."""
+    layer = get_channel_layer()
+    if layer is None:
+        return [False for _ in groups]
+    if isinstance(layer, InMemoryChannelLayer):
+        return [bool(layer.groups.get(group)) for group in groups]
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return [True for _ in groups]
+    try:
+        found = _numsub_client()
+        if not found:
+            return [True for _ in groups]
+        client, prefix = found
+        counts = dict(client.pubsub_numsub(*(f"{prefix}__group__{g}" for g in groups)))
+        return [counts.get(f"{prefix}__group__{g}".encode(), 1) > 0 for g in groups]
+    except Exception:
+        log.warning("could not ask who listens to %s", groups, exc_info=True)
+        return [True for _ in groups]
+
+
 def publish_thread_status(
     thread_id: object,
     status: str,
@@ -241,19 +300,25 @@ def publish_queue_change(
     and every page about it shows so. Call it after the change committed. ``by`` is who
     acted, when the interrupt's row does not say (a release); ``news``, what happened,
     when neither does (a vote on a request that needs several reviewers)."""
+    queue_open, page_open = listening(QUEUE_GROUP, thread_group(thread_id))
+    if not (queue_open or page_open):
+        # Nothing to render for: a page that opens its socket later fetches its own view
+        # once it is subscribed (live.js catches up on open).
+        return
     queue_html, page_html = render_interrupt_change(interrupt_id, by=by, news=news)
-    group_send(
-        QUEUE_GROUP,
-        queue_changed(
-            interrupt_id=interrupt_id,
-            thread_id=thread_id,
-            agent=agent,
-            reason=reason,
-            status=status,
-            html=queue_html,
-        ),
-    )
-    if page_html:
+    if queue_open:
+        group_send(
+            QUEUE_GROUP,
+            queue_changed(
+                interrupt_id=interrupt_id,
+                thread_id=thread_id,
+                agent=agent,
+                reason=reason,
+                status=status,
+                html=queue_html,
+            ),
+        )
+    if page_html and page_open:
         group_send(thread_group(thread_id), {"type": THREAD_HTML, "html": page_html})
 
 

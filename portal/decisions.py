@@ -117,6 +117,10 @@ class InvalidDecision(DecisionRefused):
     status_code = 422
 
 
+class _DecisionClash(Exception):
+    """The decision's insert broke a unique constraint: the request has one already."""
+
+
 def _when(moment: datetime | None) -> str:
     if moment is None:
         return "an unknown time"
@@ -350,7 +354,8 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | Non
     if external.is_external(interrupt_id):
         external.external_request_close(thread=thread, interrupt_id=interrupt_id)
         return None
-    with transaction.atomic():
+    # Part of the caller's transaction when there is one, without a savepoint of its own.
+    with transaction.atomic(savepoint=False):
         run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
         notify_workers()
     return run
@@ -398,51 +403,50 @@ def decision_submit(
     if note and isinstance(value, dict) and "note" not in value and _schema_has_note(schema):
         value = {**value, "note": note}
     _validate(schema, value, note)
-    with transaction.atomic():
-        # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
-        # the same request at once. Both read "pending"; without the lock both would record
-        # a decision and queue two resumes. With it the second waits here until the first
-        # commits, then reads "resolved" and is refused. The same lock serialises the
-        # votes of a request that needs several reviewers: M approvers at once would each
-        # count M-1 earlier votes and none would resume the run, or two would count M and
-        # both would; under the lock each counts the votes committed before it, so exactly
-        # one reaches M. (SQLite takes its write lock at BEGIN IMMEDIATE, which serialises
-        # the same way; Decision's one-to-one and Approval's unique (request, reviewer)
-        # are the database's last word either way.)
-        try:
-            locked = (
-                Interrupt.objects.select_for_update(of=("self",))
-                .select_related("thread", "claimed_by")
-                .get(pk=pk)
-            )
-        except Interrupt.DoesNotExist:
-            raise ThreadNotPaused(f"There is no request {pk}.") from None
-        if locked.status != Interrupt.Status.PENDING:
-            raise _already_decided(locked)
-        if resume_interrupt_id != locked.pk:
-            raise StaleDecision(
-                f"This answer names request {resume_interrupt_id!r}, not {locked.pk!r}. "
-                "Reload and decide the request the thread waits on."
-            )
-        _check_pending_in_checkpoint(locked)
-        forbidden = decision_forbidden(interrupt=locked, user=reviewer)
-        if forbidden is not None:
-            raise forbidden
-        outcome, original, executed = _outcome_and_args(locked, value, said_no=said_no)
-        if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
-            note = value["note"]
-        policy = policies.policy_for(locked.agent, locked.reason)
-        if policy.needs_several:
-            vote = _vote(locked, reviewer, value, note, outcome, policy)
-            if vote is not None:  # counted; the request waits for more reviewers
-                if isinstance(interrupt, Interrupt):
-                    interrupt.claimed_by_id = locked.claimed_by_id
-                    interrupt.claimed_at = locked.claimed_at
-                vote.resume_run = None  # type: ignore[attr-defined]
-                return vote
-        try:
-            # A savepoint, so a unique violation leaves the outer transaction usable.
-            with transaction.atomic():
+    try:
+        with transaction.atomic():
+            # Row lock. The race: two reviewers (or a reviewer and the expiry job) submit for
+            # the same request at once. Both read "pending"; without the lock both would record
+            # a decision and queue two resumes. With it the second waits here until the first
+            # commits, then reads "resolved" and is refused. The same lock serialises the
+            # votes of a request that needs several reviewers: M approvers at once would each
+            # count M-1 earlier votes and none would resume the run, or two would count M and
+            # both would; under the lock each counts the votes committed before it, so exactly
+            # one reaches M. (SQLite takes its write lock at BEGIN IMMEDIATE, which serialises
+            # the same way; Decision's one-to-one and Approval's unique (request, reviewer)
+            # are the database's last word either way.)
+            try:
+                locked = (
+                    Interrupt.objects.select_for_update(of=("self",))
+                    .select_related("thread", "claimed_by")
+                    .get(pk=pk)
+                )
+            except Interrupt.DoesNotExist:
+                raise ThreadNotPaused(f"There is no request {pk}.") from None
+            if locked.status != Interrupt.Status.PENDING:
+                raise _already_decided(locked)
+            if resume_interrupt_id != locked.pk:
+                raise StaleDecision(
+                    f"This answer names request {resume_interrupt_id!r}, not {locked.pk!r}. "
+                    "Reload and decide the request the thread waits on."
+                )
+            _check_pending_in_checkpoint(locked)
+            forbidden = decision_forbidden(interrupt=locked, user=reviewer)
+            if forbidden is not None:
+                raise forbidden
+            outcome, original, executed = _outcome_and_args(locked, value, said_no=said_no)
+            if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
+                note = value["note"]
+            policy = policies.policy_for(locked.agent, locked.reason)
+            if policy.needs_several:
+                vote = _vote(locked, reviewer, value, note, outcome, policy)
+                if vote is not None:  # counted; the request waits for more reviewers
+                    if isinstance(interrupt, Interrupt):
+                        interrupt.claimed_by_id = locked.claimed_by_id
+                        interrupt.claimed_at = locked.claimed_at
+                    vote.resume_run = None  # type: ignore[attr-defined]
+                    return vote
+            try:
                 decision = Decision.objects.create(
                     interrupt=locked,
                     thread=locked.thread,
@@ -453,15 +457,19 @@ def decision_submit(
                     original_args=original,
                     executed_args=executed,
                 )
-        except IntegrityError:
-            raise _already_decided(locked) from None
-        locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
-        outbox.notify_decision(decision, locked)
-        try:
-            run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
-        except InputError as exc:
-            raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
-        broadcast.queue_change_on_commit(locked)
+            except IntegrityError:
+                # No savepoint to recover in (a round trip each way, for a clash the row lock
+                # all but rules out): the transaction rolls back and the refusal is read after.
+                raise _DecisionClash from None
+            locked.decided_as(Interrupt.Status.RESOLVED, timezone.now())
+            outbox.notify_decision(decision, locked)
+            try:
+                run = thread_resume(thread=locked.thread, value=value, interrupt_id=locked.pk)
+            except InputError as exc:
+                raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
+            broadcast.queue_change_on_commit(locked)
+    except _DecisionClash:
+        raise _already_decided(Interrupt.objects.get(pk=pk)) from None
     # The queued run, for callers that report it (the API answers with its id).
     decision.resume_run = run  # type: ignore[attr-defined]
     if isinstance(interrupt, Interrupt):
@@ -607,12 +615,17 @@ def decision_submit_for_thread(
     Otherwise 404 when the thread's newest checkpoint is not a pause, and 409 when
     ``resume_interrupt_id`` is missing or names no request of this thread.
     """
-    if (
-        resume_interrupt_id
-        and Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id).exists()
-    ):
+    # With its schema, which decision_submit would otherwise read in a query of its own.
+    named = (
+        Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id)
+        .only("response_schema")
+        .first()
+        if resume_interrupt_id
+        else None
+    )
+    if named is not None:
         return decision_submit(
-            interrupt=resume_interrupt_id,
+            interrupt=named,
             reviewer=reviewer,
             value=value,
             resume_interrupt_id=resume_interrupt_id,

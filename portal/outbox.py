@@ -185,7 +185,9 @@ def outbox_enqueue(
         agent, reason = agent or interrupt.agent, reason or interrupt.reason
         thread_id = thread_id or interrupt.thread_id
     now = timezone.now()
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (a round trip each way): nothing recovers
+    # from a failure here, which fails the caller's transaction as a whole.
+    with transaction.atomic(savepoint=False):
         note = Notification.objects.create(
             kind=kind,
             payload=payload or {},

@@ -285,6 +285,32 @@ def test_resuming_records_the_decision_and_answers_202(client, reviewer):
     }
 
 
+# Statements one approval sends, from the token check to the answer (BEGIN and COMMIT
+# included): lower it when it falls, never raise it to make a change pass.
+APPROVAL_QUERIES = {"postgresql": 22, "sqlite": 18}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_approval_through_the_api_sends_a_pinned_number_of_queries(client, reviewer, settings):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    # No socket is open, as when a client approves with no reviewer watching the queue.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    interrupt = make_interrupt()
+    api = api_for(client, reviewer)
+    api.get("/api/interrupts")  # the first request's one-time costs are not the approval's
+
+    with CaptureQueriesContext(connection) as sent:
+        response = api.post(resume_url(interrupt), resume_body(interrupt, {"approved": True}))
+
+    assert response.status_code == 202
+    assert Decision.objects.filter(interrupt=interrupt).count() == 1
+    statements = [q["sql"] for q in sent.captured_queries]
+    assert not [s for s in statements if "SAVEPOINT" in s], statements
+    assert len(statements) <= APPROVAL_QUERIES[connection.vendor], "\n".join(statements)
+
+
 @pytest.mark.parametrize("persona", ["auditor", "support_agent"])
 def test_resuming_without_the_reviewer_permission_is_403(client, request, persona):
     user = request.getfixturevalue(persona)

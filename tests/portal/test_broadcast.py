@@ -242,3 +242,88 @@ def test_deployments_given_the_same_channel_prefix_share_their_events():
         "moved",
         "last",
     ]
+
+
+# --- rendering only for someone ------------------------------------------------------------
+
+
+def _change(interrupt: Any) -> dict[str, Any]:
+    return {
+        "interrupt_id": interrupt.pk,
+        "thread_id": interrupt.thread_id,
+        "agent": interrupt.agent,
+        "reason": interrupt.reason,
+        "status": "resolved",
+    }
+
+
+@pytest.fixture
+def memory_layer(settings: Any) -> Any:
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    yield channel_layers["default"]
+    channel_layers.backends.clear()
+
+
+@pytest.mark.django_db
+def test_a_change_no_socket_watches_is_neither_rendered_nor_sent(
+    memory_layer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import make_interrupt
+
+    interrupt = make_interrupt()
+    sent: list[str] = []
+    monkeypatch.setattr(broadcast, "group_send", lambda group, message: sent.append(group))
+
+    with CaptureQueriesContext(connection) as queries:
+        broadcast.publish_queue_change(**_change(interrupt))
+
+    assert sent == []
+    assert len(queries) == 0
+
+
+@pytest.mark.django_db
+def test_an_open_queue_gets_the_change_rendered_and_a_page_nobody_opened_does_not(
+    memory_layer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asgiref.sync import async_to_sync
+
+    from tests.factories import make_interrupt
+
+    interrupt = make_interrupt()
+    channel = async_to_sync(memory_layer.new_channel)()
+    async_to_sync(memory_layer.group_add)(broadcast.QUEUE_GROUP, channel)
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(broadcast, "group_send", lambda g, m: sent.append((g, m)))
+
+    broadcast.publish_queue_change(**_change(interrupt))
+
+    assert [group for group, _ in sent] == [broadcast.QUEUE_GROUP]
+    assert sent[0][1]["html"]  # the swaps that take the request out of the open queue
+
+
+@pytest.mark.skipif(
+    settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    != "channels_redis.pubsub.RedisPubSubChannelLayer",
+    reason="needs REDIS_URL (the Redis pub/sub channel layer)",
+)
+async def test_with_redis_a_group_counts_as_watched_while_a_socket_is_subscribed() -> None:
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    group = f"thread.watched-{os.getpid()}"
+    ask = sync_to_async(broadcast.listening)
+    assert await ask(group) == [False]
+    channel = await layer.new_channel()
+    await layer.group_add(group, channel)
+    try:
+        assert await ask(group, "thread.nobody") == [True, False]
+    finally:
+        await layer.group_discard(group, channel)
+    assert await ask(group) == [False]

@@ -228,6 +228,8 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
         announced.append((group, message, seen))
 
     monkeypatch.setattr(broadcast, "group_send", send)
+    # As if a queue were open: with no socket subscribed nothing is rendered or sent.
+    monkeypatch.setattr(broadcast, "listening", lambda *groups: [True for _ in groups])
 
     async def scenario():
         conn = await aconnect()
