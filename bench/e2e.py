@@ -3,8 +3,9 @@
 Ours: one daphne process (``portal.asgi``) serving the JSON API, and 1 or 4 ``manage.py
 run_worker`` processes, on PostgreSQL and Redis, running ``agents/examples/refunds.py``
 with the scripted model (no model latency). A support user's token starts threads, a
-reviewer's token approves them (separation of duties: the starter may not decide). The
-client learns each outcome with one waiting ``GET /api/threads/<id>?wait=30``.
+reviewer's token approves them (separation of duties: the starter may not decide). Each
+is one request, ``POST ...?wait=30``, answered once the run has paused or finished (a
+waiting ``GET /api/threads/<id>?wait=30`` follows only if that wait ran out).
 
 The peer: LangGraph's agent server (``langgraph-api`` under uvicorn) on its PostgreSQL +
 Redis runtime (``langgraph-runtime-pg``), running ``bench/e2e_peer_graph.py``: the same
@@ -60,7 +61,7 @@ MANY = int(os.environ.get("BENCH_E2E_CLIENTS", "20"))
 WORKERS = [int(n) for n in os.environ.get("BENCH_E2E_WORKERS", "1,4").split(",")]
 BURST = int(os.environ.get("BENCH_E2E_BURST", "300"))
 BATCH_SECONDS = float(os.environ.get("BENCH_E2E_BATCH_SECONDS", "60"))
-# Seconds one waiting GET may wait for a run (the API's limit is 30).
+# Seconds one waiting request may wait for a run (the API's limit is 30).
 WAIT = float(os.environ.get("BENCH_E2E_WAIT_SECONDS", "30"))
 # A start-up takes a minute when other jobs load the machine several times over.
 STARTUP_SECONDS = float(os.environ.get("BENCH_E2E_STARTUP_SECONDS", "180"))
@@ -217,11 +218,14 @@ class Ours:
     def stop(self) -> None:
         _stop([self.web, *self.workers])
 
-    async def start(self, client: Any, stats: Stats) -> str:
+    async def start(self, client: Any, stats: Stats, wait: float = 0) -> dict:
+        """Start a thread; with ``wait``, answered once its run has paused (or at the
+        limit: 202 with the thread as it is then)."""
         r = await stats.timed(
-            "POST /api/threads",
+            "POST /api/threads" + ("?wait" if wait else ""),
             client.post(
                 self.base + "/api/threads",
+                params={"wait": wait} if wait else None,
                 headers=self.support,
                 json={
                     "agent": "refunds",
@@ -229,15 +233,25 @@ class Ours:
                 },
             ),
         )
-        if r.status_code != 202:
+        if r.status_code not in ((200, 202) if wait else (202,)):
             raise RuntimeError(f"start: {r.status_code} {r.text[:200]}")
-        return str(r.json()["thread_id"])
+        return dict(r.json())
 
-    async def wait(self, client: Any, stats: Stats, thread_id: str, status: str) -> dict:
-        # The waiting GET answers once the thread's run has paused or finished (the peer's
-        # client makes the same one call, /runs/wait); asked again only if it timed out.
+    async def wait(self, client: Any, stats: Stats, answer: dict, status: str) -> dict:
+        """The thread once its run has paused or finished: from the waiting POST's own
+        answer, or (only if that timed out) from waiting GETs."""
+        thread_id = answer["thread_id"]
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        body = answer.get("thread") or {}
+        while True:
+            if body.get("status") == "failed":
+                raise RuntimeError(f"thread {thread_id} failed")
+            if body.get("status") == status and (
+                status != "interrupted" or body["pending_interrupt"]
+            ):
+                return body
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"thread {thread_id} not {status} within 30 s")
             r = await stats.timed(
                 "GET /api/threads/<id>?wait",
                 client.get(
@@ -246,36 +260,39 @@ class Ours:
                     headers=self.support,
                 ),
             )
-            body = r.json()
-            if body.get("status") == "failed":
-                raise RuntimeError(f"thread {thread_id} failed")
-            if body.get("status") == status and (
-                status != "interrupted" or body["pending_interrupt"]
-            ):
-                return body
             if r.status_code != 200:
                 raise RuntimeError(f"wait: {r.status_code} {r.text[:200]}")
-        raise RuntimeError(f"thread {thread_id} not {status} within 30 s")
+            body = r.json()
 
-    async def resume(self, client: Any, stats: Stats, thread_id: str, interrupt_id: str) -> None:
+    async def resume(
+        self, client: Any, stats: Stats, thread_id: str, interrupt_id: str, wait: float = 0
+    ) -> dict:
+        """Approve; with ``wait``, answered once the resumed run has finished."""
         r = await stats.timed(
-            "POST /api/threads/<id>/resume",
+            "POST /api/threads/<id>/resume" + ("?wait" if wait else ""),
             client.post(
                 f"{self.base}/api/threads/{thread_id}/resume",
+                params={"wait": wait} if wait else None,
                 headers=self.reviewer,
                 json={"resume": {"approved": True}, "resume_interrupt_id": interrupt_id},
             ),
         )
-        if r.status_code != 202:
+        if r.status_code not in ((200, 202) if wait else (202,)):
             raise RuntimeError(f"resume: {r.status_code} {r.text[:200]}")
+        return dict(r.json())
 
     async def cycle(self, client: Any, stats: Stats) -> tuple[float, float]:
+        # One request a step, as the peer's client: each POST answers once the run has
+        # paused or finished.
         t0 = time.perf_counter()
-        thread_id = await self.start(client, stats)
-        paused = await self.wait(client, stats, thread_id, "interrupted")
+        started = await self.start(client, stats, wait=WAIT)
+        paused = await self.wait(client, stats, started, "interrupted")
         t1 = time.perf_counter()
-        await self.resume(client, stats, thread_id, paused["pending_interrupt"]["id"])
-        done = await self.wait(client, stats, thread_id, "done")
+        thread_id = started["thread_id"]
+        answered = await self.resume(
+            client, stats, thread_id, paused["pending_interrupt"]["id"], wait=WAIT
+        )
+        done = await self.wait(client, stats, answered, "done")
         if "Refund of" not in str(done["messages"][-1].get("content", "")):
             raise RuntimeError(f"thread {thread_id} ended without the refund: {done['messages']}")
         return t1 - t0, time.perf_counter() - t1
@@ -491,7 +508,7 @@ def tiers_apart(ours: Ours, workers: int) -> dict[str, Any]:
     ids: list[str] = []
 
     async def start(client: Any) -> None:
-        ids.append(await ours.start(client, stats))
+        ids.append((await ours.start(client, stats))["thread_id"])
 
     for proc in ours.workers:
         proc.send_signal(signal.SIGSTOP)
@@ -731,10 +748,12 @@ these cores: every figure is a whole-system figure on a small machine.
 **Ours**: one daphne process (`portal.asgi`) serving the JSON API, and 1 or 4 `manage.py
 run_worker` processes, PostgreSQL and Redis, `DEBUG` off; `agents/examples/refunds.py` with
 the scripted model (`PORTAL_MODEL=scripted`, no delay). A support user's token starts a
-thread (`POST /api/threads`), a reviewer's token approves it (`POST
-/api/threads/<id>/resume`); after each it learns the outcome with one waiting `GET
-/api/threads/<id>?wait={WAIT:g}`, answered when the run has paused or finished. daphne runs
-with `-v 0` (warnings, no access log), as the peer's uvicorn does.
+thread (`POST /api/threads?wait={WAIT:g}`), a reviewer's token approves it (`POST
+/api/threads/<id>/resume?wait={WAIT:g}`): one request a step, like the peer's client, each
+answered with the thread once the run has paused or finished (a waiting `GET
+/api/threads/<id>?wait={WAIT:g}` follows only if that wait ran out; "waiting GETs per
+cycle" below counts them). daphne runs with `-v 0` (warnings, no access log), as the
+peer's uvicorn does.
 **The peer**: LangGraph's agent server (`langgraph-api` under uvicorn, one process that
 serves the API and runs its queue) on its PostgreSQL + Redis runtime
 (`langgraph-runtime-pg`), started offline with no license key;
@@ -787,9 +806,10 @@ does more):
     }
 {targets}
 Ours, the web tier and the workers apart: the workers are stopped (SIGSTOP) while {MANY}
-clients send {BURST} starts through one daphne process, then resumed and timed until every
-thread is paused; stopped again while the same clients approve all {BURST}, then resumed
-and timed until every thread is done. A worker cycle is one start run plus one resume run.
+clients send {BURST} starts (without `wait`) through one daphne process, then resumed
+and timed until every thread is paused; stopped again while the same clients approve all
+{BURST}, then resumed and timed until every thread is done. A worker cycle is one start
+run plus one resume run.
 
 {
         table(
@@ -848,11 +868,11 @@ WEB_PHASES = [
     ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
     ("live updates on commit (rendering partials, Redis)", "portal/broadcast.py"),
-    ("POST resume: decision_submit", "resume_thread (portal/api.py"),
-    ("POST start: thread_start", "start_thread (portal/api.py"),
-    ("GET thread ?wait: looks while waiting", "_thread_busy (portal/api.py"),
-    ("GET thread ?wait: checkpoint read + JSON", "_thread_out (portal/api.py"),
-    ("GET thread ?wait: the wait itself (event loop)", "await_until (portal/waiting.py"),
+    ("POST resume: decision_submit", "_resume (portal/api.py"),
+    ("POST start: thread_start", "_start (portal/api.py"),
+    ("?wait: looks while waiting", "_thread_busy (portal/api.py"),
+    ("?wait: the thread's checkpoint read + JSON", "_thread_data (portal/api.py"),
+    ("?wait: the wait itself (event loop)", "await_until (portal/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
     ("daphne + asyncio (HTTP, event loop)", ""),
 ]

@@ -275,7 +275,10 @@ api = PortalApi(
         "cancel threads and withdraw their requests, `decide` to claim, release and "
         "answer requests, `request` for an outside agent to raise them (`/api/requests`). "
         "Lists return at most 100 items a page; `/threads` and `/decisions` page by the `next` "
-        "cursor. Every refusal has the body `{detail, errors}`. Too many requests with one "
+        "cursor. `GET /threads/{thread_id}`, `POST /threads` and `POST "
+        "/threads/{thread_id}/resume` take `wait` (seconds, at most 30): the answer comes "
+        "once the thread's run has paused or finished, instead of being polled for. Every "
+        "refusal has the body `{detail, errors}`. Too many requests with one "
         "token get 429 and Retry-After."
     ),
     auth=BearerToken(),
@@ -604,9 +607,18 @@ class StartIn(Schema):
     )
 
 
+# The ``thread`` of a start or an answer sent with ``?wait``.
+WAITED_THREAD = (
+    "Only with `wait`: the thread as `GET /threads/{thread_id}` returns it, once nothing of "
+    "it is queued or running (200) or as it was when the seconds ran out (202); null "
+    "without `wait`."
+)
+
+
 class StartOut(Schema):
     thread_id: str
     run_id: str
+    thread: ThreadOut | None = Field(None, description=WAITED_THREAD)
 
 
 class ResumeIn(Schema):
@@ -637,6 +649,7 @@ class ResumeOut(Schema):
     waiting_for: str | None = Field(
         None, description='What the request still waits for, e.g. "1 more approval".'
     )
+    thread: ThreadOut | None = Field(None, description=WAITED_THREAD)
 
 
 class InterruptFilter(Schema):
@@ -727,14 +740,55 @@ def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
     return interrupt
 
 
+def _waited(done: str) -> dict[str, Any]:
+    """The OpenAPI descriptions of a start's or an answer's 200 and 202."""
+    return {
+        "responses": {
+            200: {
+                "description": f"{done}, and (asked with `wait`) nothing of the thread is "
+                "queued or running any more: its run paused or finished. `thread` shows it."
+            },
+            202: {
+                "description": f"{done}. Asked with `wait`: the thread's run was still "
+                "queued or running when the seconds ran out; `thread` is as it was then."
+            },
+        }
+    }
+
+
+class WaitParams(Schema):
+    wait: float = Field(
+        0,
+        ge=0,
+        le=WAIT_MAX_SECONDS,
+        description=(
+            "Seconds to wait, at most "
+            f"{WAIT_MAX_SECONDS:g}, for the thread's queued or running work to finish or "
+            "pause before answering. The answer comes as soon as it does; at the limit, "
+            "the thread as it is then (still `running`, or `idle` while queued)."
+        ),
+    )
+
+
 @api.post(
     "/threads",
-    response={202: StartOut, 403: Problem, 422: Problem},
+    response={200: StartOut, 202: StartOut, 403: Problem, 422: Problem},
     tags=["threads"],
     auth=BearerToken(ApiToken.Scope.START),
+    openapi_extra=_waited("Started"),
 )
-def start_thread(request: HttpRequest, payload: StartIn) -> Any:
-    """Start a conversation with an agent; the worker runs it (202: queued)."""
+async def start_thread(request: HttpRequest, payload: StartIn, params: Query[WaitParams]) -> Any:
+    """Start a conversation with an agent; the worker runs it (202: queued).
+
+    With ``?wait=<seconds>`` the thread is started (committed) first, then the answer
+    waits like ``GET /threads/{thread_id}?wait``: 200 once its run has paused or
+    finished, 202 if the seconds ran out first; either way with ``thread``, the thread
+    as that GET returns it. A refused start is refused at once."""
+    accepted = await sync_to_async(_start)(request, payload)
+    return await _after_wait(request, StartOut, accepted, params.wait)
+
+
+def _start(request: HttpRequest, payload: StartIn) -> Status[dict[str, Any]]:
     user = _user(request)
     if not roles.can_start(user):
         raise ApiProblem(403, "Your role cannot start conversations.")
@@ -754,20 +808,6 @@ def _thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
         raise ApiProblem(404, f"No thread {thread_id} that you can see.") from exc
 
 
-class WaitParams(Schema):
-    wait: float = Field(
-        0,
-        ge=0,
-        le=WAIT_MAX_SECONDS,
-        description=(
-            "Seconds to wait, at most "
-            f"{WAIT_MAX_SECONDS:g}, for the thread's queued or running work to finish or "
-            "pause before answering. The answer comes as soon as it does; at the limit, "
-            "the thread as it is then (still `running`, or `idle` while queued)."
-        ),
-    )
-
-
 def _thread_busy(thread_id: Any) -> bool:
     busy = Run.objects.filter(
         thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
@@ -785,6 +825,37 @@ def _release_connection() -> None:
         connection.close()
 
 
+async def _settle(thread_id: Any, seconds: float) -> bool:
+    """Wait up to ``seconds`` until nothing of the thread is queued or running; whether
+    that happened."""
+
+    async def settled() -> bool:
+        return not await sync_to_async(_thread_busy)(thread_id)
+
+    return await waiting.await_until(waiting.thread_key(thread_id), settled, seconds=seconds)
+
+
+async def _after_wait(
+    request: HttpRequest, schema: type[Schema], accepted: Status[dict[str, Any]], seconds: float
+) -> Any:
+    """The answer to a start or a resume: ``accepted`` (202) at once without a wait; with
+    one, what was recorded and the thread once settled (200) or as it is when the time is
+    up (202)."""
+    if not seconds:
+        return accepted
+    recorded = accepted.value
+    settled = await _settle(recorded["thread_id"], seconds)
+
+    def answer() -> Schema:
+        # Validated whole, in a thread (the resolvers read the database): a schema built
+        # apart and nested would be validated again, from its own fields, not the rows.
+        return schema.model_validate(
+            {**recorded, "thread": _thread_data(request, recorded["thread_id"])}
+        )
+
+    return Status(200 if settled else 202, await sync_to_async(answer)())
+
+
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
 async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitParams]) -> Any:
     """A thread's status, its messages and the request it waits on (if any).
@@ -794,17 +865,16 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     with it instead of polling often."""
     thread = await sync_to_async(_thread_or_404)(request, thread_id)
     if params.wait:
-        key = waiting.thread_key(thread.pk)
-
-        async def settled() -> bool:
-            return not await sync_to_async(_thread_busy)(thread.pk)
-
-        await waiting.await_until(key, settled, seconds=params.wait)
+        await _settle(thread.pk, params.wait)
     return await sync_to_async(_thread_out)(request, thread.pk)
 
 
 def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
     # Built here, in a thread, because the schema's resolvers may read the database.
+    return ThreadOut.model_validate(_thread_data(request, thread_id))
+
+
+def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
     thread = Thread.objects.get(pk=thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
@@ -812,34 +882,53 @@ def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
     if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
         pending_id = (snapshot.interrupt or {}).get("id")
         pending = _visible_interrupts(_user(request)).filter(pk=pending_id).first()
-    return ThreadOut.model_validate(
-        {
-            "id": str(thread.pk),
-            "agent": thread.agent,
-            "status": thread.status,
-            "title": thread.title,
-            "created_at": thread.created_at,
-            "updated_at": thread.updated_at,
-            "messages": messages,
-            "pending_interrupt": pending,
-        }
-    )
+    return {
+        "id": str(thread.pk),
+        "agent": thread.agent,
+        "status": thread.status,
+        "title": thread.title,
+        "created_at": thread.created_at,
+        "updated_at": thread.updated_at,
+        "messages": messages,
+        "pending_interrupt": pending,
+    }
 
 
 @api.post(
     "/threads/{thread_id}/resume",
-    response={202: ResumeOut, 403: Problem, 404: Problem, 409: Problem, 422: Problem},
+    response={
+        200: ResumeOut,
+        202: ResumeOut,
+        403: Problem,
+        404: Problem,
+        409: Problem,
+        422: Problem,
+    },
     tags=["threads"],
     auth=BearerToken(ApiToken.Scope.DECIDE),
+    openapi_extra=_waited("Recorded"),
 )
-def resume_thread(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Any:
+async def resume_thread(
+    request: HttpRequest, thread_id: str, payload: ResumeIn, params: Query[WaitParams]
+) -> Any:
     """Answer the request a thread waits on; the worker resumes it (202: queued).
 
     409 when the request named by ``resume_interrupt_id`` was already decided (even once
     the thread has finished) or is stale, 404 when the thread is not paused and the
     answer names none of its requests, 422 with one line per problem when the answer
     breaks the request's schema.
+
+    With ``?wait=<seconds>`` the answer is recorded (committed) first, then the reply
+    waits like ``GET /threads/{thread_id}?wait``: 200 once the resumed run has paused or
+    finished (at once when nothing was queued: a vote that awaits more reviewers), 202 if
+    the seconds ran out first; either way with ``thread``, the thread as that GET returns
+    it. A refused answer is refused at once.
     """
+    accepted = await sync_to_async(_resume)(request, thread_id, payload)
+    return await _after_wait(request, ResumeOut, accepted, params.wait)
+
+
+def _resume(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Status[dict[str, Any]]:
     user = _user(request)
     if not roles.can_decide(user):
         raise ApiProblem(403, "Your role cannot decide requests.")

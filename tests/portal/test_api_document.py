@@ -138,7 +138,7 @@ def test_every_response_fits_the_documented_schema(document):
     Thread.objects.filter(pk=failed.pk).update(status=Thread.Status.FAILED)
     stopped = make_thread(owner=owner)
     answer = {"resume": {"approved": True}}
-    answered = fresh()
+    answered, waited = fresh(), fresh()
     bot = make_user(role="agent")
     token[bot] = api_token_create(user=bot)[1]
     ask = {"agent": "invoice-bot", "title": "Pay invoice 7", "payload": {"amount": 120}}
@@ -240,6 +240,13 @@ def test_every_response_fits_the_documented_schema(document):
             "/api/threads",
             {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "Hi"}]}},
         ),
+        (
+            "POST",
+            "/api/threads",
+            token[support],
+            "/api/threads?wait=0.01",  # no worker here: 202 with the thread still queued
+            {"agent": "refunds", "input": {"messages": [{"role": "user", "content": "Hi"}]}},
+        ),
         ("POST", "/api/threads", token[support], "/api/threads", {"agent": "nobody", "input": {}}),
         ("POST", "/api/threads", token[support], "/api/threads", {"agent": "refunds", "extra": 1}),
         (
@@ -264,6 +271,13 @@ def test_every_response_fits_the_documented_schema(document):
             token[reviewer],
             f"/api/threads/{answered.thread_id}/resume",
             {**answer, "resume_interrupt_id": answered.pk},
+        ),
+        (
+            "POST",
+            "/api/threads/{thread_id}/resume",
+            token[reviewer],
+            f"/api/threads/{waited.thread_id}/resume?wait=0.01",
+            {**answer, "resume_interrupt_id": waited.pk},
         ),
         (
             "POST",
