@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django import forms
 from django.conf import settings
@@ -221,6 +221,19 @@ def _day_start(day: Any) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
 
 
+QS = TypeVar("QS", QuerySet[Decision], QuerySet[AuditEvent])
+
+
+def _between_days(qs: QS, criteria: dict[str, Any]) -> QS:
+    """``qs`` created from the start of ``date_from`` to the end of ``date_to`` (either may
+    be missing)."""
+    if day := criteria.get("date_from"):
+        qs = qs.filter(created_at__gte=_day_start(day))
+    if day := criteria.get("date_to"):
+        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    return qs
+
+
 class _FullText(Func):
     """``message`` and ``payload`` match the web-search style query (PostgreSQL).
 
@@ -280,11 +293,7 @@ def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
 
 def filtered(criteria: dict[str, Any]) -> QuerySet[Decision]:
     """Decisions matching ``criteria`` (``HistoryFilter.criteria()``), newest first."""
-    qs: QuerySet[Decision] = Decision.objects.all()
-    if day := criteria.get("date_from"):
-        qs = qs.filter(created_at__gte=_day_start(day))
-    if day := criteria.get("date_to"):
-        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    qs = _between_days(Decision.objects.all(), criteria)
     if agent := criteria.get("agent"):
         qs = qs.filter(interrupt__agent=agent)
     if who := criteria.get("reviewer"):
@@ -419,11 +428,7 @@ def event_row(values: dict[str, Any]) -> dict[str, Any]:
 
 def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
     """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
-    qs: QuerySet[AuditEvent] = AuditEvent.objects.all()
-    if day := criteria.get("date_from"):
-        qs = qs.filter(created_at__gte=_day_start(day))
-    if day := criteria.get("date_to"):
-        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    qs = _between_days(AuditEvent.objects.all(), criteria)
     if action := criteria.get("action"):
         # "interrupt." (ending in a dot) is every action on requests.
         qs = (

@@ -48,26 +48,32 @@ def _filter_form(request: HttpRequest, form_class: type[F]) -> F:
     return form
 
 
+def _results(
+    request: HtmxRequest, form: F, page: Any, partial: str, context: dict[str, Any]
+) -> HttpResponse:
+    """A filtered, paged list: the whole page, or for htmx's own requests only the
+    ``partial`` (``template#fragment``) that holds the results."""
+    cursor = page.next_cursor
+    context |= {
+        "form": form,
+        "page": page,
+        "filters_qs": form.query_string(),
+        "next_qs": form.query_string(after=cursor.encode()) if cursor else "",
+        "is_first": form.cursor() is None,
+        "filtered": bool(form.criteria()),
+    }
+    template = partial if request.htmx and not request.htmx.boosted else partial.split("#")[0]
+    return render(request, template, context)
+
+
 @require_GET
 @login_required
 def history_list(request: HtmxRequest) -> HttpResponse:
     history.require_history_access(request)
     form = _filter_form(request, HistoryFilter)
     page = history.page(form.criteria(), form.cursor())
-    context = {
-        "form": form,
-        "page": page,
-        "columns": COLUMNS,
-        "choices": history.filter_choices(),
-        "filters_qs": form.query_string(),
-        "next_qs": form.query_string(after=page.next_cursor.encode()) if page.next_cursor else "",
-        "is_first": form.cursor() is None,
-        "filtered": bool(form.criteria()),
-    }
-    template = "portal/history.html"
-    if request.htmx and not request.htmx.boosted:
-        template += "#history-results"
-    return render(request, template, context)
+    context = {"columns": COLUMNS, "choices": history.filter_choices()}
+    return _results(request, form, page, "portal/history.html#history-results", context)
 
 
 # --- one decision ---------------------------------------------------------------------
@@ -319,19 +325,8 @@ def audit_trail(request: HtmxRequest) -> HttpResponse:
     history.require_audit_trail_access(request)
     form = _filter_form(request, EventFilter)
     page = history.events_page(form.criteria(), form.cursor())
-    context = {
-        "form": form,
-        "page": page,
-        "choices": history.event_filter_choices(),
-        "filters_qs": form.query_string(),
-        "next_qs": form.query_string(after=page.next_cursor.encode()) if page.next_cursor else "",
-        "is_first": form.cursor() is None,
-        "filtered": bool(form.criteria()),
-    }
-    template = "portal/audit_trail.html"
-    if request.htmx and not request.htmx.boosted:
-        template += "#audit-results"
-    return render(request, template, context)
+    context = {"choices": history.event_filter_choices()}
+    return _results(request, form, page, "portal/audit_trail.html#audit-results", context)
 
 
 def _export_events(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
