@@ -159,8 +159,11 @@ WITH expired AS (
     UPDATE {thread} t SET status = 'running', updated_at = statement_timestamp()
     FROM claimed WHERE t.id = claimed.thread_id AND t.cancelled_at IS NULL
 )
-SELECT * FROM claimed
+SELECT claimed.*, {thread_columns} FROM claimed JOIN {thread} t ON t.id = claimed.thread_id
 """
+# What a run needs of its thread (Worker._execute), read by the claim as of its snapshot
+# (the thread row is locked by it): the run starts from these, as from a read just after.
+_THREAD_FIELDS = ("id", "agent", "owner_id", "last_seq", "cancelled_at")
 
 
 # A run's outcome, when it did not fail, and its thread's status (Worker._settle_thread's
@@ -378,13 +381,21 @@ class Worker:
         start at once; the same statement marks the thread running."""
         runs = list(
             Run.objects.raw(
-                _CLAIM_SQL.format(run=Run._meta.db_table, thread=Thread._meta.db_table),
+                _CLAIM_SQL.format(
+                    run=Run._meta.db_table,
+                    thread=Thread._meta.db_table,
+                    thread_columns=", ".join(f"t.{f} AS thread__{f}" for f in _THREAD_FIELDS),
+                ),
                 {"owner": self.name, "lease": self.lease},
             )
         )
         if not runs:
             return None, None
         run = runs[0]
+        # The thread as the claim read it, with only those fields loaded (as .only() would).
+        run.claimed_thread = Thread.from_db(  # type: ignore[attr-defined]
+            "default", _THREAD_FIELDS, [getattr(run, f"thread__{f}") for f in _THREAD_FIELDS]
+        )
         if run.attempts <= self.max_attempts:
             return run, None
         with transaction.atomic():
@@ -465,7 +476,7 @@ class Worker:
         from portal.checkpointer import DjangoCheckpointer
         from portal.registry import UnknownAgentError, compile_agent
 
-        thread = Thread.objects.get(pk=run.thread_id)
+        thread = getattr(run, "claimed_thread", None) or Thread.objects.get(pk=run.thread_id)
         if thread.cancelled_at is not None:
             return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
         recovered = self._recover(run)

@@ -600,3 +600,25 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
         broadcast.THREAD_CHUNK in kinds or broadcast.THREAD_HTML in kinds
     )
     assert rendered == [Interrupt.objects.get(thread=thread).pk]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_run_costs_its_claim_and_its_finish_on_djangos_connection(support_agent):
+    """The run's steps go through the worker's own connection; the thread the run needs
+    comes with the claim, so Django's connection sees the claim and the finish alone."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    thread, _ = services.thread_start(agent="approve", input=say("pay 4"), user=support_agent)
+    worker = Worker(name="two-statements")
+    try:
+        worker._native_connection()  # opened once for the worker's life, not per run
+        with CaptureQueriesContext(connection) as queries:
+            outcome = worker.execute(worker.claim())
+    finally:
+        worker._close_loop()
+    assert outcome.status == Run.Status.INTERRUPTED
+    assert len(queries) == 2, [q["sql"][:80] for q in queries.captured_queries]
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.INTERRUPTED
