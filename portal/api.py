@@ -31,7 +31,7 @@ import math
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -90,6 +90,8 @@ WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# How precisely a token's last_used_at is kept: it is written when older than this.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
 
@@ -191,7 +193,11 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+            # At most one durable write per token and minute, not one per request: reads
+            # would otherwise each wait for the disk.
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user

@@ -287,7 +287,7 @@ def test_resuming_records_the_decision_and_answers_202(client, reviewer):
 
 # Statements one approval sends, from the token check to the answer (BEGIN and COMMIT
 # included): lower it when it falls, never raise it to make a change pass.
-APPROVAL_QUERIES = {"postgresql": 21, "sqlite": 17}
+APPROVAL_QUERIES = {"postgresql": 20, "sqlite": 16}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -313,7 +313,7 @@ def test_an_approval_through_the_api_sends_a_pinned_number_of_queries(client, re
 
 # Statements a paused thread's document sends (GET /api/threads/<id>, as the answer to a
 # start with ``wait``), the token check and the permission reads included.
-THREAD_DOCUMENT_QUERIES = 7
+THREAD_DOCUMENT_QUERIES = 6
 
 
 @pytest.mark.django_db(transaction=True)
