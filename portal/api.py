@@ -30,7 +30,7 @@ import hashlib
 import math
 import secrets
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -882,26 +882,14 @@ def _release_connection() -> None:
         connection.close()
 
 
-async def _settle(thread_id: Any, seconds: float, build: Callable[[], Any]) -> tuple[bool, Any]:
+async def _settle(thread_id: Any, seconds: float) -> bool:
     """Wait up to ``seconds`` until nothing of the thread is queued or running; whether
-    that happened, and ``build()`` (which may read the database): built in the same thread
-    as the look that found the thread settled, not in one more hop after it, or once the
-    time is up."""
-    built: list[Any] = []
-
-    def look() -> bool:
-        if _thread_busy(thread_id):
-            return False
-        built.append(build())
-        return True
+    that happened."""
 
     async def settled() -> bool:
-        return await sync_to_async(look)()
+        return not await sync_to_async(_thread_busy)(thread_id)
 
-    done = await waiting.await_until(waiting.thread_key(thread_id), settled, seconds=seconds)
-    if not done:
-        built.append(await sync_to_async(build)())
-    return done, built[-1]
+    return await waiting.await_until(waiting.thread_key(thread_id), settled, seconds=seconds)
 
 
 async def _after_wait(
@@ -913,6 +901,7 @@ async def _after_wait(
     if not seconds:
         return accepted
     recorded = accepted.value
+    settled = await _settle(recorded["thread_id"], seconds)
 
     def answer() -> Schema:
         # Validated whole, in a thread (the resolvers read the database): a schema built
@@ -921,8 +910,7 @@ async def _after_wait(
             {**recorded, "thread": _thread_data(request, recorded["thread_id"])}
         )
 
-    settled, built = await _settle(recorded["thread_id"], seconds, answer)
-    return Status(200 if settled else 202, built)
+    return Status(200 if settled else 202, await sync_to_async(answer)())
 
 
 @api.get("/threads/{thread_id}", response={200: ThreadOut, 404: Problem}, tags=["threads"])
@@ -934,7 +922,7 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     with it instead of polling often."""
     thread = await sync_to_async(_thread_or_404)(request, thread_id)
     if params.wait:
-        return (await _settle(thread.pk, params.wait, lambda: _thread_out(request, thread.pk)))[1]
+        await _settle(thread.pk, params.wait)
     return await sync_to_async(_thread_out)(request, thread.pk)
 
 

@@ -255,34 +255,6 @@ def test_a_vote_with_wait_answers_at_once_with_the_thread_still_paused(
     assert len(body["thread"]["pending_interrupt"]["approvals"]) == 1
 
 
-def test_an_answer_whose_thread_has_settled_is_built_in_the_look_that_saw_it(
-    transactional_db, settings, reviewer, client, monkeypatch
-):
-    from portal import api as api_module
-
-    settings.PORTAL_POLICIES = {"*:*": {}, "refunds:tool_approval": {"approvals_required": 2}}
-    request = make_interrupt()
-    hops = []
-    real = api_module.sync_to_async
-
-    def counted(fn, *args, **kwargs):
-        hops.append(getattr(fn, "__name__", repr(fn)))
-        return real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(api_module, "sync_to_async", counted)
-    response = post(
-        api_for(client, reviewer),
-        f"/api/threads/{request.thread_id}/resume",
-        {"resume": {"approved": True}, "resume_interrupt_id": request.pk},
-        10,
-    )
-
-    assert response.status_code == 200, response.content
-    assert response.json()["thread"]["pending_interrupt"]["id"] == request.pk
-    # One hop records the vote; one looks, finds nothing queued and builds the answer.
-    assert len(hops) == 2, hops
-
-
 def test_refused_starts_and_answers_with_wait_are_refused_at_once_and_record_nothing(
     transactional_db, support_agent, reviewer, client
 ):
