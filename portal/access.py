@@ -26,6 +26,13 @@ def visible_threads(user: roles.User) -> QuerySet[Thread]:
     return Thread.objects.filter(owner=user)
 
 
+def can_see_thread(user: roles.User, thread: Thread) -> bool:
+    """Whether ``thread`` is among ``visible_threads(user)``, for a thread in hand."""
+    if not user.is_authenticated:
+        return False
+    return roles.can_view_all(user) or thread.owner_id == user.pk
+
+
 def _uuid_or_404(value: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(value))

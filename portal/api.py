@@ -31,13 +31,13 @@ import math
 import secrets
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Prefetch, Q, QuerySet, Window
+from django.db.models import F, Prefetch, Q, QuerySet, Window, prefetch_related_objects
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
@@ -90,6 +90,8 @@ WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
+# How precisely a token's last_used_at is kept: it is written when older than this.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
 
@@ -191,7 +193,11 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+            # At most one durable write per token and minute, not one per request: reads
+            # would otherwise each wait for the disk.
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user
@@ -664,21 +670,72 @@ class InterruptFilter(Schema):
 # --- endpoints -------------------------------------------------------------------------
 
 
-def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
+def _interrupt_relations() -> dict[str, Any]:
+    """What ``InterruptOut`` reads of an interrupt's related rows, by relation name."""
     votes = Approval.objects.select_related("reviewer").order_by("id")
     assignees = Assignment.objects.select_related("user", "group").order_by("created_at", "id")
     routed = RoutingEvent.objects.filter(
         action__in=[RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED]
     )
+    return {
+        "approvals": Prefetch("approvals", queryset=votes),
+        "assignments": Prefetch("assignments", queryset=assignees),
+        "routing_events": Prefetch("routing_events", queryset=routed),
+    }
+
+
+def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     return (
         Interrupt.objects.select_related("claimed_by")
-        .prefetch_related(
-            Prefetch("approvals", queryset=votes),
-            Prefetch("assignments", queryset=assignees),
-            Prefetch("routing_events", queryset=routed),
-        )
+        .prefetch_related(*_interrupt_relations().values())
         .filter(thread__in=access.visible_threads(user))
     )
+
+
+# A thread's pending request and whether it has any rows in each relation InterruptOut
+# reads. Written out, not built with the ORM: composing this query (three Exists and a
+# select_related) cost more CPU than the four queries it replaces.
+_PENDING_SQL = """
+SELECT i.*,
+  EXISTS (SELECT 1 FROM {approval} a WHERE a.interrupt_id = i.id) AS has_approvals,
+  EXISTS (SELECT 1 FROM {assignment} s WHERE s.interrupt_id = i.id) AS has_assignments,
+  EXISTS (
+    SELECT 1 FROM {routing} r WHERE r.interrupt_id = i.id AND r.action IN (%s, %s)
+  ) AS has_routing_events
+FROM {interrupt} i
+WHERE i.id = %s
+"""
+
+
+def _pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt | None:
+    """``thread``'s request ``interrupt_id`` as ``_visible_interrupts`` gives it, in one
+    query while it has no votes, assignees or reminders (most have none of the three): a
+    relation is read only when the row says it has some."""
+    if interrupt_id is None or not access.can_see_thread(user, thread):
+        return None
+    query = _PENDING_SQL.format(
+        approval=Approval._meta.db_table,
+        assignment=Assignment._meta.db_table,
+        routing=RoutingEvent._meta.db_table,
+        interrupt=Interrupt._meta.db_table,
+    )
+    actions = [RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED]
+    found = list(Interrupt.objects.raw(query, [*actions, str(interrupt_id)]))
+    if not found or found[0].thread_id != thread.pk:
+        return None
+    interrupt = found[0]
+    relations = _interrupt_relations()
+    cache = interrupt.__dict__.setdefault("_prefetched_objects_cache", {})
+    for name in relations:
+        if not getattr(interrupt, f"has_{name}"):
+            # As prefetch_related leaves a relation it found empty.
+            empty = getattr(interrupt, name).none()
+            empty._result_cache, empty._prefetch_done = [], True
+            cache[name] = empty
+    wanted = [p for name, p in relations.items() if getattr(interrupt, f"has_{name}")]
+    if wanted:
+        prefetch_related_objects([interrupt], *wanted)
+    return interrupt
 
 
 API_OFFSET_MAX = 1_000_000
@@ -881,7 +938,12 @@ def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
     pending = None
     if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
         pending_id = (snapshot.interrupt or {}).get("id")
-        pending = _visible_interrupts(_user(request)).filter(pk=pending_id).first()
+        pending = _pending_request(_user(request), thread, pending_id)
+        if pending is not None and pending.checkpoint_seq == snapshot.seq:
+            # The snapshot holds the messages up to the request's checkpoint already.
+            pending._latest_user_message = _first_user_words(  # type: ignore[attr-defined]
+                reversed(snapshot.messages)
+            )
     return {
         "id": str(thread.pk),
         "agent": thread.agent,

@@ -36,8 +36,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AnonymousUser, Permission
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import AnonymousUser, Group, Permission
 from django.contrib.auth.models import User as AuthUser
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
@@ -77,6 +80,47 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 }
 
 User = AuthUser | AnonymousUser
+
+
+# A user's own permissions and their groups', as "app_label.codename" parts. Written out:
+# Django's two ORM queries (or their union) cost more CPU to compose than to run, once
+# for every API request.
+_PERMISSIONS_SQL = """
+SELECT ct.app_label, p.codename
+FROM {permission} p JOIN {content_type} ct ON ct.id = p.content_type_id
+WHERE p.id IN (
+  SELECT up.permission_id FROM {user_permissions} up WHERE up.user_id = %s
+  UNION
+  SELECT gp.permission_id FROM {group_permissions} gp
+  JOIN {user_groups} ug ON ug.group_id = gp.group_id
+  WHERE ug.user_id = %s
+)
+"""
+
+
+class PermissionsBackend(ModelBackend):
+    """Django's ``ModelBackend``, reading a user's own and their groups' permissions in one
+    written-out query instead of two composed ones. Like it, it keeps them on the user
+    object, which is loaded for each request: a permission taken away holds from the next
+    request on."""
+
+    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        if user_obj.is_superuser or hasattr(user_obj, "_perm_cache"):
+            return super().get_all_permissions(user_obj, obj)
+        model = get_user_model()
+        query = _PERMISSIONS_SQL.format(
+            permission=Permission._meta.db_table,
+            content_type=ContentType._meta.db_table,
+            user_permissions=model.user_permissions.through._meta.db_table,
+            group_permissions=Group.permissions.through._meta.db_table,
+            user_groups=model.groups.through._meta.db_table,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(query, [user_obj.pk, user_obj.pk])
+            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in cursor.fetchall()}
+        return user_obj._perm_cache  # type: ignore[no-any-return]
 
 
 def _has(user: User, perm: str) -> bool:

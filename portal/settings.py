@@ -298,7 +298,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # many accounts' from one address, both stop at the limit until the cool-off has passed.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any check
-    "django.contrib.auth.backends.ModelBackend",
+    "portal.roles.PermissionsBackend",  # Django's ModelBackend, permissions in one query
 ]
 AXES_FAILURE_LIMIT = env_int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))

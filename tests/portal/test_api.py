@@ -287,7 +287,7 @@ def test_resuming_records_the_decision_and_answers_202(client, reviewer):
 
 # Statements one approval sends, from the token check to the answer (BEGIN and COMMIT
 # included): lower it when it falls, never raise it to make a change pass.
-APPROVAL_QUERIES = {"postgresql": 22, "sqlite": 18}
+APPROVAL_QUERIES = {"postgresql": 20, "sqlite": 16}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -309,6 +309,57 @@ def test_an_approval_through_the_api_sends_a_pinned_number_of_queries(client, re
     statements = [q["sql"] for q in sent.captured_queries]
     assert not [s for s in statements if "SAVEPOINT" in s], statements
     assert len(statements) <= APPROVAL_QUERIES[connection.vendor], "\n".join(statements)
+
+
+# Statements a paused thread's document sends (GET /api/threads/<id>, as the answer to a
+# start with ``wait``), the token check and the permission reads included.
+THREAD_DOCUMENT_QUERIES = 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_paused_threads_document_sends_a_pinned_number_of_queries(client, reviewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    interrupt = make_interrupt()
+    api = api_for(client, reviewer)
+    api.get("/api/interrupts")  # the first request's one-time costs are not the document's
+
+    with CaptureQueriesContext(connection) as sent:
+        response = api.get(f"/api/threads/{interrupt.thread_id}")
+
+    assert response.status_code == 200
+    assert response.json()["pending_interrupt"]["id"] == interrupt.pk
+    statements = [q["sql"] for q in sent.captured_queries]
+    assert len(statements) <= THREAD_DOCUMENT_QUERIES, "\n".join(statements)
+
+
+def test_a_threads_pending_request_is_the_request_as_its_own_endpoint_shows_it(
+    client, reviewer, auditor
+):
+    from django.contrib.auth.models import Group
+
+    from portal.decisions import interrupt_claim
+    from portal.models import Approval, Assignment, RoutingEvent
+
+    plain, busy = make_interrupt(), make_interrupt()
+    interrupt_claim(interrupt=busy, user=reviewer)
+    Approval.objects.create(interrupt=busy, reviewer=auditor, outcome="approved")
+    Assignment.objects.create(interrupt=busy, user=reviewer, source="interrupt")
+    Assignment.objects.create(
+        interrupt=busy, group=Group.objects.create(name="leads"), source="escalation"
+    )
+    for action in ("assigned", "reminded", "escalated"):
+        RoutingEvent.objects.create(interrupt=busy, action=action)
+    api = api_for(client, reviewer)
+
+    for request in (plain, busy):
+        thread = api.get(f"/api/threads/{request.thread_id}").json()
+        alone = api.get(f"/api/interrupts/{request.pk}").json()
+        assert thread["pending_interrupt"] == alone
+    assert alone["claimed_by"] == reviewer.username and alone["user_message"]
+    assert len(alone["approvals"]) == 1 and len(alone["assigned_to"]) == 2
+    assert alone["reminded_at"] and alone["escalated_at"]
 
 
 @pytest.mark.parametrize("persona", ["auditor", "support_agent"])

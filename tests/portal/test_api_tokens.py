@@ -114,6 +114,32 @@ def test_the_admin_lists_tokens_with_their_name_scopes_and_expiry(client, admin_
 # --- scopes ------------------------------------------------------------------------------
 
 
+def test_a_tokens_last_use_is_written_at_most_once_a_minute_and_is_never_older(client, reviewer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    row, token = api_token_create(user=reviewer)
+    assert get(client, token).status_code == 200
+    row.refresh_from_db()
+    first = row.last_used_at
+    assert first is not None
+
+    # Within the minute: read-only requests write nothing.
+    with CaptureQueriesContext(connection) as queries:
+        assert get(client, token).status_code == 200
+        assert get(client, token).status_code == 200
+    assert not [q for q in queries if q["sql"].startswith("UPDATE")], queries.captured_queries
+    row.refresh_from_db()
+    assert row.last_used_at == first
+
+    # Once the recorded use is a minute old, the next request records itself.
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=first - timedelta(seconds=61))
+    asked = timezone.now()
+    assert get(client, token).status_code == 200
+    row.refresh_from_db()
+    assert row.last_used_at >= asked
+
+
 def test_a_token_without_the_read_scope_is_403_naming_it(client, reviewer):
     interrupt = make_interrupt()
     _, token = api_token_create(user=reviewer, scopes=["decide"])
