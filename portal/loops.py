@@ -4,7 +4,9 @@ the web process (the one-command demo)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -101,16 +103,38 @@ def run_as_command(
 ) -> int:
     """Run ``loop`` until SIGTERM or SIGINT (which let it finish ``finishing`` first);
     prints "<kind> <name> ready" once it is. Returns what ``run_forever`` returns."""
+    # A handler runs in the main thread between two bytecodes, possibly while that thread
+    # holds the lock of the Event that ``stop()`` sets (the loop clears and waits on it
+    # many times a second): calling ``stop()`` there would wait for ever on its own
+    # thread. So the handler only writes a byte to a pipe, which takes no lock, and a
+    # thread of its own reads it and stops the loop.
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
 
-    def stop(signum: int, frame: Any) -> None:
-        command.stderr.write(f"{kind} {loop.name}: stopping after {finishing}")
-        loop.stop()
+    def on_signal(signum: int, frame: Any) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe: a stop is already on its way
+            os.write(write_end, b"\0")
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    command.stdout.write(f"{kind} {loop.name} ready", ending="\n")
-    command.stdout.flush()
-    return loop.run_forever(once=once)
+    def stop_when_signalled() -> None:
+        try:
+            if os.read(read_end, 1):  # b"" is the pipe closed: the loop ended on its own
+                command.stderr.write(f"{kind} {loop.name}: stopping after {finishing}")
+                loop.stop()
+        finally:
+            os.close(read_end)
+
+    threading.Thread(target=stop_when_signalled, name=f"{kind}-signals", daemon=True).start()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, on_signal) for signum in signals}
+    try:
+        command.stdout.write(f"{kind} {loop.name} ready", ending="\n")
+        command.stdout.flush()
+        return loop.run_forever(once=once)
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not installed from Python, nothing to put back
+                signal.signal(signum, handler)
+        os.close(write_end)
 
 
 class Embedded(Generic[L]):
