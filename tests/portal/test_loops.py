@@ -40,13 +40,14 @@ def test_a_stop_signal_that_lands_while_the_loop_holds_its_wake_lock_still_stops
         return run_forever(once=once)
 
     loop.run_forever = signalled_then_run
-    command = BaseCommand(stdout=io.StringIO(), stderr=io.StringIO())
+    out, err = io.StringIO(), io.StringIO()
+    command = BaseCommand(stdout=out, stderr=err)
     before = signal.getsignal(signal.SIGTERM)
 
     loops.run_as_command(command, loop, kind="loop", once=False, finishing="this round")
 
     assert loop.stopping.is_set()
-    assert "stopping after this round" in command.stderr._out.getvalue()  # type: ignore[attr-defined]
-    assert f"loop {loop.name} ready" in command.stdout._out.getvalue()  # type: ignore[attr-defined]
+    assert "stopping after this round" in err.getvalue()
+    assert f"loop {loop.name} ready" in out.getvalue()
     # The process's own handlers are back once the loop has ended.
     assert signal.getsignal(signal.SIGTERM) is before
