@@ -22,7 +22,8 @@ while the API takes a burst of starts and then of approvals from 20 clients, and
 burst is timed while the workers drain it alone.
 
 Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
-profile`` samples our web process and workers with py-spy during a 20-client batch.
+profile`` samples our web process and workers with py-spy during a 20-client batch;
+``-m bench.e2e servers`` runs ours behind daphne and behind uvicorn side by side.
 PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (names end in
 ``BENCH_E2E_DB_SUFFIX``; dropped and created anew
 each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
@@ -115,6 +116,32 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 # --- ours -----------------------------------------------------------------------------------
 
+# The web process's command, given its port. Both log warnings only, no access log, as the
+# peer's uvicorn runs.
+DAPHNE = ("daphne", lambda port: ["-v", "0", "-b", "127.0.0.1", "-p", str(port)])
+UVICORN = (
+    "uvicorn",
+    lambda port: [
+        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
+        *("--log-level", "warning", "--lifespan", "off"),
+    ],
+)
+
+
+def _web(server: tuple[str, Any]) -> tuple[int, subprocess.Popen[bytes]]:
+    """One web process serving ``portal.asgi`` under ``server`` (``DAPHNE`` or
+    ``UVICORN``) on a free port."""
+    name, arguments = server
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / name), *arguments(port), "portal.asgi:application"],
+        cwd=ROOT,
+        env=_ours_env(),
+        stdout=(LOGS / f"ours-{name}.log").open("a"),
+        stderr=subprocess.STDOUT,
+    )
+    return port, proc
+
 
 def _ours_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("SQLITE_PATH", "TEST_DB_SUFFIX")}
@@ -168,28 +195,11 @@ class Ours:
 
     def __init__(self, workers: int, tokens: dict[str, str]) -> None:
         LOGS.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.support = {"Authorization": f"Bearer {tokens['support']}"}
         self.reviewer = {"Authorization": f"Bearer {tokens['reviewer']}"}
         env = _ours_env()
-        self.web = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "daphne"),
-                # Warnings only, no access log: as the peer's uvicorn runs.
-                "-v",
-                "0",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "portal.asgi:application",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=(LOGS / "ours-web.log").open("a"),
-            stderr=subprocess.STDOUT,
-        )
+        self.port, self.web = _web(DAPHNE)
+        self.base = f"http://127.0.0.1:{self.port}"
         self.workers = []
         for k in range(workers):
             log = LOGS / f"ours-worker-{k}.log"
@@ -975,6 +985,94 @@ def _prepare() -> dict[str, str]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
+# --- ours under daphne and under uvicorn ---------------------------------------------------
+
+
+def servers() -> None:
+    """Ours alone, the same workers and database behind two web processes, daphne and
+    uvicorn, batches alternating: what the ASGI server itself costs a user."""
+    import copy
+
+    load = os.getloadavg()
+    tokens = _prepare()
+    workers = min(WORKERS)
+    ours = Ours(workers, tokens)
+    ours.name = "daphne"
+    other = copy.copy(ours)
+    other.name = "uvicorn"
+    other.port, other.web = _web(UVICORN)
+    other.base = f"http://127.0.0.1:{other.port}"
+    batches: list[Batch] = []
+    apart: dict[str, list[dict[str, Any]]] = {"daphne": [], "uvicorn": []}
+    try:
+        _wait_http(other.base + "/healthz", other.web, seconds=STARTUP_SECONDS)
+        for side in (ours, other):
+            run_batch(side, workers, 1, 3)  # warm-up, not reported
+        for rnd in range(ROUNDS):
+            sides = [ours, other] if rnd % 2 == 0 else [other, ours]
+            for clients, total in ((1, CYCLES_ONE), (MANY, CYCLES_MANY)):
+                for side in sides:
+                    batches.append(run_batch(side, workers, clients, total))
+            for side in sides:
+                apart[side.name].append(tiers_apart(side, workers))
+    finally:
+        _stop([other.web])
+        ours.stop()
+    rows = []
+    for name in ("daphne", "uvicorn"):
+        for clients in (1, MANY):
+            b = _merge([x for x in batches if x.side == name and x.clients == clients])
+            rows.append(
+                [
+                    name,
+                    clients,
+                    len(b.done),
+                    percentile(b.paused, 50) * 1000,
+                    percentile(b.paused, 95) * 1000,
+                    percentile(b.done, 50) * 1000,
+                    percentile(b.done, 95) * 1000,
+                    b.cycles_per_second,
+                    len(b.errors),
+                ]
+            )
+    apart_rows = [
+        [name, r["n"], r["starts_per_s"], r["approvals_per_s"], len(r["errors"])]
+        for name in ("daphne", "uvicorn")
+        for r in apart[name]
+    ]
+    body = "\n\n".join(
+        [
+            "Command: `.venv-bench/bin/python -m bench.e2e servers`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            f"Ours alone: the same {workers} worker{'s' if workers != 1 else ''}, database "
+            "and client as above, behind "
+            "two web processes serving `portal.asgi` at once, daphne (as deployed) and "
+            "uvicorn (with uvloop and httptools, as the peer runs), their batches "
+            f"alternating over {ROUNDS} rounds ({CYCLES_ONE} cycles with one client, "
+            f"{CYCLES_MANY} with {MANY}); then for each, {BURST} starts and approvals "
+            "through it with the workers stopped.",
+            table(
+                [
+                    "server",
+                    "clients",
+                    "cycles",
+                    "start->paused p50 ms",
+                    "p95 ms",
+                    "resume->done p50 ms",
+                    "p95 ms",
+                    "cycles/s",
+                    "errors",
+                ],
+                rows,
+            ),
+            table(["server", "threads", "starts/s", "approvals/s", "errors"], apart_rows),
+        ]
+    )
+    title = "End to end: the ASGI server, daphne against uvicorn"
+    print(body)
+    write_section("e2e-servers", title, body)
+
+
 # --- entry ----------------------------------------------------------------------------------
 
 
@@ -1011,5 +1109,7 @@ if __name__ == "__main__":
         profile()
     elif sys.argv[1:] == ["profile-report"]:
         print_profile()
+    elif sys.argv[1:] == ["servers"]:
+        servers()
     else:
         main()
