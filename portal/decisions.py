@@ -237,7 +237,15 @@ def _validate(schema: Any, value: Any, note: str) -> None:
 
 def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
     """Arguments of the tool call an in-tool ``interrupt()`` belongs to, from the thread's
-    checkpoints (newest first: the call is in the step that paused or just before)."""
+    checkpoints (newest first: the call is in the step that paused or just before). The
+    question about a call a crash cut short names the arguments the call ran with, which
+    an approval's edit may have changed from the model's, and those are what a "retry"
+    runs again."""
+    asked = interrupt.value if isinstance(interrupt.value, dict) else {}
+    call = asked.get("tool_call")
+    ran_with = call.get("arguments") if isinstance(call, dict) else None
+    if interrupt.reason == OUTCOME_REASON and isinstance(ran_with, dict):
+        return ran_with
     steps = Checkpoint.objects.filter(
         thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
     )

@@ -53,6 +53,37 @@ def test_a_call_marked_failed_is_recorded_as_rejected_with_nothing_executed(
     assert decision.executed_args == (args if executed else None)
 
 
+@pytest.mark.parametrize(
+    ("outcome", "executed"), [("confirm", True), ("retry", True), ("fail", False)]
+)
+@pytest.mark.django_db
+def test_an_answer_about_a_call_records_the_arguments_it_ran_with_not_the_models(
+    reviewer, outcome, executed
+):
+    # The model asked for 42.50; a reviewer's edit made it 10.00 before the crash.
+    ran_with = {"order_id": "A-1001", "amount": 10.0}
+    request = make_interrupt(
+        reason=OUTCOME_REASON,
+        schema=OUTCOME_SCHEMA,
+        value={
+            "tool_call": {"id": "x", "name": "issue_refund", "arguments": ran_with},
+            "key": "k",
+        },
+        message="Refund $10.00 for order A-1001 may already have taken effect",
+    )
+    decision = decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"outcome": outcome},
+        resume_interrupt_id=request.pk,
+    )
+    args = {request.tool_call_id: ran_with}
+    assert decision.original_args == args
+    assert decision.executed_args == (args if executed else None)
+    # Nobody edited anything in this answer.
+    assert decision.outcome != Decision.Outcome.EDITED
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_write_before_a_tool_call_names_it_and_waits_for_the_disk(monkeypatch):
