@@ -18,6 +18,7 @@ import json
 import re
 import types
 import typing
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, overload
@@ -404,6 +405,9 @@ class ToolNode:
             return []
         last = state.context[index]
         answered = {m.tool_call_id for m in state.context[index + 1 :] if m.role == "tool"}
+        # Calls that share an id would share their key and their in-flight record: none
+        # of them runs.
+        ids = Counter(raw_call.get("id", "") for raw_call in last.tools_calls or [])
         calls = []
         for raw_call in last.tools_calls or []:
             call_id = raw_call.get("id", "")
@@ -419,6 +423,11 @@ class ToolNode:
             if problem is None and not isinstance(args, dict):
                 problem = f"arguments for {name!r} must be a JSON object, got {type(args).__name__}"
                 args = None
+            if problem is None and ids[call_id] > 1:
+                problem = (
+                    f"the model gave {ids[call_id]} calls the id {call_id!r} in one turn; each "
+                    "call needs an id of its own, so none of them was run"
+                )
             calls.append(_Call(call_id, name, raw, args, problem, last.id))
         return calls
 

@@ -266,6 +266,57 @@ async def test_a_high_risk_call_cut_short_is_asked_about_not_approved_again(stor
     assert paid == ["Bo"]
 
 
+async def test_the_question_about_an_edited_call_names_its_edit_and_a_retry_runs_it(store, config):
+    paid: list[float] = []
+
+    @tool(high_risk=True)
+    def refund(order_id: str, amount: float) -> str:
+        """Refund an order."""
+        paid.append(amount)
+        if len(paid) == 1:
+            raise ProcessDied
+        return "refunded"
+
+    def graph(*turns: Any) -> Any:
+        return ReactAgent(FakeModel(*turns), tools=[refund]).compile(checkpointer=store)
+
+    asked = call(("refund", {"order_id": "A-1", "amount": 42.5}))
+    out = await graph(asked).ainvoke(user("refund A-1"), config, PARTIAL)
+    edit = {"type": "edit", "args": {"call_1": {"order_id": "A-1", "amount": 10.0}}}
+    with pytest.raises(ProcessDied):
+        await graph().ainvoke(
+            {"resume": edit, "resume_interrupt_id": out["interrupt"]["id"]}, config
+        )
+    out = await graph().ainvoke({"messages": []}, config, PARTIAL)
+    question = out["interrupt"]
+    assert question["reason"] == OUTCOME_REASON
+    # What the portal records as the call's arguments when this question is answered.
+    assert question["value"]["tool_call"]["arguments"] == {"order_id": "A-1", "amount": 10.0}
+    await graph(say("ok")).ainvoke(
+        {"resume": {"outcome": "retry"}, "resume_interrupt_id": question["id"]}, config
+    )
+    assert paid == [10.0, 10.0]
+
+
+async def test_calls_that_share_an_id_in_one_turn_are_not_run(store, config):
+    # Their idempotency keys and in-flight records would be one: a deduplicating target
+    # would drop the second refund, and a crash in it would go unasked.
+    bank = Bank(dedup=True)
+    turn = call(("issue_refund", {"order_id": "A-1"}), ("issue_refund", {"order_id": "B-2"}))
+    for raw in turn.tools_calls or []:
+        raw["id"] = "call_0"
+    out = (
+        await agent(bank, turn, say("ok"))
+        .compile(checkpointer=store)
+        .ainvoke(user("refund both"), config)
+    )
+    assert bank.paid == [] and bank.keys == []
+    results = [m for m in out["messages"] if m.role == "tool"]
+    assert len(results) == 2
+    assert all("2 calls the id 'call_0'" in m.content for m in results)
+    assert out["messages"][-1].content == "ok"
+
+
 async def test_a_tool_that_pauses_before_acting_is_not_left_in_flight(store, config):
     """Side effects come after interrupt(): a call that paused has not acted, and
     resuming it is a fresh start, not a question about its outcome."""
