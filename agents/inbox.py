@@ -152,15 +152,20 @@ def declared(schema: Any) -> Declared | None:
     request that declares no actions (an agent's own schema, a yes/no approval)."""
     if not isinstance(schema, dict) or schema.get("$comment") != MARKER:
         return None
-    kind = (schema.get("properties") or {}).get("type") or {}
-    actions = [a for a in kind.get("enum") or [] if a in RESPONSE_TYPES]
-    args, args_schema = None, None
-    for rule in schema.get("allOf") or []:
-        const = rule.get("if", {}).get("properties", {}).get("type", {}).get("const")
-        if const == "edit":
-            edit = dict(rule["then"]["properties"]["args"])
-            args = edit.pop("default", None)
-            args_schema = edit
+    # Read back only what ``response_schema`` builds: an agent's schema that merely
+    # carries the marker is an ordinary schema, whatever shape its parts have.
+    try:
+        actions = [a for a in schema["properties"]["type"]["enum"] if a in RESPONSE_TYPES]
+        args, args_schema = None, None
+        for rule in schema["allOf"]:
+            if rule["if"]["properties"]["type"]["const"] == "edit":
+                edit = dict(rule["then"]["properties"]["args"])
+                args = edit.pop("default", None)
+                args_schema = edit
+        if schema != response_schema(actions, args=args, args_schema=args_schema):
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
     return Declared(actions, args if isinstance(args, dict) else None, args_schema)
 
 

@@ -380,3 +380,39 @@ def test_the_thread_history_and_metrics_pages_name_each_outcome_in_words(
     for page in (thread, history, metrics_page):
         assert "Answered in words instead" in page
     assert ">responded<" not in thread + history + metrics_page
+
+
+@pytest.mark.django_db
+def test_a_schema_that_only_carries_the_marker_is_decided_and_expired_as_any_other(
+    client, reviewer
+):
+    from portal.decisions import decision_submit, interrupts_expire
+    from portal.models import Interrupt
+
+    # An agent's own schema with the marker on it, but not the shape the runtime builds.
+    spoofed = make_interrupt(
+        schema={
+            "$comment": inbox.MARKER,
+            "type": "object",
+            "properties": {"approved": {"type": "boolean"}},
+            "allOf": [True],
+        }
+    )
+    client.force_login(reviewer)
+    page = client.get(reverse("interrupt_detail", args=[spoofed.pk]))
+    assert page.status_code == 200
+    answered = make_interrupt(schema=spoofed.response_schema)
+    decision = decision_submit(
+        interrupt=answered,
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=answered.pk,
+    )
+    assert decision.outcome == Decision.Outcome.APPROVED
+    other = make_interrupt()
+    overdue = timezone.now() - timedelta(seconds=5)
+    Interrupt.objects.filter(pk__in=[spoofed.pk, other.pk]).update(expires_at=overdue)
+    interrupts_expire()
+    assert set(
+        Interrupt.objects.filter(pk__in=[spoofed.pk, other.pk]).values_list("status", flat=True)
+    ) == {Interrupt.Status.EXPIRED}
