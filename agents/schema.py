@@ -47,6 +47,12 @@ __all__ = [
 
 MAX_DEPTH = 64
 MAX_SCHEMA_BYTES = 64 * 1024
+# The most subschemas one value may be checked against in one place, references
+# followed: each "allOf" of two references to the next definition doubles it, so a small
+# schema could otherwise make checking one answer take hours.
+MAX_APPLIED = 256
+# Keywords whose subschemas apply to the value itself, not to its members or items.
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
 
 # Keywords whose values are data, not subschemas: a "$ref" or "pattern" inside them is text.
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
@@ -271,6 +277,84 @@ def _structure_problem(schema: Any) -> str | None:
             "$: unevaluatedProperties cannot be combined with patternProperties; use "
             "additionalProperties instead"
         )
+    return _applied_problem(schema)
+
+
+def _applied_problem(schema: Any) -> str | None:
+    """Why one value would be checked against too many subschemas at once (a reference
+    cycle, or more than ``MAX_APPLIED``), or None. Subschemas that apply to a value's
+    members or items descend into the value, so only those applying in place add up."""
+    anchors: dict[str, list[tuple[Any, Any]]] = {}
+    located = list(_walk(schema))
+    for _parts, item, resolver in located:
+        if isinstance(item.get("$dynamicAnchor"), str):
+            anchors.setdefault(item["$dynamicAnchor"], []).append((item, resolver))
+
+    def in_place(item: dict[str, Any], resolver: Any) -> list[tuple[Any, Any]]:
+        found: list[tuple[Any, Any]] = []
+        for keyword in _IN_PLACE:
+            value = item.get(keyword)
+            if keyword == "dependentSchemas" and isinstance(value, dict):
+                kids = list(value.values())
+            else:
+                kids = value if isinstance(value, list) else [value]
+            for kid in kids:
+                if not isinstance(kid, dict):
+                    continue
+                if isinstance(kid.get("$id"), str):
+                    kid_resolver = resolver.in_subresource(DRAFT202012.create_resource(kid))
+                    found.append((kid, kid_resolver))
+                else:
+                    found.append((kid, resolver))
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = item.get(keyword)
+            if not isinstance(ref, str):
+                continue
+            try:
+                target = resolver.lookup(ref)
+            except (Unresolvable, CannotDetermineSpecification):
+                continue  # refused by _structure_problem where the agent wrote it
+            found.append((target.contents, target.resolver))
+            if keyword == "$dynamicRef" and "#" in ref:
+                found += anchors.get(ref.rsplit("#", 1)[1], [])
+        return found
+
+    sizes: dict[int, int] = {}
+    for parts, start, start_resolver in located:
+        if id(start) in sizes:
+            continue
+        on_path = {id(start)}
+        # Depth first, without recursion: [subschema, resolver, what it applies, next, size].
+        stack: list[list[Any]] = [[start, start_resolver, None, 0, 1]]
+        while stack:
+            frame = stack[-1]
+            if frame[2] is None:
+                frame[2] = in_place(frame[0], frame[1]) if isinstance(frame[0], dict) else []
+            if frame[3] < len(frame[2]):
+                kid, kid_resolver = frame[2][frame[3]]
+                frame[3] += 1
+                if id(kid) in sizes:
+                    frame[4] += sizes[id(kid)]
+                elif id(kid) in on_path:
+                    return (
+                        f"{_path(parts)}: its references lead back to where they start, so "
+                        "checking a value against it would never end"
+                    )
+                else:
+                    on_path.add(id(kid))
+                    stack.append([kid, kid_resolver, None, 0, 1])
+            else:
+                stack.pop()
+                on_path.discard(id(frame[0]))
+                sizes[id(frame[0])] = frame[4]
+                if stack:
+                    stack[-1][4] += frame[4]
+            if stack and stack[-1][4] > MAX_APPLIED:
+                return (
+                    f"{_path(parts)}: a value would be checked against more than "
+                    f"{MAX_APPLIED} subschemas at once when its references are followed; "
+                    "refer to each definition fewer times"
+                )
     return None
 
 

@@ -3,6 +3,7 @@ and without backtracking regular expressions."""
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,14 @@ from agents import (
     interrupt,
 )
 from agents.interrupt import validate_resume
-from agents.schema import MAX_DEPTH, MAX_SCHEMA_BYTES, json_problem, loads, schema_problem
+from agents.schema import (
+    MAX_APPLIED,
+    MAX_DEPTH,
+    MAX_SCHEMA_BYTES,
+    json_problem,
+    loads,
+    schema_problem,
+)
 from tests.loopback import CountingServer
 
 from .conftest import FakeModel, call, say, user
@@ -132,6 +140,16 @@ def _deep_schema(levels: int) -> dict:
     return schema
 
 
+def _doubling_schema(levels: int) -> dict[str, Any]:
+    """Each definition applies the next one twice: 2**levels checks of one value."""
+    defs: dict[str, Any] = {
+        f"d{k}": {"allOf": [{"$ref": f"#/$defs/d{k + 1}"}, {"$ref": f"#/$defs/d{k + 1}"}]}
+        for k in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "object"}
+    return {"$defs": defs, "type": "object", "properties": {"x": {"$ref": "#/$defs/d0"}}}
+
+
 @pytest.mark.parametrize(
     ("schema", "problem"),
     [
@@ -153,6 +171,15 @@ def _deep_schema(levels: int) -> dict:
             "cannot be combined with patternProperties",
         ),
         ("a string", "must be a JSON object"),
+        ({"$ref": "#"}, "lead back to where they start"),
+        (
+            {
+                "$defs": {"a": {"$dynamicAnchor": "m", "not": {"$dynamicRef": "#m"}}},
+                "$ref": "#/$defs/a",
+            },
+            "lead back to where they start",
+        ),
+        (_doubling_schema(40), f"more than {MAX_APPLIED} subschemas at once"),
     ],
 )
 def test_a_schema_that_is_unsafe_or_broken_is_refused_with_a_reason(schema, problem):
@@ -168,6 +195,12 @@ def test_a_schema_that_is_unsafe_or_broken_is_refused_with_a_reason(schema, prob
         {"const": {"$ref": "http://127.0.0.1:9/"}},  # data, not a reference
         _deep_schema(MAX_DEPTH // 2 - 1),
         {"type": "string", "pattern": CATASTROPHIC},  # RE2 compiles it; it never backtracks
+        _doubling_schema(4),
+        # A tree: the reference descends into the value's items, so it ends with the value.
+        {
+            "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            "$ref": "#/$defs/node",
+        },
     ],
 )
 def test_a_sound_schema_passes_the_check(schema):
