@@ -121,6 +121,14 @@ class _DecisionClash(Exception):
     """The decision's insert broke a unique constraint: the request has one already."""
 
 
+class _Overdue(Exception):
+    """The request's deadline passed before the answer came; the expiry declines it."""
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__(at)
+        self.at = at
+
+
 def _when(moment: datetime | None) -> str:
     if moment is None:
         return "an unknown time"
@@ -433,6 +441,8 @@ def decision_submit(
                 raise ThreadNotPaused(f"There is no request {pk}.") from None
             if locked.status != Interrupt.Status.PENDING:
                 raise _already_decided(locked)
+            if locked.expires_at is not None and locked.expires_at <= timezone.now():
+                raise _Overdue(locked.expires_at)
             if resume_interrupt_id != locked.pk:
                 raise StaleDecision(
                     f"This answer names request {resume_interrupt_id!r}, not {locked.pk!r}. "
@@ -478,6 +488,13 @@ def decision_submit(
             broadcast.queue_change_on_commit(locked)
     except _DecisionClash:
         raise _already_decided(Interrupt.objects.get(pk=pk)) from None
+    except _Overdue as overdue:
+        # Declined now, as the worker's next sweep would, rather than left for it.
+        interrupts_expire()
+        raise StaleDecision(
+            f"This request's deadline passed at {_when(overdue.at)}, before your answer "
+            "came: it is declined as expired. Nothing was recorded."
+        ) from None
     # The queued run, for callers that report it (the API answers with its id).
     decision.resume_run = run  # type: ignore[attr-defined]
     if isinstance(interrupt, Interrupt):

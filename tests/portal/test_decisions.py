@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from portal.decisions import (
     AlreadyDecided,
@@ -349,3 +352,22 @@ def test_nothing_is_written_when_queueing_the_resume_fails(reviewer, monkeypatch
     interrupt.refresh_from_db()
     assert interrupt.status == Interrupt.Status.PENDING
     assert Thread.objects.get(pk=interrupt.thread_id).status == Thread.Status.INTERRUPTED
+
+
+@pytest.mark.django_db
+def test_an_answer_after_the_deadline_is_refused_and_the_request_expires(reviewer):
+    request = make_interrupt()
+    deadline = timezone.now() - timedelta(seconds=1)
+    Interrupt.objects.filter(pk=request.pk).update(expires_at=deadline)
+    request.refresh_from_db()
+    with pytest.raises(StaleDecision, match="deadline passed") as refused:
+        decision_submit(
+            interrupt=request,
+            reviewer=reviewer,
+            value={"approved": True},
+            resume_interrupt_id=request.pk,
+        )
+    assert "Nothing was recorded" in str(refused.value)
+    request.refresh_from_db()
+    assert request.status == Interrupt.Status.EXPIRED
+    assert request.decision.outcome == Decision.Outcome.EXPIRED
