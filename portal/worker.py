@@ -98,9 +98,11 @@ HEARD_SECONDS = 0.5
 # An outcome that is not the run's: the worker lost its database connection mid-run and
 # gives the run back (its lease ends now; a worker continues it from its last checkpoint).
 RELEASE = "release"
+# Given back (RELEASE) rather than failed: the heartbeat may only have lost touch with
+# the database, and then the run is still this worker's to give back.
 LEASE_LOST = (
-    "stopped: this worker's lease expired and another worker took the run over; that "
-    "worker's outcome is the one recorded"
+    "stopped: this worker could not renew its lease, so another worker may have taken the "
+    "run over; the run goes on from its last checkpoint"
 )
 
 
@@ -507,7 +509,7 @@ class Worker:
         try:
             if native is not None:
                 if self._lease_lost:  # lost before the graph even started
-                    return Outcome(Run.Status.FAILED, LEASE_LOST)
+                    return Outcome(RELEASE, LEASE_LOST)
                 loop = self._event_loop()
                 self._running = loop.create_task(_stream(graph, payload, config, thread.pk))
                 if self._lease_lost:  # lost between the check above and now
@@ -516,7 +518,7 @@ class Worker:
                     paused = loop.run_until_complete(self._running)
                 except asyncio.CancelledError:
                     if self._lease_lost:
-                        return Outcome(Run.Status.FAILED, LEASE_LOST)
+                        return Outcome(RELEASE, LEASE_LOST)
                     return Outcome(Run.Status.FAILED, "the run was cancelled inside the graph")
                 finally:
                     self._running = None

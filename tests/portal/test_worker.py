@@ -352,7 +352,7 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
 
     from django.db import connections
 
-    from portal.worker import LEASE_LOST
+    from portal.worker import LEASE_LOST, RELEASE
 
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
@@ -378,12 +378,56 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
     runner.join(timeout=10)
     assert not runner.is_alive()
 
-    assert outcome["run"].status == Run.Status.FAILED and outcome["run"].error == LEASE_LOST
+    assert (outcome["run"].status, outcome["run"].error) == (RELEASE, LEASE_LOST)
     assert read_effects(effects, "slow_finished") == []  # stopped inside the slow step
     assert read_effects(effects, "fast") == [str(thread.pk)]
     run.refresh_from_db()
     # The loser recorded nothing: the run is the thief's to finish.
     assert (run.status, run.lease_owner) == (Run.Status.RUNNING, "thief")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_fails_it(
+    support_agent, effects, monkeypatch
+):
+    import threading
+    import time
+
+    from django.db import connections
+
+    from portal import worker as worker_module
+
+    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    worker = Worker(name="hiccup", lease_seconds=0.6)  # heartbeat every 0.2 s
+    claimed = worker.claim()
+    unreachable = threading.Event()
+    renew = worker_module._lease_until
+
+    def lease_until(seconds: float):
+        # Only the heartbeat's renewals fail, as when its own connection cannot be made.
+        if unreachable.is_set() and threading.current_thread().name.startswith("heartbeat-"):
+            raise ConnectionError("the database cannot be reached")
+        return renew(seconds)
+
+    monkeypatch.setattr(worker_module, "_lease_until", lease_until)
+    runner = threading.Thread(target=lambda: (worker.execute(claimed), worker._close_loop()))
+    runner.start()
+    wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
+    unreachable.set()
+    time.sleep(1.2)  # two leases of failed renewals; nobody takes the run over
+    unreachable.clear()
+    (effects / "release").touch()
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    connections.close_all()
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.lease_owner == "hiccup"
+    assert thread.status != Thread.Status.FAILED
+    # Given back: the next worker takes it up from its last checkpoint.
+    assert Worker(name="next").claim().pk == run.pk
 
 
 def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypatch):
