@@ -240,6 +240,13 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
     who = _user_or_none(user)
     now = timezone.now()
     with transaction.atomic():
+        # Row locks on its unfinished runs first: a worker finishing one locks the run,
+        # then the thread, and the opposite order here would deadlock with it.
+        list(
+            Run.objects.select_for_update(no_key=True)
+            .filter(thread_id=thread.pk, status__in=[Run.Status.QUEUED, Run.Status.RUNNING])
+            .values_list("pk", flat=True)
+        )
         # Row lock on the thread (NO KEY: a decision being recorded inserts a run that
         # references this row and must not wait for us while we wait for its request).
         # The races: a worker's next checkpoint write (its compare-and-swap updates this

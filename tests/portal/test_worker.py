@@ -666,3 +666,68 @@ def test_on_postgresql_a_run_costs_its_claim_and_its_finish_on_djangos_connectio
     assert len(queries) == 2, [q["sql"][:80] for q in queries.captured_queries]
     thread.refresh_from_db()
     assert thread.status == Thread.Status.INTERRUPTED
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status", [Run.Status.SUCCEEDED, Run.Status.FAILED])
+def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
+    support_agent, monkeypatch, status
+):
+    import threading
+    import time
+
+    from django.db import connection, connections
+
+    from portal import services as services_module
+    from portal.worker import Outcome
+
+    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    worker = Worker(name="finisher")
+    claimed = worker.claim()
+    assert claimed is not None
+    results: dict[str, str] = {}
+
+    def finish() -> None:
+        try:
+            worker._finish(claimed, Outcome(status, "boom" if status == Run.Status.FAILED else ""))
+            results["finish"] = "ok"
+        except Exception as exc:
+            results["finish"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            connections.close_all()
+
+    def waiting_on_a_lock() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    finisher = threading.Thread(target=finish)
+    interrupts = services_module.Interrupt
+
+    class FinishMeanwhile:
+        """The cancellation's first look at the thread's requests: it holds its row locks
+        by then, and the worker finishes the run meanwhile, until it waits for a lock."""
+
+        Status = interrupts.Status
+
+        @property
+        def objects(self):
+            if not finisher.is_alive() and "finish" not in results:
+                finisher.start()
+                deadline = time.monotonic() + 10
+                while not waiting_on_a_lock() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            return interrupts.objects
+
+    monkeypatch.setattr(services_module, "Interrupt", FinishMeanwhile())
+    services.thread_abort(thread=thread, user=support_agent)
+    finisher.join(timeout=20)
+
+    assert results == {"finish": "ok"}
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, thread.status) == (Run.Status.CANCELLED, Thread.Status.CANCELLED)
