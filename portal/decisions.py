@@ -21,6 +21,7 @@ Also here: claiming (``interrupt_claim``/``interrupt_unclaim``) and expiry
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,8 @@ from portal.models import (
     audit_record,
 )
 from portal.runs import notify_workers
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AlreadyDecided",
@@ -771,24 +774,36 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
     )
     recorded = []
     for pk in due:
-        with transaction.atomic():
-            # Row lock, skipping rows a reviewer is deciding right now: the expiry and a
-            # last-second decision race for the same request, and whoever locks first
-            # wins; the other sees it is no longer pending.
-            locked = (
-                Interrupt.objects.select_for_update(skip_locked=True, of=("self",))
-                .select_related("thread")
-                .filter(pk=pk, status=Interrupt.Status.PENDING)
-                .first()
-            )
-            if locked is None:
-                continue
-            try:
-                _check_pending_in_checkpoint(locked)
-            except DecisionRefused:
-                continue
-            recorded.append(_expire(locked, now, by=None))
+        try:
+            expired = _expire_due(pk, now)
+        except Exception:
+            # One request that cannot be expired (its agent's data, a bug) must not keep
+            # every overdue request after it pending: it is tried again next sweep.
+            log.exception("expiring request %s failed; the others go on", pk)
+            continue
+        if expired is not None:
+            recorded.append(expired)
     return recorded
+
+
+def _expire_due(pk: str, now: datetime) -> Decision | None:
+    with transaction.atomic():
+        # Row lock, skipping rows a reviewer is deciding right now: the expiry and a
+        # last-second decision race for the same request, and whoever locks first wins;
+        # the other sees it is no longer pending.
+        locked = (
+            Interrupt.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("thread")
+            .filter(pk=pk, status=Interrupt.Status.PENDING)
+            .first()
+        )
+        if locked is None:
+            return None
+        try:
+            _check_pending_in_checkpoint(locked)
+        except DecisionRefused:
+            return None
+        return _expire(locked, now, by=None)
 
 
 def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:

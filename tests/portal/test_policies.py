@@ -211,6 +211,27 @@ def test_an_overdue_request_is_resolved_as_expired_and_resumed_with_a_decline():
     assert run.input["resume_interrupt_id"] == interrupt.pk
 
 
+def test_a_request_that_cannot_be_expired_does_not_keep_the_others_pending(monkeypatch):
+    from portal import decisions
+
+    broken, other = make_interrupt(), make_interrupt()
+    expire(broken)
+    expire(other)
+    decline = decisions._decline_value
+
+    def failing_for_one(locked, now):
+        if locked.pk == broken.pk:
+            raise ValueError("this request's data cannot be read")
+        return decline(locked, now)
+
+    monkeypatch.setattr(decisions, "_decline_value", failing_for_one)
+    [decision] = interrupts_expire()
+
+    assert decision.interrupt_id == other.pk
+    broken.refresh_from_db()
+    assert broken.status == Interrupt.Status.PENDING  # tried again next sweep
+
+
 def test_an_overdue_tool_approval_with_typed_answers_is_declined_saying_it_expired():
     # A high-risk tool's approval, or a breakpoint's before the tools: the calls are
     # declined and the model is told why, as with a yes/no request.
