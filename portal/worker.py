@@ -404,15 +404,18 @@ class Worker:
             # Claimed once too often: this claim was not an attempt, and the run fails.
             run.attempts -= 1
             error = self._gave_up(run)
-            Run.objects.filter(pk=run.pk, lease_owner=self.name).update(
+            failed = Run.objects.filter(
+                pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING
+            ).update(
                 status=Run.Status.FAILED,
                 error=error,
                 attempts=run.attempts,
                 finished_at=timezone.now(),
                 lease_expires_at=None,
             )
-            run.status, run.error = Run.Status.FAILED, error
-            self._settle_thread(run, failed=True)
+            if failed:  # not if its thread was cancelled since the claim: it stays so
+                run.status, run.error = Run.Status.FAILED, error
+                self._settle_thread(run, failed=True)
         return None, run
 
     def _gave_up(self, run: Run) -> str:

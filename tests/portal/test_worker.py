@@ -155,6 +155,41 @@ def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent
     assert run.thread.status == Thread.Status.FAILED
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_gave_up_keeps_the_cancellation_that_came_after_its_claim(
+    support_agent, settings, monkeypatch
+):
+    import threading
+
+    from django.db import connections
+
+    from portal.models import Notification
+
+    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    workers_kept_dying(run, settings)
+    gave_up = Worker._gave_up
+
+    def cancelled_meanwhile(worker: Worker, claimed: Run) -> str:
+        # The user cancels the thread between the claim and the run's failure.
+        def cancel() -> None:
+            services.thread_abort(thread=thread, user=support_agent)
+            connections.close_all()
+
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        canceller.join(timeout=20)
+        return gave_up(worker, claimed)
+
+    monkeypatch.setattr(Worker, "_gave_up", cancelled_meanwhile)
+    assert Worker(name="late").claim() is None
+
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    assert (run.status, thread.status) == (Run.Status.CANCELLED, Thread.Status.CANCELLED)
+    assert not Notification.objects.filter(kind="run.failed").exists()
+
+
 def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
     support_agent, settings, effects
 ):
