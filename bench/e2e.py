@@ -417,6 +417,18 @@ class Batch:
     def cycles_per_second(self) -> float:
         return len(self.done) / self.seconds if self.seconds else float("nan")
 
+    def figures(self) -> list[object]:
+        """The cycles, then ``CYCLE_COLUMNS``."""
+        return [
+            len(self.done),
+            percentile(self.paused, 50) * 1000,
+            percentile(self.paused, 95) * 1000,
+            percentile(self.done, 50) * 1000,
+            percentile(self.done, 95) * 1000,
+            self.cycles_per_second,
+            len(self.errors),
+        ]
+
 
 async def _batch(
     side: Ours | Peer, clients: int, total: int
@@ -635,6 +647,17 @@ def _met(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
+# A batch's figures, as the tables show them after the columns that say which batch.
+CYCLE_COLUMNS = [
+    "start->paused p50 ms",
+    "p95 ms",
+    "resume->done p50 ms",
+    "p95 ms",
+    "cycles/s",
+    "errors",
+]
+
+
 def write_report(
     batches: list[Batch], apart: list[dict[str, Any]], load: tuple[float, float, float]
 ) -> None:
@@ -648,20 +671,7 @@ def write_report(
             for b in pair:
                 if b is None:
                     continue
-                rows.append(
-                    [
-                        b.side,
-                        workers,
-                        clients,
-                        len(b.done),
-                        percentile(b.paused, 50) * 1000,
-                        percentile(b.paused, 95) * 1000,
-                        percentile(b.done, 50) * 1000,
-                        percentile(b.done, 95) * 1000,
-                        b.cycles_per_second,
-                        len(b.errors),
-                    ]
-                )
+                rows.append([b.side, workers, clients, *b.figures()])
             ours, peer = pair
             if ours and peer:
                 ratio_rows.append(
@@ -779,23 +789,7 @@ client, {CYCLES_MANY} with {MANY} concurrent clients, each batch capped at
 {BATCH_SECONDS:.0f} s) after a warm-up of 3 cycles each. One asyncio client process
 (httpx, keep-alive connections).
 
-{
-        table(
-            [
-                "server",
-                "workers",
-                "clients",
-                "cycles",
-                "start->paused p50 ms",
-                "p95 ms",
-                "resume->done p50 ms",
-                "p95 ms",
-                "cycles/s",
-                "errors",
-            ],
-            rows,
-        )
-    }
+{table(["server", "workers", "clients", "cycles", *CYCLE_COLUMNS], rows)}
 
 Ratios, ours / the peer's (below 1 means ours is faster; for cycles/s above 1 means ours
 does more):
@@ -1022,19 +1016,7 @@ def servers() -> None:
     for name in ("daphne", "uvicorn"):
         for clients in (1, MANY):
             b = _merge([x for x in batches if x.side == name and x.clients == clients])
-            rows.append(
-                [
-                    name,
-                    clients,
-                    len(b.done),
-                    percentile(b.paused, 50) * 1000,
-                    percentile(b.paused, 95) * 1000,
-                    percentile(b.done, 50) * 1000,
-                    percentile(b.done, 95) * 1000,
-                    b.cycles_per_second,
-                    len(b.errors),
-                ]
-            )
+            rows.append([name, clients, *b.figures()])
     apart_rows = [
         [name, r["n"], r["starts_per_s"], r["approvals_per_s"], len(r["errors"])]
         for name in ("daphne", "uvicorn")
@@ -1051,20 +1033,7 @@ def servers() -> None:
             f"alternating over {ROUNDS} rounds ({CYCLES_ONE} cycles with one client, "
             f"{CYCLES_MANY} with {MANY}); then for each, {BURST} starts and approvals "
             "through it with the workers stopped.",
-            table(
-                [
-                    "server",
-                    "clients",
-                    "cycles",
-                    "start->paused p50 ms",
-                    "p95 ms",
-                    "resume->done p50 ms",
-                    "p95 ms",
-                    "cycles/s",
-                    "errors",
-                ],
-                rows,
-            ),
+            table(["server", "clients", "cycles", *CYCLE_COLUMNS], rows),
             table(["server", "threads", "starts/s", "approvals/s", "errors"], apart_rows),
         ]
     )

@@ -24,6 +24,23 @@ from tests.agents.conftest import FakeModel, call, say, user
 from tests.factories import make_interrupt
 
 
+def answer_question(reviewer: Any, outcome: str, tool_call: dict[str, Any]) -> tuple[Any, Any]:
+    """The question about ``tool_call`` a crash cut short, and ``reviewer``'s answer."""
+    request = make_interrupt(
+        reason=OUTCOME_REASON,
+        schema=OUTCOME_SCHEMA,
+        value={"tool_call": tool_call, "key": "k"},
+        message="issue_refund(...) may already have taken effect",
+    )
+    decision = decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"outcome": outcome},
+        resume_interrupt_id=request.pk,
+    )
+    return request, decision
+
+
 @pytest.mark.parametrize(
     ("outcome", "recorded", "executed"),
     [
@@ -36,18 +53,7 @@ from tests.factories import make_interrupt
 def test_a_call_marked_failed_is_recorded_as_rejected_with_nothing_executed(
     reviewer, outcome, recorded, executed
 ):
-    request = make_interrupt(
-        reason=OUTCOME_REASON,
-        schema=OUTCOME_SCHEMA,
-        value={"tool_call": {"id": "x", "name": "issue_refund"}, "key": "k"},
-        message="issue_refund(...) may already have taken effect",
-    )
-    decision = decision_submit(
-        interrupt=request,
-        reviewer=reviewer,
-        value={"outcome": outcome},
-        resume_interrupt_id=request.pk,
-    )
+    request, decision = answer_question(reviewer, outcome, {"id": "x", "name": "issue_refund"})
     args = {request.tool_call_id: {"order_id": "A-1001", "amount": 42.5}}
     assert (decision.outcome, decision.original_args) == (recorded, args)
     assert decision.executed_args == (args if executed else None)
@@ -62,21 +68,8 @@ def test_an_answer_about_a_call_records_the_arguments_it_ran_with_not_the_models
 ):
     # The model asked for 42.50; a reviewer's edit made it 10.00 before the crash.
     ran_with = {"order_id": "A-1001", "amount": 10.0}
-    request = make_interrupt(
-        reason=OUTCOME_REASON,
-        schema=OUTCOME_SCHEMA,
-        value={
-            "tool_call": {"id": "x", "name": "issue_refund", "arguments": ran_with},
-            "key": "k",
-        },
-        message="Refund $10.00 for order A-1001 may already have taken effect",
-    )
-    decision = decision_submit(
-        interrupt=request,
-        reviewer=reviewer,
-        value={"outcome": outcome},
-        resume_interrupt_id=request.pk,
-    )
+    call = {"id": "x", "name": "issue_refund", "arguments": ran_with}
+    request, decision = answer_question(reviewer, outcome, call)
     args = {request.tool_call_id: ran_with}
     assert decision.original_args == args
     assert decision.executed_args == (args if executed else None)
