@@ -286,6 +286,8 @@ def _applied_problem(schema: Any) -> str | None:
     members or items descend into the value, so only those applying in place add up."""
     anchors: dict[str, list[tuple[Any, Any]]] = {}
     located = list(_walk(schema))
+    # Each subschema's resolver, as its "$id"s along the way give it.
+    resolvers = {id(item): resolver for _parts, item, resolver in located}
     for _parts, item, resolver in located:
         if isinstance(item.get("$dynamicAnchor"), str):
             anchors.setdefault(item["$dynamicAnchor"], []).append((item, resolver))
@@ -298,14 +300,10 @@ def _applied_problem(schema: Any) -> str | None:
                 kids = list(value.values())
             else:
                 kids = value if isinstance(value, list) else [value]
-            for kid in kids:
-                if not isinstance(kid, dict):
-                    continue
-                if isinstance(kid.get("$id"), str):
-                    kid_resolver = resolver.in_subresource(DRAFT202012.create_resource(kid))
-                    found.append((kid, kid_resolver))
-                else:
-                    found.append((kid, resolver))
+            # Outside the schema (a bundled metaschema's parts), the parent's resolver.
+            found += [
+                (kid, resolvers.get(id(kid), resolver)) for kid in kids if isinstance(kid, dict)
+            ]
         for keyword in ("$ref", "$dynamicRef"):
             ref = item.get(keyword)
             if not isinstance(ref, str):

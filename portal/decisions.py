@@ -493,7 +493,7 @@ def decision_submit(
         raise _already_decided(Interrupt.objects.get(pk=pk)) from None
     except _Overdue as overdue:
         # Declined now, as the worker's next sweep would, rather than left for it.
-        interrupts_expire()
+        _expire_due(pk, timezone.now())
         raise StaleDecision(
             f"This request's deadline passed at {_when(overdue.at)}, before your answer "
             "came: it is declined as expired. Nothing was recorded."
@@ -772,38 +772,36 @@ def interrupts_expire(now: datetime | None = None) -> list[Decision]:
             status=Interrupt.Status.PENDING, expires_at__isnull=False, expires_at__lte=now
         ).values_list("pk", flat=True)
     )
-    recorded = []
-    for pk in due:
-        try:
-            expired = _expire_due(pk, now)
-        except Exception:
-            # One request that cannot be expired (its agent's data, a bug) must not keep
-            # every overdue request after it pending: it is tried again next sweep.
-            log.exception("expiring request %s failed; the others go on", pk)
-            continue
-        if expired is not None:
-            recorded.append(expired)
-    return recorded
+    recorded = [_expire_due(pk, now) for pk in due]
+    return [decision for decision in recorded if decision is not None]
 
 
 def _expire_due(pk: str, now: datetime) -> Decision | None:
-    with transaction.atomic():
-        # Row lock, skipping rows a reviewer is deciding right now: the expiry and a
-        # last-second decision race for the same request, and whoever locks first wins;
-        # the other sees it is no longer pending.
-        locked = (
-            Interrupt.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("thread")
-            .filter(pk=pk, status=Interrupt.Status.PENDING)
-            .first()
-        )
-        if locked is None:
-            return None
-        try:
-            _check_pending_in_checkpoint(locked)
-        except DecisionRefused:
-            return None
-        return _expire(locked, now, by=None)
+    """Expire the overdue request ``pk`` in a transaction of its own; None if it is no
+    longer pending, or could not be expired (logged, and tried again next sweep)."""
+    try:
+        with transaction.atomic():
+            # Row lock, skipping rows a reviewer is deciding right now: the expiry and a
+            # last-second decision race for the same request, and whoever locks first
+            # wins; the other sees it is no longer pending.
+            locked = (
+                Interrupt.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("thread")
+                .filter(pk=pk, status=Interrupt.Status.PENDING)
+                .first()
+            )
+            if locked is None:
+                return None
+            try:
+                _check_pending_in_checkpoint(locked)
+            except DecisionRefused:
+                return None
+            return _expire(locked, now, by=None)
+    except Exception:
+        # One request that cannot be expired (its agent's data, a bug) must not keep
+        # every overdue request after it pending.
+        log.exception("expiring request %s failed; the others go on", pk)
+        return None
 
 
 def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
