@@ -362,11 +362,16 @@ class _Run:
         self.status, self.next_node = status, next_node
         store = self.graph.checkpointer
         if store is not None:
-            meta: dict[str, Any] = {
-                "execution_meta": self.state.execution_meta.to_dict(),
-                "answers": dict(self.answers),
-                "breakpoint_passed": self.passed,
-            }
+            # Defaults are left out (every reader falls back to them): most steps store
+            # only their step number, and a long thread keeps many steps.
+            meta: dict[str, Any] = {}
+            execution = {k: v for k, v in self.state.execution_meta.to_dict().items() if v}
+            if execution:
+                meta["execution_meta"] = execution
+            if self.answers:
+                meta["answers"] = dict(self.answers)
+            if self.passed is not None:
+                meta["breakpoint_passed"] = self.passed
             if self.in_flight:
                 meta["in_flight"] = list(self.in_flight)
             if self.graph.extra_fields:

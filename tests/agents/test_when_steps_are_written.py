@@ -41,11 +41,13 @@ class RecordingStore(InMemoryCheckpointer):
         super().__init__()
         self.writes: list[tuple[str | None, str, str | None]] = []
         self.batches: list[int] = []
+        self.metas: list[dict[str, Any]] = []
 
     async def aput_steps(self, thread_id: str, writes: Any, *, parent_seq: int | None) -> int:
         seq = await super().aput_steps(thread_id, writes, parent_seq=parent_seq)
         self.batches.append(len(writes))
         self.writes.extend((w.node, w.status.value, w.next_node) for w in writes)
+        self.metas.extend(w.meta for w in writes)
         return seq
 
 
@@ -300,3 +302,23 @@ async def test_a_thread_that_moved_on_since_the_caller_read_it_is_refused_before
         await compiled.ainvoke(user("two"), {**config, "expected_seq": out["seq"] - 1})
     assert acted == ["sent"]
     assert len(await store.alist("t-1")) == out["seq"]
+
+
+async def test_a_step_stores_only_the_meta_that_differs_from_the_defaults(config):
+    """A long thread keeps every step: one with nothing to say stores an empty meta, and
+    none stores a null, an empty answer list or a zero step count."""
+    store = RecordingStore()
+    model = FakeModel(call(("issue_refund", {"order_id": "A-1"})), say("Refunded."))
+    graph = ReactAgent(model, tools=[refund_tool([])]).compile(checkpointer=store)
+    out = await graph.ainvoke(user("refund A-1"), config, response_granularity=PARTIAL)
+    await graph.ainvoke(
+        {"resume": {"approved": True}, "resume_interrupt_id": out["interrupt"]["id"]}, config
+    )
+
+    def defaults(meta: dict[str, Any]) -> list[str]:
+        fields = {**meta, **meta.get("execution_meta", {})}
+        return [key for key, value in fields.items() if value in (None, 0, {}, [])]
+
+    assert store.metas[0] == {}  # the input: step 0, no answers, no breakpoint
+    assert [defaults(meta) for meta in store.metas] == [[] for _ in store.metas]
+    assert {"execution_meta": {"step": 1}} in store.metas
