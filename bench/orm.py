@@ -332,9 +332,25 @@ class LangGraphAsync(Impl):
 
 class Floor(Impl):
     name = "floor (psycopg: 1 INSERT + 1 UPDATE)"
+    update = (
+        f"UPDATE {FLOOR_TABLE} SET status = 'done', interrupt = NULL, answer = %(answer)s "
+        "WHERE thread_id = %(tid)s AND status = 'interrupted'"
+    )
 
     def __init__(self) -> None:
         self.history: dict[str, list[dict[str, Any]]] = {}
+
+    def cycle(self, iid: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+        """What one cycle stores: the messages up to the pause, the request, the messages
+        after the answer."""
+        return (
+            [
+                {"id": "msg_user", "role": "user", "content": rt.text(0)},
+                {"id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant", "content": rt.text(1)},
+            ],
+            {"id": iid, "value": rt.PAYLOAD, "message": rt.PROMPT, "response_schema": rt.SCHEMA},
+            [],
+        )
 
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         import psycopg
@@ -345,30 +361,22 @@ class Floor(Impl):
             f"INSERT INTO {FLOOR_TABLE} (thread_id, status, messages, interrupt) "
             "VALUES (%s, 'interrupted', %s, %s)"
         )
-        update = (
-            f"UPDATE {FLOOR_TABLE} SET status = 'done', interrupt = NULL, answer = %s "
-            "WHERE thread_id = %s AND status = 'interrupted'"
-        )
+        after: dict[str, list[dict[str, Any]]] = {}
 
         def pause(tid: str) -> str:
             iid = f"int_{uuid.uuid4().hex[:16]}"
-            messages = [
-                *self.history.pop(tid, []),
-                {"id": "msg_user", "role": "user", "content": rt.text(0)},
-                {"id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant", "content": rt.text(1)},
-            ]
-            interrupt = {
-                "id": iid,
-                "value": rt.PAYLOAD,
-                "message": rt.PROMPT,
-                "response_schema": rt.SCHEMA,
-            }
-            conn.execute(insert, [tid, Jsonb(messages), Jsonb(interrupt)], prepare=True)
+            before, request, after[tid] = self.cycle(iid)
+            messages = [*self.history.pop(tid, []), *before]
+            conn.execute(insert, [tid, Jsonb(messages), Jsonb(request)], prepare=True)
             return iid
 
         def resume(tid: str, iid: str) -> None:
-            answer = {"interrupt_id": iid, "value": rt.RESUME, "result": "approved"}
-            cur = conn.execute(update, [Jsonb(answer), tid], prepare=True)
+            params = {
+                "answer": Jsonb({"interrupt_id": iid, "value": rt.RESUME, "result": "approved"}),
+                "added": Jsonb(after.pop(tid)),
+                "tid": tid,
+            }
+            cur = conn.execute(self.update, params, prepare=True)
             assert cur.rowcount == 1
 
         return pause, resume, conn.close
@@ -1032,6 +1040,46 @@ async def _react_resume(graph: Any, thread_id: str, paused: tuple[str, int]) -> 
     assert out["interrupt"] is None and "Refund of" in out["messages"][-1].content, out
 
 
+class ReactFloor(Floor):
+    """The floor for the ReAct cycle: the same one row, holding what the ReactAgent's
+    cycle adds (the user's request, the model's tool call, the tool's result and the last
+    answer) and its pending request, exactly as ours writes them."""
+
+    name = "floor (psycopg: 1 INSERT + 1 UPDATE, the ReAct cycle's content)"
+    update = (
+        f"UPDATE {FLOOR_TABLE} SET status = 'done', interrupt = NULL, answer = %(answer)s, "
+        "messages = messages || %(added)s WHERE thread_id = %(tid)s AND status = 'interrupted'"
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.content = asyncio.run(_react_content())
+
+    def cycle(self, iid: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+        before, request, after = self.content
+        return before, {**request, "id": iid}, after
+
+
+async def _react_content() -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """One ReAct cycle of ours in memory: the messages it stores up to the pause, the
+    request, and the messages after the answer."""
+    from agents import InMemoryCheckpointer
+    from agents.examples.refunds import build_agent
+
+    store = InMemoryCheckpointer()
+    graph = build_agent().compile(checkpointer=store)
+    config = {"thread_id": "floor"}
+    await graph.ainvoke({"messages": [{"role": "user", "content": REFUND_TEXT}]}, config)
+    paused = await store.aget("floor")
+    assert paused is not None and paused.interrupt is not None
+    await graph.ainvoke(
+        {"resume": {"approved": True}, "resume_interrupt_id": paused.interrupt["id"]}, config
+    )
+    done = await store.aget("floor")
+    assert done is not None and len(done.messages) == len(paused.messages) + 2
+    return paused.messages, paused.interrupt, done.messages[len(paused.messages) :]
+
+
 class ReactLangGraph(LangGraphSync):
     """The same ReAct shape in LangGraph (``bench/e2e_peer_graph.py``) on PostgresSaver."""
 
@@ -1150,7 +1198,7 @@ def react_bytes(impl_key: str, size: int) -> float:
             ],
         ),
         "floor": (
-            Floor(),
+            ReactFloor(),
             [
                 f"SELECT sum(pg_column_size(t.*)) FROM {FLOOR_TABLE} t "
                 "WHERE thread_id = ANY(%s::uuid[])"
@@ -1295,10 +1343,10 @@ LangGraph / ours (above 1: ours is faster or cheaper):
     }
 
 Stored bytes per thread after the cycle (`sum(pg_column_size(row))` over the thread's
-rows, {BYTES_THREADS} threads per size; the floor: `bench.orm`'s one row holding the
-history, the user's message, one assistant message and the answer. It leaves out the
-tool's result and the model's last answer that a ReAct cycle adds, so "ours / floor"
-overstates ours a little):
+rows, {BYTES_THREADS} threads per size; the floor: one row per thread, written by one
+INSERT at the pause and one UPDATE at the answer, holding the history and exactly what
+our cycle stores: the user's message, the model's tool call, the pending request, the
+answer, the tool's result and the model's last answer):
 
 {table(["history", "ours", "LangGraph", "floor", "ours / floor"], bytes_rows)}
 
