@@ -239,9 +239,20 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
         )
     who = _user_or_none(user)
     now = timezone.now()
+
+    def pending_requests() -> list[Interrupt]:
+        return list(
+            Interrupt.objects.select_for_update(of=("self",))
+            .filter(thread_id=thread.pk, status=Interrupt.Status.PENDING)
+            .order_by("created_at")
+        )
+
     with transaction.atomic():
-        # Row locks on its unfinished runs first: a worker finishing one locks the run,
-        # then the thread, and the opposite order here would deadlock with it.
+        # Row locks on its pending requests first, then its unfinished runs, then the
+        # thread: a decision locks its request and then (an external agent's) writes the
+        # thread, and a worker finishing a run locks the run and then the thread, so
+        # taking the thread earlier would deadlock with either.
+        pending_requests()
         list(
             Run.objects.select_for_update(no_key=True)
             .filter(thread_id=thread.pk, status__in=[Run.Status.QUEUED, Run.Status.RUNNING])
@@ -258,14 +269,11 @@ def thread_abort(*, thread: Thread, user: Any) -> Thread:
             raise ThreadNotCancellable(
                 f"thread {locked.pk} was already cancelled by {by} at {_when(locked.cancelled_at)}"
             )
-        # Row locks on its pending requests. The race: a reviewer deciding one now. Who
-        # locks it first wins; if the decision did, it is no longer pending here, and the
-        # resume it queued is among the runs cancelled below (read after the wait).
-        pending = list(
-            Interrupt.objects.select_for_update(of=("self",))
-            .filter(thread=locked, status=Interrupt.Status.PENDING)
-            .order_by("created_at")
-        )
+        # The pending requests again, now that no step can be written: one a run paused
+        # on since the first look. The race: a reviewer deciding one now. Who locks it
+        # first wins; if the decision did, it is no longer pending here, and the resume it
+        # queued is among the runs cancelled below (read after the wait).
+        pending = pending_requests()
         unfinished = Run.objects.filter(
             thread=locked, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
         )

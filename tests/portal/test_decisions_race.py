@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 
 from agents.examples import refunds
+from portal import external
 from portal.audit import verify_chain
 from portal.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
 from portal.external import RequestSpec, external_request_create
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.services import thread_start
+from portal.services import ThreadNotCancellable, thread_abort, thread_start
 from portal.worker import Worker
 from tests.factories import make_user
 
@@ -195,3 +198,71 @@ def test_twenty_simultaneous_decisions_on_an_external_request_record_one(roles):
         "done",
     ]
     assert verify_chain(Decision.objects.all()).ok
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_an_external_request_while_it_is_being_decided_refuses_the_cancel(
+    roles, monkeypatch
+):
+    # The decision locks the request and then closes its thread, a write to the thread's
+    # row. A cancellation arriving in between must not hold the thread while it waits for
+    # the request: that deadlock would fail one of them with a database error.
+    agent = make_user("invoice-bot", role="agent")
+    request, _ = external_request_create(
+        user=agent,
+        spec=RequestSpec(
+            agent="invoice-bot",
+            title="Pay invoice 8",
+            response_schema={"type": "object", "properties": {"approved": {"type": "boolean"}}},
+        ),
+    )
+    interrupt_id = request.interrupt_id
+    thread = Interrupt.objects.get(pk=interrupt_id).thread
+    reviewer = make_user("ext-reviewer", role="reviewer")
+    operator = make_user("operator")
+    operator.user_permissions.add(Permission.objects.get(codename="cancel_thread"))
+    locked = threading.Event()
+    close = external.external_request_close
+
+    def close_later(**kwargs: object) -> None:
+        locked.set()  # the request is locked; the cancellation starts now
+        time.sleep(0.5)
+        close(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(external, "external_request_close", close_later)
+    results: dict[str, object] = {}
+
+    def decide() -> None:
+        try:
+            results["decision"] = decision_submit(
+                interrupt=interrupt_id,
+                reviewer=reviewer,
+                value={"approved": True},
+                resume_interrupt_id=interrupt_id,
+            )
+        except Exception as exc:
+            results["decision"] = exc
+        finally:
+            connection.close()
+
+    def cancel() -> None:
+        try:
+            assert locked.wait(timeout=30)
+            results["cancel"] = thread_abort(thread=thread, user=operator)
+        except Exception as exc:
+            results["cancel"] = exc
+        finally:
+            connection.close()
+
+    started = [threading.Thread(target=decide), threading.Thread(target=cancel)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join(timeout=60)
+
+    assert isinstance(results["decision"], Decision), results
+    assert isinstance(results["cancel"], ThreadNotCancellable), results
+    assert "nothing to cancel" in str(results["cancel"])
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE and thread.cancelled_at is None

@@ -743,15 +743,19 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
     finisher = threading.Thread(target=finish)
     interrupts = services_module.Interrupt
 
+    looks: list[int] = []
+
     class FinishMeanwhile:
-        """The cancellation's first look at the thread's requests: it holds its row locks
-        by then, and the worker finishes the run meanwhile, until it waits for a lock."""
+        """The cancellation's second look at the thread's requests: it holds the run's and
+        the thread's row locks by then, and the worker finishes the run meanwhile, until
+        it waits for a lock."""
 
         Status = interrupts.Status
 
         @property
         def objects(self):
-            if not finisher.is_alive() and "finish" not in results:
+            looks.append(1)
+            if len(looks) == 2:
                 finisher.start()
                 deadline = time.monotonic() + 10
                 while not waiting_on_a_lock() and time.monotonic() < deadline:
