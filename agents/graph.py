@@ -66,6 +66,8 @@ __all__ = ["END", "CompiledGraph", "StateGraph", "current_run"]
 
 END = "__end__"
 _CORE_FIELDS = frozenset({"context", "execution_meta", "interrupt"})
+# A step leaves out of its stored meta the fields still at these values.
+_DEFAULT_EXECUTION = ExecutionMeta().to_dict()
 BREAKPOINT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
@@ -365,7 +367,8 @@ class _Run:
             # Defaults are left out (every reader falls back to them): most steps store
             # only their step number, and a long thread keeps many steps.
             meta: dict[str, Any] = {}
-            execution = {k: v for k, v in self.state.execution_meta.to_dict().items() if v}
+            fields = self.state.execution_meta.to_dict().items()
+            execution = {k: v for k, v in fields if v != _DEFAULT_EXECUTION[k]}
             if execution:
                 meta["execution_meta"] = execution
             if self.answers:
