@@ -252,7 +252,8 @@ class _Heartbeat(threading.Thread):
 
 
 class Worker:
-    """One claim-execute loop. ``name`` identifies its leases (host:pid:random by default)."""
+    """One claim-execute loop. ``name`` names it in logs and heartbeats (host:pid:random
+    by default); its leases carry the name and a token of its own."""
 
     def __init__(
         self,
@@ -263,6 +264,10 @@ class Worker:
         max_attempts: int | None = None,
     ) -> None:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # What its leases carry: the name and a token of this worker alone, so that two
+        # workers given one name (one --id in a deployment's template) never renew,
+        # finish or give back each other's runs.
+        self.lease_owner = f"{self.name}/{uuid.uuid4().hex[:8]}"
         self.poll = poll
         self.lease = float(lease_seconds or settings.PORTAL_RUN_LEASE_SECONDS)
         self.max_attempts = int(max_attempts or settings.PORTAL_RUN_MAX_ATTEMPTS)
@@ -388,7 +393,7 @@ class Worker:
                     thread=Thread._meta.db_table,
                     thread_columns=", ".join(f"t.{f} AS thread__{f}" for f in _THREAD_FIELDS),
                 ),
-                {"owner": self.name, "lease": self.lease},
+                {"owner": self.lease_owner, "lease": self.lease},
             )
         )
         if not runs:
@@ -405,7 +410,7 @@ class Worker:
             run.attempts -= 1
             error = self._gave_up(run)
             failed = Run.objects.filter(
-                pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING
+                pk=run.pk, lease_owner=self.lease_owner, status=Run.Status.RUNNING
             ).update(
                 status=Run.Status.FAILED,
                 error=error,
@@ -440,7 +445,7 @@ class Worker:
         claimed = Run.objects.filter(pk=run.pk, status=run.status, attempts=run.attempts).update(
             status=Run.Status.RUNNING,
             attempts=attempts,
-            lease_owner=self.name,
+            lease_owner=self.lease_owner,
             lease_expires_at=_lease_until(self.lease),
             started_at=Coalesce("started_at", now),
         )
@@ -451,7 +456,8 @@ class Worker:
         Thread.objects.filter(pk=run.thread_id, cancelled_at__isnull=True).update(
             status=Thread.Status.RUNNING, updated_at=now
         )
-        run.status, run.attempts, run.lease_owner = Run.Status.RUNNING, attempts, self.name
+        run.status, run.attempts = Run.Status.RUNNING, attempts
+        run.lease_owner = self.lease_owner
         run.lease_expires_at = now + timedelta(seconds=self.lease)
         run.started_at = run.started_at or now
         return run, None
@@ -465,7 +471,7 @@ class Worker:
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
         self._lease_lost = False
-        heartbeat = _Heartbeat(run.pk, self.name, self.lease, on_lost=self._abandon)
+        heartbeat = _Heartbeat(run.pk, self.lease_owner, self.lease, on_lost=self._abandon)
         heartbeat.start()
         try:
             outcome = self._execute(run)
@@ -657,9 +663,9 @@ class Worker:
     def _finish(self, run: Run, outcome: Outcome) -> None:
         now = timezone.now()
         if outcome.status == RELEASE:
-            Run.objects.filter(pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING).update(
-                lease_expires_at=Now(), error=outcome.error
-            )
+            Run.objects.filter(
+                pk=run.pk, lease_owner=self.lease_owner, status=Run.Status.RUNNING
+            ).update(lease_expires_at=Now(), error=outcome.error)
             return
         if _using_postgres() and outcome.status != Run.Status.FAILED:
             self._finish_one_statement(run, outcome, now)
@@ -668,7 +674,7 @@ class Worker:
             # Only the lease holder records the outcome: if our lease expired and another
             # worker took the run over, its result is the one that counts.
             recorded = Run.objects.filter(
-                pk=run.pk, lease_owner=self.name, status=Run.Status.RUNNING
+                pk=run.pk, lease_owner=self.lease_owner, status=Run.Status.RUNNING
             ).update(
                 status=outcome.status,
                 error=outcome.error,
@@ -696,7 +702,7 @@ class Worker:
                 ),
                 {
                     "run": run.pk,
-                    "owner": self.name,
+                    "owner": self.lease_owner,
                     "status": outcome.status,
                     "error": outcome.error,
                     "now": now,
@@ -865,7 +871,8 @@ def _input_problem(payload: Any) -> str:
 # -- the embedded worker ---------------------------------------------------------------
 
 _embedded = loops.Embedded(
-    lambda: Worker(name=f"embedded:{os.getpid()}"), thread_name="portal-worker"
+    lambda: Worker(name=f"embedded:{socket.gethostname()}:{os.getpid()}"),
+    thread_name="portal-worker",
 )
 
 

@@ -143,6 +143,30 @@ def workers_kept_dying(run: Run, settings) -> None:
     )
 
 
+@pytest.mark.parametrize("status", [Run.Status.SUCCEEDED, Run.Status.FAILED, "release"])
+def test_two_workers_given_one_name_never_finish_each_others_runs(support_agent, status):
+    """One --id in a deployment's template starts several workers with one name. The one
+    whose lease another of that name took over records nothing of the run."""
+    from portal.worker import RELEASE, Outcome
+
+    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    first = Worker(name="worker")
+    claimed = first.claim()
+    assert claimed is not None and claimed.pk == run.pk
+    # A long pause: its lease ran out, and the other "worker" took the run over.
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    second = Worker(name="worker")
+    taken = second.claim()
+    assert taken is not None and taken.pk == run.pk
+
+    first._finish(claimed, Outcome(RELEASE if status == "release" else status, "late"))
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts) == (Run.Status.RUNNING, 2)  # the second's, running
+    assert run.lease_expires_at > timezone.now()  # and its lease still holds
+    assert run.lease_owner == second.lease_owner
+
+
 def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
     _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
     workers_kept_dying(run, settings)
@@ -264,10 +288,11 @@ def test_runs_of_one_thread_execute_one_at_a_time_in_order(support_agent):
     thread, first = services.thread_start(agent="echo", input=say("one"), user=support_agent)
     second = Run.objects.create(thread=thread, kind=Run.Kind.START, input=say("two"))
 
-    claimed = Worker(name="w1").claim()
+    w1 = Worker(name="w1")
+    claimed = w1.claim()
     assert claimed is not None and claimed.pk == first.pk
     assert Worker(name="w2").claim() is None  # the thread is busy
-    Worker(name="w1").execute(claimed)  # w1's lease: it records the outcome
+    w1.execute(claimed)  # w1's lease: it records the outcome
     claimed = Worker(name="w2").claim()
     assert claimed is not None and claimed.pk == second.pk
 
@@ -289,7 +314,7 @@ def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
         wait_for(finished, timeout=20, what="the embedded worker")
     finally:
         stop_embedded_worker()
-    assert run.lease_owner == worker.name
+    assert run.lease_owner == worker.lease_owner
 
 
 async def test_a_send_from_the_embedded_workers_thread_wakes_in_memory_consumers_at_once(
@@ -459,7 +484,7 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
 
     run.refresh_from_db()
     thread.refresh_from_db()
-    assert run.status == Run.Status.RUNNING and run.lease_owner == "hiccup"
+    assert run.status == Run.Status.RUNNING and run.lease_owner == worker.lease_owner
     assert thread.status != Thread.Status.FAILED
     # Given back: the next worker takes it up from its last checkpoint.
     assert Worker(name="next").claim().pk == run.pk
@@ -604,13 +629,17 @@ def test_on_postgresql_a_claim_is_one_statement_that_also_marks_the_thread_runni
 
     assert len(queries) == 1, [q["sql"][:80] for q in queries.captured_queries]
     assert run is not None and run.thread_id == older.pk  # the oldest queued first
-    assert (run.status, run.attempts, run.lease_owner) == (Run.Status.RUNNING, 1, "one-trip")
+    assert (run.status, run.attempts, run.lease_owner) == (
+        Run.Status.RUNNING,
+        1,
+        worker.lease_owner,
+    )
     assert run.lease_expires_at is not None and run.started_at is not None
     stored = Run.objects.get(pk=run.pk)
     assert (stored.status, stored.attempts, stored.lease_owner) == (
         Run.Status.RUNNING,
         1,
-        "one-trip",
+        worker.lease_owner,
     )
     assert Thread.objects.get(pk=older.pk).status == Thread.Status.RUNNING
 

@@ -71,7 +71,7 @@ def test_a_thread_paused_by_one_process_is_resumed_by_a_brand_new_one(
     thread.refresh_from_db()
     assert thread.status == Thread.Status.DONE
     resume = Run.objects.get(thread=thread, kind=Run.Kind.RESUME)
-    assert (resume.status, resume.lease_owner) == (Run.Status.SUCCEEDED, "second")
+    assert (resume.status, resume.lease_owner.split("/")[0]) == (Run.Status.SUCCEEDED, "second")
     assert Decision.objects.get(interrupt=request).outcome == Decision.Outcome.APPROVED
     assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
 
@@ -104,7 +104,7 @@ def test_a_worker_killed_inside_a_slow_tool_is_finished_by_another_after_its_lea
     finish(rescuer)
 
     run.refresh_from_db()
-    assert (run.attempts, run.lease_owner) == (2, "rescuer")
+    assert (run.attempts, run.lease_owner.split("/")[0]) == (2, "rescuer")
     assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
     assert read_effects(effects, "fast") == [str(thread.pk)]
     assert read_effects(effects, "slow_started") == [str(thread.pk)] * 2

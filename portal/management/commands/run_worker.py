@@ -16,7 +16,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="exit when no run is left to claim")
-        parser.add_argument("--id", dest="name", help="worker name recorded on its leases")
+        parser.add_argument(
+            "--id",
+            dest="name",
+            help="worker name, in logs, heartbeats and (with a token of its own) its leases",
+        )
         parser.add_argument(
             "--poll", type=float, default=None, help="seconds between polls when idle"
         )
