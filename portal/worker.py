@@ -203,10 +203,17 @@ class _Heartbeat(threading.Thread):
     it keeps beating even while a tool blocks the event loop."""
 
     def __init__(
-        self, run_id: Any, owner: str, lease: float, on_lost: Callable[[], None] | None = None
+        self,
+        run_id: Any,
+        owner: str,
+        lease: float,
+        *,
+        worker: str,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.run_id, self.owner, self.lease = run_id, owner, lease
+        self.worker = worker  # its heartbeat row's name
         self.on_lost = on_lost
         self.halt = threading.Event()
         self.lost = False
@@ -242,7 +249,7 @@ class _Heartbeat(threading.Thread):
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
         try:
-            WorkerHeartbeat.objects.filter(name=self.owner).update(beat_at=Now())
+            WorkerHeartbeat.objects.filter(name=self.worker).update(beat_at=Now())
         except Exception:
             log.warning("run %s: recording the worker's heartbeat failed", self.run_id)
 
@@ -268,6 +275,12 @@ class Worker:
         # workers given one name (one --id in a deployment's template) never renew,
         # finish or give back each other's runs.
         self.lease_owner = f"{self.name}/{uuid.uuid4().hex[:8]}"
+        longest = Run._meta.get_field("lease_owner").max_length or 0
+        if len(self.lease_owner) > longest:
+            raise ValueError(
+                f"a worker's name may have at most {longest - 9} characters; "
+                f"{self.name[:20]!r}... has {len(self.name)}"
+            )
         self.poll = poll
         self.lease = float(lease_seconds or settings.PORTAL_RUN_LEASE_SECONDS)
         self.max_attempts = int(max_attempts or settings.PORTAL_RUN_MAX_ATTEMPTS)
@@ -471,7 +484,9 @@ class Worker:
             "run %s (%s, attempt %d) on thread %s", run.pk, run.kind, run.attempts, run.thread_id
         )
         self._lease_lost = False
-        heartbeat = _Heartbeat(run.pk, self.lease_owner, self.lease, on_lost=self._abandon)
+        heartbeat = _Heartbeat(
+            run.pk, self.lease_owner, self.lease, worker=self.name, on_lost=self._abandon
+        )
         heartbeat.start()
         try:
             outcome = self._execute(run)

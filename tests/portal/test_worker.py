@@ -167,6 +167,12 @@ def test_two_workers_given_one_name_never_finish_each_others_runs(support_agent,
     assert run.lease_owner == second.lease_owner
 
 
+def test_a_worker_name_too_long_for_its_leases_is_refused_at_start():
+    Worker(name="w" * 119)
+    with pytest.raises(ValueError, match="at most 119 characters"):
+        Worker(name="w" * 120)
+
+
 def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
     _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
     workers_kept_dying(run, settings)
@@ -488,6 +494,45 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
     assert thread.status != Thread.Status.FAILED
     # Given back: the next worker takes it up from its last checkpoint.
     assert Worker(name="next").claim().pk == run.pk
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
+    """While a run executes, the worker's liveness is beaten with each renewal of its
+    lease: a worker on a slow tool is busy, not dead, to the health check."""
+    import threading
+    import time
+
+    from django.db import connections
+
+    from portal import loops
+    from portal.models import WorkerHeartbeat
+
+    services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    worker = Worker(name="busy", lease_seconds=0.6)  # a renewal every 0.2 s
+    loops.beat(worker.name)
+    before = WorkerHeartbeat.objects.get(name="busy").beat_at
+    claimed = worker.claim()
+
+    def execute() -> None:
+        try:
+            worker.execute(claimed)
+        finally:
+            worker._close_loop()
+            connections.close_all()  # this thread's own
+
+    runner = threading.Thread(target=execute)
+    runner.start()
+    try:
+        wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
+        time.sleep(0.6)  # a few renewals while the tool still runs
+        during = WorkerHeartbeat.objects.get(name="busy").beat_at
+    finally:
+        (effects / "release").touch()
+        runner.join(timeout=10)
+        connections.close_all()
+    assert during > before
 
 
 def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypatch):

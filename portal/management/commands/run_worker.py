@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal import loops
 from portal.worker import Worker
@@ -27,7 +27,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         loops.keep_connections()
-        worker = Worker(name=options["name"], poll=options["poll"])
+        try:
+            worker = Worker(name=options["name"], poll=options["poll"])
+        except ValueError as exc:
+            raise CommandError(f"--id: {exc}") from None
         done = loops.run_as_command(
             self, worker, kind="worker", once=options["once"], finishing="the current run"
         )
