@@ -275,10 +275,10 @@ class Worker:
         # workers given one name (one --id in a deployment's template) never renew,
         # finish or give back each other's runs.
         self.lease_owner = f"{self.name}/{uuid.uuid4().hex[:8]}"
-        longest = Run._meta.get_field("lease_owner").max_length or 0
-        if len(self.lease_owner) > longest:
+        room = (Run._meta.get_field("lease_owner").max_length or 0) - len(self.lease_owner)
+        if room < 0:
             raise ValueError(
-                f"a worker's name may have at most {longest - 9} characters; "
+                f"a worker's name may have at most {len(self.name) + room} characters; "
                 f"{self.name[:20]!r}... has {len(self.name)}"
             )
         self.poll = poll
