@@ -6,6 +6,7 @@ these tests need no subprocess; the cross-process behaviour is in test_worker_pr
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -409,21 +410,12 @@ def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next
     assert Interrupt.objects.filter(thread=thread, status=Interrupt.Status.PENDING).exists()
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(support_agent, effects):
-    """Fail closed: once another worker owns the run, the old one must not go on."""
-    import threading
-    import time
-
+def executing(worker: Worker, claimed: Run) -> tuple[threading.Thread, dict[str, Run]]:
+    """``worker.execute(claimed)`` started in a thread of its own, which closes its loop
+    and its connections at the end; its outcome lands in the dict under "run"."""
     from django.db import connections
 
-    from portal.worker import LEASE_LOST, RELEASE
-
-    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
-    worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
-    claimed = worker.claim()
-    outcome = {}
+    outcome: dict[str, Run] = {}
 
     def execute() -> None:
         try:
@@ -434,6 +426,20 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
 
     runner = threading.Thread(target=execute)
     runner.start()
+    return runner, outcome
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(support_agent, effects):
+    """Fail closed: once another worker owns the run, the old one must not go on."""
+    import time
+
+    from portal.worker import LEASE_LOST, RELEASE
+
+    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
+    runner, outcome = executing(worker, worker.claim())
     wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
     assert read_effects(effects, "slow_started") == [str(thread.pk)]
     # Another worker took the run over (as after an expired lease). Once a heartbeat has
@@ -501,7 +507,6 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
 def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
     """While a run executes, the worker's liveness is beaten with each renewal of its
     lease: a worker on a slow tool is busy, not dead, to the health check."""
-    import threading
     import time
 
     from django.db import connections
@@ -513,17 +518,7 @@ def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
     worker = Worker(name="busy", lease_seconds=0.6)  # a renewal every 0.2 s
     loops.beat(worker.name)
     before = WorkerHeartbeat.objects.get(name="busy").beat_at
-    claimed = worker.claim()
-
-    def execute() -> None:
-        try:
-            worker.execute(claimed)
-        finally:
-            worker._close_loop()
-            connections.close_all()  # this thread's own
-
-    runner = threading.Thread(target=execute)
-    runner.start()
+    runner, _ = executing(worker, worker.claim())
     try:
         wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
         time.sleep(0.6)  # a few renewals while the tool still runs
