@@ -169,9 +169,14 @@ def test_two_workers_given_one_name_never_finish_each_others_runs(support_agent,
 
 
 def test_a_worker_name_too_long_for_its_leases_is_refused_at_start():
+    from django.core.management import CommandError, call_command
+
     Worker(name="w" * 119)
     with pytest.raises(ValueError, match="at most 119 characters"):
         Worker(name="w" * 120)
+    with pytest.raises(CommandError, match="--id: a worker's name may have at most 119"):
+        call_command("run_worker", "--once", "--id", "w" * 120)
+    assert not Run.objects.filter(status=Run.Status.RUNNING).exists()  # nothing claimed
 
 
 def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
