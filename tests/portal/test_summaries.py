@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from portal.models import Interrupt
-from tests.factories import make_decision, make_interrupt
+from tests.factories import admin_change_url, make_decision, make_interrupt
 from tests.portal.test_api import api_for
 from tests.portal.test_words import visible_text
 
@@ -64,9 +64,7 @@ def test_the_exports_carry_the_summary(client, auditor, reviewer, request_with_s
 def test_the_admin_lists_and_shows_the_summary(client, admin_user, request_with_summary):
     client.force_login(admin_user)
     listing_response = client.get(reverse("admin:portal_interrupt_changelist"))
-    page_response = client.get(
-        reverse("admin:portal_interrupt_change", args=[request_with_summary.pk])
-    )
+    page_response = client.get(admin_change_url(request_with_summary))
     assert (listing_response.status_code, page_response.status_code) == (200, 200), (
         listing_response.get("Location"),
         page_response.get("Location"),
