@@ -17,9 +17,13 @@ renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph run
 are set and compared with the database's clock, never a worker's. Each claim counts an
 attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
 heartbeat finds the lease gone (another worker took the run over) stops its graph at the
-next await, so it takes no further step on a run that is no longer its own. A worker whose
-own database connection dies mid-run releases the run (its lease ends at once) rather
-than failing it: the failure is the worker's, and the run continues elsewhere.
+next await, so it takes no further step on a run that is no longer its own. Neither a
+thread nor a graph run through ``async_to_sync`` can be stopped that way: if a sync tool
+still runs in one, or such a graph still runs, ``run_worker`` exits (``EXIT_FENCED``) so
+that the call cannot act while the worker taking over asks about it or runs it again. A
+worker whose own database connection dies mid-run releases the run (its lease ends at
+once) rather than failing it: the failure is the worker's, and the run continues
+elsewhere.
 
 Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
 earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
@@ -60,6 +64,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
@@ -104,6 +109,11 @@ LEASE_LOST = (
     "stopped: this worker could not renew its lease, so another worker may have taken the "
     "run over; the run goes on from its last checkpoint"
 )
+
+
+# run_worker's exit status when it stops itself because a run it lost is still acting in
+# one of its threads (sysexits' EX_TEMPFAIL: a supervisor starts it again).
+EXIT_FENCED = 75
 
 
 def _refresh_connections() -> None:
@@ -198,6 +208,32 @@ class Outcome:
     error: str = ""
 
 
+class _CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that knows how many calls it has not finished yet."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.Lock()
+        self.running = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def counted() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.running -= 1
+
+        with self._lock:
+            self.running += 1
+        try:
+            return super().submit(counted)
+        except BaseException:
+            with self._lock:
+                self.running -= 1
+            raise
+
+
 class _Heartbeat(threading.Thread):
     """Renews a run's lease until stopped. Its own thread (and database connection), so
     it keeps beating even while a tool blocks the event loop."""
@@ -209,7 +245,7 @@ class _Heartbeat(threading.Thread):
         lease: float,
         *,
         worker: str,
-        on_lost: Callable[[], None] | None = None,
+        on_lost: Callable[[bool], None] | None = None,
     ) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.run_id, self.owner, self.lease = run_id, owner, lease
@@ -222,6 +258,7 @@ class _Heartbeat(threading.Thread):
         renewed_at = time.monotonic()
         try:
             while not self.halt.wait(max(self.lease / 3, 0.2)):
+                reached = True
                 try:
                     renewed = Run.objects.filter(
                         pk=self.run_id, lease_owner=self.owner, status=Run.Status.RUNNING
@@ -233,18 +270,28 @@ class _Heartbeat(threading.Thread):
                     connection.close()
                     if time.monotonic() - renewed_at < self.lease:
                         continue
-                    renewed = 0
+                    renewed, reached = 0, False
                 if renewed:
                     self._beat_worker()
                 if not renewed:
                     self.lost = True
                     log.warning("run %s: lease lost to another worker", self.run_id)
                     if self.on_lost is not None:
-                        self.on_lost()
+                        # (Not read from a database out of reach: it could take long.)
+                        self.on_lost(reached and self._ended())
                     return
                 renewed_at = time.monotonic()
         finally:
             connection.close()
+
+    def _ended(self) -> bool:
+        """Whether the run has ended (its thread was cancelled, say), so no worker will
+        take it over; False when that cannot be read."""
+        try:
+            status = Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
+        except Exception:
+            return False
+        return status not in (Run.Status.QUEUED, Run.Status.RUNNING)
 
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
@@ -269,6 +316,7 @@ class Worker:
         poll: float | None = None,
         lease_seconds: float | None = None,
         max_attempts: int | None = None,
+        exit_when_fenced: bool = False,
     ) -> None:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         # What its leases carry: the name and a token of this worker alone, so that two
@@ -294,6 +342,11 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pg: Any = None
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
+        self._threads: _CountingExecutor | None = None  # the loop's, where sync tools run
+        self._unstoppable = False  # a graph runs that _cancel_running cannot reach
+        # Exit the process when a run lost to another worker still acts in one of those
+        # threads (run_worker); elsewhere (the embedded worker, tests) it is only logged.
+        self.exit_when_fenced = exit_when_fenced
         self._lease_lost = False  # set by the heartbeat (another thread)
 
     # -- the loop ----------------------------------------------------------------------
@@ -547,7 +600,11 @@ class Worker:
                 finally:
                     self._running = None
             else:
-                paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+                self._unstoppable = True
+                try:
+                    paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
+                finally:
+                    self._unstoppable = False
         except ThreadCancelled as exc:
             # Cancelled while running: the write refused was this run's next step (a tool
             # call among them), so nothing after it happened.
@@ -569,9 +626,27 @@ class Worker:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
 
-    def _abandon(self) -> None:
+    def _abandon(self, ended: bool) -> None:
+        """Our lease is gone (``ended``: and so is the run, which nobody takes over)."""
         self._lease_lost = True
         self._cancel_running()
+        threads = self._threads.running if self._threads is not None else 0
+        if ended or not (threads or self._unstoppable):
+            return
+        # Cancelling stops the graph at its next await, not a thread: a sync tool running
+        # in one still acts, while the worker taking the run over asks a person whether it
+        # did, or runs it again. (Under async_to_sync nothing can be cancelled at all.)
+        # Only ending the process stops it.
+        log.critical(
+            "worker %s: lost the lease of a run that still %s, which cannot be stopped; %s",
+            self.name,
+            f"runs a call in {threads} of its threads" if threads else "runs",
+            "exiting" if self.exit_when_fenced else "it may act after the run moved on",
+        )
+        if self.exit_when_fenced:
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(EXIT_FENCED)
 
     def _cancel_running(self) -> None:
         """Another worker owns the run now (our lease expired): stop the graph at its next
@@ -586,6 +661,8 @@ class Worker:
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
+            self._threads = _CountingExecutor(thread_name_prefix=f"worker-{os.getpid()}")
+            self._loop.set_default_executor(self._threads)  # asyncio.to_thread's
         return self._loop
 
     def _native_connection(self) -> Any:

@@ -14,14 +14,18 @@ reviewer says "retry".
 from __future__ import annotations
 
 import subprocess
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.tools import OUTCOME_REASON
 from portal import services
 from portal.models import Interrupt, Run, Thread
+from portal.worker import EXIT_FENCED
 from tests.portal.conftest import output, wait_for
 from tests.portal.testagents import read_effects
 
@@ -156,3 +160,34 @@ def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_secon
     thread.refresh_from_db()
     assert thread.status == Thread.Status.DONE
     assert words in last_words(thread)
+
+
+def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_act(
+    spawn, support_agent, effects
+):
+    # A worker stalled in a sync tool (a payment API that hangs) loses its lease: another
+    # worker took the run over, as it may once a lease runs out. Cancelling the run cannot
+    # stop a thread, so the worker ends its process before the call can pay.
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
+    hold = effects / "hold_before"
+    hold.touch()
+    stalled = spawn("run_worker", "--id", "stalled", "--poll", "0.1", **LEASE)
+    wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
+    Run.objects.filter(pk=run.pk).update(
+        lease_owner="taker/0", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    wait_for(lambda: "lease lost" in output(stalled), timeout=10, what="the lost lease")
+    time.sleep(1)
+    hold.unlink()  # the payment API answers
+    time.sleep(0.5)
+
+    assert read_effects(effects, "refund") == []
+    assert stalled.poll() == EXIT_FENCED, output(stalled)
+    assert "lost the lease of a run that still runs" in output(stalled)
+    # The call is still in flight in the thread: whoever takes the run asks about it.
+    recover(spawn, run, Run.Status.INTERRUPTED)
+    request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+    assert request.reason == OUTCOME_REASON
+    assert read_effects(effects, "refund") == []

@@ -256,9 +256,10 @@ def refund(order_id: str) -> str:
     Args:
         order_id: The order to refund.
     """
-    record("refund_calls", idempotency_key())
+    key = idempotency_key()  # taken once, as a payment API call is built before it is sent
+    record("refund_calls", key)
     hold("before")
-    record("refund", f"{current_run().thread_id} {order_id} {idempotency_key()}")
+    record("refund", f"{current_run().thread_id} {order_id} {key}")
     hold("after")
     return f"Refunded {order_id}."
 
@@ -270,9 +271,10 @@ def refund_once(order_id: str) -> str:
     Args:
         order_id: The order to refund.
     """
-    record("refund_once_calls", idempotency_key())
+    key = idempotency_key()
+    record("refund_once_calls", key)
     hold("before")
-    ledger(idempotency_key(), f"{current_run().thread_id} {order_id}")
+    ledger(key, f"{current_run().thread_id} {order_id}")
     hold("after")
     return f"Refunded {order_id}."
 

@@ -1,5 +1,6 @@
 """``manage.py run_worker``: execute queued agent runs until stopped (SIGTERM or Ctrl-C
-finish the current run first)."""
+finish the current run first). Exits with status 75 when it lost a run to another worker
+while a call of that run still acts in one of its threads (see ``portal.worker``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         loops.keep_connections()
         try:
-            worker = Worker(name=options["name"], poll=options["poll"])
+            worker = Worker(name=options["name"], poll=options["poll"], exit_when_fenced=True)
         except ValueError as exc:
             raise CommandError(f"--id: {exc}") from None
         done = loops.run_as_command(
