@@ -17,13 +17,12 @@ renews the lease every third of ``PORTAL_RUN_LEASE_SECONDS`` while the graph run
 are set and compared with the database's clock, never a worker's. Each claim counts an
 attempt; a run claimed more than ``PORTAL_RUN_MAX_ATTEMPTS`` times fails. A worker whose
 heartbeat finds the lease gone (another worker took the run over) stops its graph at the
-next await, so it takes no further step on a run that is no longer its own. Neither a
-thread nor a graph run through ``async_to_sync`` can be stopped that way: if a sync tool
-still runs in one, or such a graph still runs, ``run_worker`` exits (``EXIT_FENCED``) so
-that the call cannot act while the worker taking over asks about it or runs it again. A
-worker whose own database connection dies mid-run releases the run (its lease ends at
-once) rather than failing it: the failure is the worker's, and the run continues
-elsewhere.
+next await, so it takes no further step on a run that is no longer its own. A sync tool
+in a thread (or a graph under ``async_to_sync``) cannot be stopped that way, so
+``run_worker`` exits instead (``EXIT_FENCED``): a call of the stale worker must not act
+while the one that took over asks about it or runs it again. A worker whose own database
+connection dies mid-run releases the run (its lease ends at once) rather than failing it:
+the failure is the worker's, and the run continues elsewhere.
 
 Crash recovery. A re-claimed run continues from the thread's last checkpoint: if an
 earlier attempt already wrote a checkpoint (``Checkpoint.run``) its input was applied, so
@@ -64,7 +63,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
@@ -111,8 +109,8 @@ LEASE_LOST = (
 )
 
 
-# run_worker's exit status when it stops itself because a run it lost is still acting in
-# one of its threads (sysexits' EX_TEMPFAIL: a supervisor starts it again).
+# run_worker's exit status when another worker took over the run it was executing
+# (sysexits' EX_TEMPFAIL: a supervisor starts it again).
 EXIT_FENCED = 75
 
 
@@ -208,32 +206,6 @@ class Outcome:
     error: str = ""
 
 
-class _CountingExecutor(ThreadPoolExecutor):
-    """A thread pool that knows how many calls it has not finished yet."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._lock = threading.Lock()
-        self.running = 0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        def counted() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._lock:
-                    self.running -= 1
-
-        with self._lock:
-            self.running += 1
-        try:
-            return super().submit(counted)
-        except BaseException:
-            with self._lock:
-                self.running -= 1
-            raise
-
-
 class _Heartbeat(threading.Thread):
     """Renews a run's lease until stopped. Its own thread (and database connection), so
     it keeps beating even while a tool blocks the event loop."""
@@ -278,20 +250,20 @@ class _Heartbeat(threading.Thread):
                     log.warning("run %s: lease lost to another worker", self.run_id)
                     if self.on_lost is not None:
                         # (Not read from a database out of reach: it could take long.)
-                        self.on_lost(reached and self._ended())
+                        self.on_lost(not reached or self._taken_over())
                     return
                 renewed_at = time.monotonic()
         finally:
             connection.close()
 
-    def _ended(self) -> bool:
-        """Whether the run has ended (its thread was cancelled, say), so no worker will
-        take it over; False when that cannot be read."""
+    def _taken_over(self) -> bool:
+        """Whether another worker holds the run now (it may have finished it already);
+        True when that cannot be read. If not, the run is still ours but was cancelled
+        (its thread was), or is gone: nobody takes it over."""
         try:
-            status = Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
+            return Run.objects.filter(pk=self.run_id).exclude(lease_owner=self.owner).exists()
         except Exception:
-            return False
-        return status not in (Run.Status.QUEUED, Run.Status.RUNNING)
+            return True
 
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
@@ -342,10 +314,8 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pg: Any = None
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
-        self._threads: _CountingExecutor | None = None  # the loop's, where sync tools run
-        self._unstoppable = False  # a graph runs that _cancel_running cannot reach
-        # Exit the process when a run lost to another worker still acts in one of those
-        # threads (run_worker); elsewhere (the embedded worker, tests) it is only logged.
+        # Exit the process when another worker takes a run over (run_worker); elsewhere
+        # (the embedded worker, tests) the run is only cancelled.
         self.exit_when_fenced = exit_when_fenced
         self._lease_lost = False  # set by the heartbeat (another thread)
 
@@ -600,11 +570,9 @@ class Worker:
                 finally:
                     self._running = None
             else:
-                self._unstoppable = True
-                try:
-                    paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
-                finally:
-                    self._unstoppable = False
+                if self._lease_lost:  # nothing can stop the graph once it runs here
+                    return Outcome(RELEASE, LEASE_LOST)
+                paused = async_to_sync(_stream)(graph, payload, config, thread.pk)
         except ThreadCancelled as exc:
             # Cancelled while running: the write refused was this run's next step (a tool
             # call among them), so nothing after it happened.
@@ -626,27 +594,25 @@ class Worker:
             return Outcome(Run.Status.FAILED, f"{type(exc).__name__}: {exc}")
         return Outcome(Run.Status.INTERRUPTED if paused else Run.Status.SUCCEEDED)
 
-    def _abandon(self, ended: bool) -> None:
-        """Our lease is gone (``ended``: and so is the run, which nobody takes over)."""
+    def _abandon(self, taken: bool) -> None:
+        """Our lease is gone: ``taken`` over by another worker (or maybe: the database was
+        out of reach), else the run was cancelled."""
         self._lease_lost = True
         self._cancel_running()
-        threads = self._threads.running if self._threads is not None else 0
-        if ended or not (threads or self._unstoppable):
+        if not (taken and self.exit_when_fenced):
             return
-        # Cancelling stops the graph at its next await, not a thread: a sync tool running
-        # in one still acts, while the worker taking the run over asks a person whether it
-        # did, or runs it again. (Under async_to_sync nothing can be cancelled at all.)
-        # Only ending the process stops it.
+        # Cancelling stops the graph at its next await, but not a sync tool in a thread
+        # (nor a graph under async_to_sync): such a call would still act while the worker
+        # that took the run over asks a person whether it did, or runs it again. Ending
+        # the process stops it.
         log.critical(
-            "worker %s: lost the lease of a run that still %s, which cannot be stopped; %s",
+            "worker %s: another worker took over the run it was executing; exiting (%d) so "
+            "that none of its calls still running can act",
             self.name,
-            f"runs a call in {threads} of its threads" if threads else "runs",
-            "exiting" if self.exit_when_fenced else "it may act after the run moved on",
+            EXIT_FENCED,
         )
-        if self.exit_when_fenced:
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            os._exit(EXIT_FENCED)
+        logging.shutdown()
+        os._exit(EXIT_FENCED)
 
     def _cancel_running(self) -> None:
         """Another worker owns the run now (our lease expired): stop the graph at its next
@@ -661,8 +627,6 @@ class Worker:
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
-            self._threads = _CountingExecutor(thread_name_prefix=f"worker-{os.getpid()}")
-            self._loop.set_default_executor(self._threads)  # asyncio.to_thread's
         return self._loop
 
     def _native_connection(self) -> Any:

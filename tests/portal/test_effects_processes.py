@@ -162,12 +162,18 @@ def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_secon
     assert words in last_words(thread)
 
 
+@pytest.mark.parametrize(
+    "taker",
+    [Run.Status.RUNNING, Run.Status.INTERRUPTED],
+    ids=["while-the-taker-runs", "after-the-taker-paused"],
+)
 def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_act(
-    spawn, support_agent, effects
+    spawn, support_agent, effects, taker
 ):
-    # A worker stalled in a sync tool (a payment API that hangs) loses its lease: another
-    # worker took the run over, as it may once a lease runs out. Cancelling the run cannot
-    # stop a thread, so the worker ends its process before the call can pay.
+    # A worker stalled in a sync tool (a payment API that hangs) while its lease ran out;
+    # another worker took the run over, and may have paused it on its question already.
+    # Cancelling the run cannot stop a thread: the stale worker ends its process instead,
+    # before the API answers and the call would pay.
     thread, run = services.thread_start(
         agent="refunds", input=say("refund A-1"), user=support_agent
     )
@@ -176,18 +182,22 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
     stalled = spawn("run_worker", "--id", "stalled", "--poll", "0.1", **LEASE)
     wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
     Run.objects.filter(pk=run.pk).update(
-        lease_owner="taker/0", lease_expires_at=timezone.now() - timedelta(seconds=1)
+        status=taker,
+        lease_owner="taker/0",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
-    wait_for(lambda: "lease lost" in output(stalled), timeout=10, what="the lost lease")
-    time.sleep(1)
+    deadline = time.monotonic() + 10
+    while stalled.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     hold.unlink()  # the payment API answers
     time.sleep(0.5)
 
     assert read_effects(effects, "refund") == []
     assert stalled.poll() == EXIT_FENCED, output(stalled)
-    assert "lost the lease of a run that still runs" in output(stalled)
-    # The call is still in flight in the thread: whoever takes the run asks about it.
-    recover(spawn, run, Run.Status.INTERRUPTED)
-    request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
-    assert request.reason == OUTCOME_REASON
-    assert read_effects(effects, "refund") == []
+    assert "another worker took over the run it was executing; exiting" in output(stalled)
+    if taker == Run.Status.RUNNING:
+        # The call is still in flight in the thread: whoever takes the run asks about it.
+        recover(spawn, run, Run.Status.INTERRUPTED)
+        request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+        assert request.reason == OUTCOME_REASON
+        assert read_effects(effects, "refund") == []

@@ -1,6 +1,6 @@
 """``manage.py run_worker``: execute queued agent runs until stopped (SIGTERM or Ctrl-C
-finish the current run first). Exits with status 75 when it lost a run to another worker
-while a call of that run still acts in one of its threads (see ``portal.worker``)."""
+finish the current run first). Exits with status 75 when another worker took over the run it
+was executing, so none of that run's calls still running can act (see ``portal.worker``)."""
 
 from __future__ import annotations
 
