@@ -463,6 +463,35 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
     assert (run.status, run.lease_owner) == (Run.Status.RUNNING, "thief")
 
 
+def test_a_lease_lost_before_a_graph_that_cannot_be_stopped_starts_gives_the_run_back(
+    support_agent, effects, monkeypatch
+):
+    """Inside the test's transaction (as on SQLite) the graph runs through async_to_sync,
+    where nothing can cancel it: a lease lost before it starts must keep it from starting."""
+    from portal import registry
+    from portal.worker import LEASE_LOST, RELEASE
+
+    thread, run = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
+    worker = Worker(name="late")
+    compile_agent = registry.compile_agent
+
+    def compiled_as_the_lease_is_lost(*args, **kwargs):
+        graph = compile_agent(*args, **kwargs)
+        worker._abandon(True)  # the heartbeat found the run taken over meanwhile
+        return graph
+
+    monkeypatch.setattr(registry, "compile_agent", compiled_as_the_lease_is_lost)
+    outcome = worker.execute(worker.claim())
+
+    assert (outcome.status, outcome.error) == (RELEASE, LEASE_LOST)
+    assert read_effects(effects, "marker") == []
+    assert not Checkpoint.objects.filter(thread=thread).exists()  # nothing of it was written
+    run.refresh_from_db()
+    # Given back (the lease was in fact still its own): claimable at once.
+    assert (run.status, run.error) == (Run.Status.RUNNING, LEASE_LOST)
+    assert run.lease_expires_at <= timezone.now()
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_fails_it(
