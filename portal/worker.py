@@ -257,13 +257,14 @@ class _Heartbeat(threading.Thread):
             connection.close()
 
     def _taken_over(self) -> bool:
-        """Whether another worker holds the run now (it may have finished it already);
-        True when that cannot be read. If not, the run is still ours but was cancelled
-        (its thread was), or is gone: nobody takes it over."""
+        """Whether another worker may hold the run now (and may have finished it): always,
+        but for a run that is gone, or still ours and cancelled (its thread was), which
+        nobody takes over. True when that cannot be read."""
         try:
-            return Run.objects.filter(pk=self.run_id).exclude(lease_owner=self.owner).exists()
+            row = Run.objects.filter(pk=self.run_id).values_list("lease_owner", "status").first()
         except Exception:
             return True
+        return row is not None and row != (self.owner, Run.Status.CANCELLED)
 
     def _beat_worker(self) -> None:
         # The worker's loop is busy with this run: its liveness is beaten from here.
@@ -606,20 +607,23 @@ class Worker:
         # that took the run over asks a person whether it did, or runs it again. Ending
         # the process stops it.
         log.critical(
-            "worker %s: another worker took over the run it was executing; exiting (%d) so "
-            "that none of its calls still running can act",
+            "worker %s: the run it was executing is another worker's now, or may be (its "
+            "lease could not be renewed); exiting (%d) so that none of its calls still "
+            "running can act",
             self.name,
             EXIT_FENCED,
         )
-        logging.shutdown()
-        os._exit(EXIT_FENCED)
+        try:
+            logging.shutdown()
+        finally:
+            os._exit(EXIT_FENCED)
 
     def _cancel_running(self) -> None:
         """Another worker owns the run now (our lease expired): stop the graph at its next
         await, so it takes no further step, tool call included, on a run that is not ours.
         Called from the heartbeat thread. (Under async_to_sync, on SQLite or inside a
-        caller's transaction, there is no handle to stop it; the compare-and-swap still
-        refuses its next checkpoint.)"""
+        caller's transaction, there is no handle to stop it: the compare-and-swap refuses
+        its next checkpoint only once the worker that took over has written one.)"""
         task, loop = self._running, self._loop
         if task is not None and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(task.cancel)

@@ -163,15 +163,20 @@ def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_secon
 
 
 @pytest.mark.parametrize(
-    "taker",
-    [Run.Status.RUNNING, Run.Status.INTERRUPTED],
-    ids=["while-the-taker-runs", "after-the-taker-paused"],
+    ("taker", "status"),
+    [
+        ("taker/0", Run.Status.RUNNING),
+        ("taker/0", Run.Status.INTERRUPTED),
+        (None, Run.Status.FAILED),  # as SQLite's claim fails a run out of attempts
+    ],
+    ids=["while-the-taker-runs", "after-the-taker-paused", "given-up-by-a-claim"],
 )
 def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_act(
-    spawn, support_agent, effects, taker
+    spawn, support_agent, effects, taker, status
 ):
     # A worker stalled in a sync tool (a payment API that hangs) while its lease ran out;
-    # another worker took the run over, and may have paused it on its question already.
+    # another worker took the run over, and may have paused it on its question already
+    # (or, the run out of attempts, failed it: the user may retry the thread).
     # Cancelling the run cannot stop a thread: the stale worker ends its process instead,
     # before the API answers and the call would pay.
     thread, run = services.thread_start(
@@ -181,11 +186,10 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
     hold.touch()
     stalled = spawn("run_worker", "--id", "stalled", "--poll", "0.1", **LEASE)
     wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
-    Run.objects.filter(pk=run.pk).update(
-        status=taker,
-        lease_owner="taker/0",
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    taken = Run.objects.filter(pk=run.pk)
+    taken.update(status=status, lease_expires_at=timezone.now() - timedelta(seconds=1))
+    if taker is not None:
+        taken.update(lease_owner=taker)
     deadline = time.monotonic() + 10
     while stalled.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -194,8 +198,8 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
 
     assert read_effects(effects, "refund") == []
     assert stalled.poll() == EXIT_FENCED, output(stalled)
-    assert "another worker took over the run it was executing; exiting" in output(stalled)
-    if taker == Run.Status.RUNNING:
+    assert "the run it was executing is another worker's now" in output(stalled)
+    if status == Run.Status.RUNNING:
         # The call is still in flight in the thread: whoever takes the run asks about it.
         recover(spawn, run, Run.Status.INTERRUPTED)
         request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)

@@ -7,6 +7,8 @@ refund tool notes every call in ``refund_calls.log``, which the test reads.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from portal import services
@@ -52,3 +54,31 @@ def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_ca
     # Nothing the run did after the cancellation was recorded.
     assert thread.last_seq == seq
     assert not Checkpoint.objects.filter(thread=thread, seq__gt=seq).exists()
+
+
+def test_a_thread_cancelled_mid_call_leaves_its_worker_running(spawn, support_agent, effects):
+    # A worker exits when another one takes its run over (test_effects_processes); a run
+    # cancelled with its thread is nobody's to take over, so the worker goes on.
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1"), user=support_agent
+    )
+    hold = effects / "hold_before"
+    hold.touch()
+    worker = spawn("run_worker", "--id", "holder", "--poll", "0.1", PORTAL_RUN_LEASE_SECONDS="1")
+    wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
+
+    services.thread_abort(thread=thread, user=support_agent)
+    wait_for(lambda: "lease lost" in output(worker), timeout=10, what="the heartbeat to look")
+    time.sleep(0.5)
+    assert worker.poll() is None, output(worker)
+    hold.unlink()
+
+    _, later = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
+    wait_for(
+        lambda: Run.objects.get(pk=later.pk).status == Run.Status.SUCCEEDED,
+        timeout=30,
+        what="the next run",
+    )
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0, output(worker)
+    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED

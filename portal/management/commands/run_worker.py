@@ -1,6 +1,7 @@
 """``manage.py run_worker``: execute queued agent runs until stopped (SIGTERM or Ctrl-C
-finish the current run first). Exits with status 75 when another worker took over the run it
-was executing, so none of that run's calls still running can act (see ``portal.worker``)."""
+finish the current run first). Exits with status 75 when the run it was executing may be
+another worker's now (its lease was taken, or could not be renewed), so none of that run's
+calls still running can act (see ``portal.worker``)."""
 
 from __future__ import annotations
 
