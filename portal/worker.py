@@ -109,7 +109,7 @@ LEASE_LOST = (
 )
 
 
-# run_worker's exit status when another worker took over the run it was executing
+# run_worker's exit status when the run it was executing may be another worker's now
 # (sysexits' EX_TEMPFAIL: a supervisor starts it again).
 EXIT_FENCED = 75
 
@@ -597,7 +597,7 @@ class Worker:
 
     def _abandon(self, taken: bool) -> None:
         """Our lease is gone: ``taken`` over by another worker (or maybe: the database was
-        out of reach), else the run was cancelled."""
+        out of reach), else the run was cancelled or is gone."""
         self._lease_lost = True
         self._cancel_running()
         if not (taken and self.exit_when_fenced):
