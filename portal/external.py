@@ -434,7 +434,10 @@ _STATES: dict[str, str] = {
 
 
 def _iso(moment: datetime) -> str:
-    # As the API writes times, so the webhook and the long-poll say the same.
+    # As the API writes times, so the webhook and the long-poll say the same. The API
+    # reads this text back and writes it again, to the millisecond and with no fraction
+    # when that is 0: cut to the millisecond first, so both say ".000" or neither does.
+    moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
     return str(DjangoJSONEncoder().default(moment))
 
 

@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.portal_client import PortalClient
-from portal import decisions, outbox
+from portal import decisions, external, outbox
 from portal.api import api_token_create
 from portal.decisions import DecisionForbidden, decision_submit
 from portal.external import RequestInvalid, RequestSpec, external_request_create
@@ -158,6 +158,27 @@ def test_a_decision_closes_the_request_without_running_anything(agent, reviewer)
         "audit_hash": Decision.objects.get(pk=decision.pk).hash,
     }
     assert ExternalRequest.objects.get(pk=body["id"]).collected_at is not None
+
+
+@pytest.mark.django_db
+def test_the_webhook_and_the_long_poll_give_a_decision_the_same_time(agent, reviewer, monkeypatch):
+    # Decided in the first millisecond of a second (one decision in a thousand): the
+    # webhook said "...:05.000Z", the long-poll "...:05Z".
+    body = _raise(agent)
+    at = timezone.now().replace(microsecond=412)
+    # (Django keeps the field's default callable in ``_get_default`` once it has read it.)
+    monkeypatch.setattr(Decision._meta.get_field("created_at"), "_get_default", lambda: at)
+    decision_submit(
+        interrupt=body["id"],
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=body["id"],
+    )
+
+    sent = external.external_answer(ExternalRequest.objects.get(pk=body["id"]))
+    read = agent.get(body["id"]).json()
+    assert sent["answer"]["decided_at"] == read["answer"]["decided_at"]
+    assert Decision.objects.get().created_at == at  # the moment the test meant
 
 
 @pytest.mark.django_db
