@@ -71,6 +71,31 @@ def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float =
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def flush_again_after_a_deadlock() -> Iterator[None]:
+    """Each test's data is flushed (TRUNCATE) while the session's server and worker go on
+    querying: PostgreSQL may find the TRUNCATE and a worker's claim deadlocked and cancel
+    the TRUNCATE. The other side finishes, so the flush is tried again."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    handle = flush.Command.handle
+
+    def retrying(self, *args, **options):
+        for attempt in range(3):
+            try:
+                return handle(self, *args, **options)
+            except CommandError as exc:
+                if attempt == 2 or "deadlock detected" not in str(exc.__cause__):
+                    raise
+                time.sleep(0.1)
+        return None
+
+    flush.Command.handle = retrying
+    yield
+    flush.Command.handle = handle
+
+
 @pytest.fixture(scope="session")
 def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
     """The base URL of a running portal (server + worker) on the test database."""
