@@ -102,6 +102,19 @@ def output(proc: subprocess.Popen) -> str:
     return Path(proc.log_path).read_text()  # type: ignore[attr-defined]
 
 
+def held_at(
+    spawn: Callable[..., subprocess.Popen], effects: Path, point: str, name: str, **env: str
+) -> subprocess.Popen:
+    """A ``run_worker`` named ``name`` that has run the queued run until the test agents'
+    ``point`` (see testagents.hold), and waits there until the file ``hold_<point>`` goes."""
+    from tests.portal.testagents import read_effects
+
+    (effects / f"hold_{point}").touch()
+    worker = spawn("run_worker", "--id", name, "--poll", "0.1", **env)
+    wait_for(lambda: read_effects(effects, f"reached_{point}"), timeout=60, what=point)
+    return worker
+
+
 @pytest.fixture(scope="module")
 def application():
     """The portal's ASGI application, for websocket tests. The embedded worker must not

@@ -26,7 +26,7 @@ from agents.tools import OUTCOME_REASON
 from portal import services
 from portal.models import Interrupt, Run, Thread
 from portal.worker import EXIT_FENCED
-from tests.portal.conftest import output, wait_for
+from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
@@ -45,13 +45,10 @@ def run_status(run: Run) -> str:
 
 def kill_at(spawn, effects: Path, point: str) -> None:
     """Run the queued run in a worker until it reaches ``point``; kill it there."""
-    hold = effects / f"hold_{point}"
-    hold.touch()
-    doomed = spawn("run_worker", "--id", "doomed", "--poll", "0.1", **LEASE)
-    wait_for(lambda: read_effects(effects, f"reached_{point}"), timeout=60, what=point)
+    doomed = held_at(spawn, effects, point, "doomed", **LEASE)
     doomed.kill()
     doomed.wait(timeout=10)
-    hold.unlink()
+    (effects / f"hold_{point}").unlink()
 
 
 def recover(spawn, run: Run, status: str) -> None:
@@ -182,10 +179,7 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
     thread, run = services.thread_start(
         agent="refunds", input=say("refund A-1"), user=support_agent
     )
-    hold = effects / "hold_before"
-    hold.touch()
-    stalled = spawn("run_worker", "--id", "stalled", "--poll", "0.1", **LEASE)
-    wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
+    stalled = held_at(spawn, effects, "before", "stalled", **LEASE)
     taken = Run.objects.filter(pk=run.pk)
     taken.update(status=status, lease_expires_at=timezone.now() - timedelta(seconds=1))
     if taker is not None:
@@ -193,7 +187,7 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
     deadline = time.monotonic() + 10
     while stalled.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    hold.unlink()  # the payment API answers
+    (effects / "hold_before").unlink()  # the payment API answers
     time.sleep(0.5)
 
     assert read_effects(effects, "refund") == []

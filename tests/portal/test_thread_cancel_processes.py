@@ -13,7 +13,7 @@ import pytest
 
 from portal import services
 from portal.models import Checkpoint, Run, Thread
-from tests.portal.conftest import output, wait_for
+from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
@@ -29,17 +29,14 @@ def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_ca
     thread, run = services.thread_start(
         agent="refunds", input=say("refund A-1"), user=support_agent
     )
-    hold = effects / "hold_turn"
-    hold.touch()
     # A long lease: the worker's heartbeat, which would also notice, stays out of it.
-    worker = spawn("run_worker", "--id", "holder", "--poll", "0.1", PORTAL_RUN_LEASE_SECONDS="60")
-    wait_for(lambda: read_effects(effects, "reached_turn"), timeout=60, what="the model's turn")
+    worker = held_at(spawn, effects, "turn", "holder", PORTAL_RUN_LEASE_SECONDS="60")
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     seq = Thread.objects.get(pk=thread.pk).last_seq
 
     services.thread_abort(thread=thread, user=support_agent)
-    hold.unlink()  # the model answers now: "call refund(A-1)"
+    (effects / "hold_turn").unlink()  # the model answers now: "call refund(A-1)"
 
     wait_for(lambda: "outcome dropped" in output(worker), timeout=60, what="the worker to stop")
     worker.terminate()
@@ -62,16 +59,13 @@ def test_a_thread_cancelled_mid_call_leaves_its_worker_running(spawn, support_ag
     thread, run = services.thread_start(
         agent="refunds", input=say("refund A-1"), user=support_agent
     )
-    hold = effects / "hold_before"
-    hold.touch()
-    worker = spawn("run_worker", "--id", "holder", "--poll", "0.1", PORTAL_RUN_LEASE_SECONDS="1")
-    wait_for(lambda: read_effects(effects, "reached_before"), timeout=60, what="the call")
+    worker = held_at(spawn, effects, "before", "holder", PORTAL_RUN_LEASE_SECONDS="1")
 
     services.thread_abort(thread=thread, user=support_agent)
     wait_for(lambda: "lease lost" in output(worker), timeout=10, what="the heartbeat to look")
     time.sleep(0.5)
     assert worker.poll() is None, output(worker)
-    hold.unlink()
+    (effects / "hold_before").unlink()
 
     _, later = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
     wait_for(
