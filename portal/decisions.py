@@ -830,8 +830,10 @@ def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
     """Expire one pending request now, as if its time had run out (the admin's bulk
     action): the run resumes with a decline, and the decision names ``user``.
 
-    Needs the decide permission (``DecisionForbidden``); ``AlreadyDecided`` or
-    ``StaleDecision`` when it is no longer pending.
+    A decline is a decision, so ``user`` must be allowed to decide this request as
+    ``decision_submit`` would allow them: the role, another reviewer's claim, the policy's
+    separation of duties and group, and a vote already cast (``DecisionForbidden``).
+    ``AlreadyDecided`` or ``StaleDecision`` when it is no longer pending.
     """
     if user is None or not roles.can_decide(user):
         raise DecisionForbidden("Expiring a request declines it: that needs the decide permission.")
@@ -841,12 +843,15 @@ def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
         # same moment; whoever locks it first wins and the other sees it is not pending.
         locked = (
             Interrupt.objects.select_for_update(of=("self",))
-            .select_related("thread")
+            .select_related("thread", "claimed_by")
             .get(pk=interrupt.pk)
         )
         if locked.status != Interrupt.Status.PENDING:
             raise _already_decided(locked)
         _check_pending_in_checkpoint(locked)
+        forbidden = decision_forbidden(interrupt=locked, user=user)
+        if forbidden is not None:
+            raise forbidden
         decision = _expire(locked, now, by=user)
         audit_record(
             action=AuditEvent.Action.EXPIRE,

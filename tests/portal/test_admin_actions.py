@@ -136,6 +136,62 @@ def test_an_expiry_from_the_admin_is_in_the_audit_trail(client, admin_user):
     assert (event.actor_name, event.target_id) == ("ada-admin", request.pk)
 
 
+def _staff(user):
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    user.user_permissions.add(Permission.objects.get(codename="view_interrupt"))
+    return user
+
+
+def _refused_expiry(client, user, request, why: str) -> None:
+    client.force_login(user)
+    page = act(client, "interrupt", "expire_requests", [request])
+    assert "Refused (1)" in page and why in page, page
+    assert Interrupt.objects.get(pk=request.pk).status == Interrupt.Status.PENDING
+    assert not Decision.objects.filter(interrupt=request).exists()
+    assert not Run.objects.filter(kind=Run.Kind.RESUME).exists()
+
+
+# An expiry declines the request, so whoever may not decide it may not expire it either.
+
+
+def test_an_admin_who_started_the_thread_cannot_expire_its_request(client, admin_user):
+    request = make_interrupt(owner=admin_user)
+    _refused_expiry(client, admin_user, request, "separation of duties")
+
+
+def test_a_reviewer_outside_the_required_group_cannot_expire_the_request(
+    client, settings, reviewer
+):
+    settings.PORTAL_POLICIES = {"refunds:*": {"required_group": "finance"}}
+    request = make_interrupt()
+    _refused_expiry(client, _staff(reviewer), request, "members of the &#x27;finance&#x27; group")
+
+
+def test_a_reviewer_cannot_expire_a_request_someone_else_has_claimed(
+    client, reviewer, second_reviewer
+):
+    from portal.decisions import interrupt_claim
+
+    request = make_interrupt()
+    interrupt_claim(interrupt=request, user=second_reviewer)
+    _refused_expiry(client, _staff(reviewer), request, "ask them to release it first")
+
+
+def test_a_reviewer_who_voted_cannot_expire_the_request_alone(client, settings, reviewer):
+    from portal.decisions import decision_submit
+
+    settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
+    request = make_interrupt()
+    decision_submit(
+        interrupt=request,
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=request.pk,
+    )
+    _refused_expiry(client, _staff(reviewer), request, "You already answered this request")
+
+
 def test_the_admin_lists_votes_read_only(client, admin_user, settings, roles):
     from portal.decisions import decision_submit
 
