@@ -5,13 +5,14 @@ Services are the only writers, so nothing here edits a row directly. Threads, ch
 runs and decisions are read-only; decisions cannot be added, changed or deleted even by a
 superuser (they are the audit record). The writes are the decision form on an
 interrupt's change page, which goes through ``portal.decisions.decision_submit`` with the
-same form, validation and errors as the dashboard, and needs the same permission
-(``roles.can_decide``): the admin's view permission only lets staff read; and the bulk
-actions, each through the service its page uses, offered only to those who hold its
-permission: expire requests (``interrupt_expire``, decide permission), withdraw requests
-(``thread_cancel``, cancel_thread), cancel threads (``thread_abort``, cancel_thread) and
-retry failed threads (``thread_retry``, retry_thread). Each selected row is done on its
-own; what was refused is listed with the reason.
+same form, validation and errors as the dashboard, and needs what the dashboard needs
+(``roles.can_decide``, on a thread the user may see): the admin's view permission only
+lets staff read; and the bulk actions, each through the service its page uses, offered
+only to those who hold its permission: expire requests (``interrupt_expire``, which checks
+what a decision would), withdraw requests (``thread_cancel``, cancel_thread), cancel
+threads (``thread_abort``, cancel_thread) and retry failed threads (``thread_retry``,
+retry_thread). Each selected row is done on its own; what was refused is listed with the
+reason.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from portal import outbox, roles, services
+from portal import access, outbox, roles, services
 from portal.decisions import DecisionRefused, interrupt_expire
 from portal.errors import Refused
 from portal.external import request_state, with_collection
@@ -318,7 +319,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, interrupt: Interrupt, form: DecisionForm | None
     ) -> dict[str, Any]:
         decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
-        if form is None and interrupt.is_pending and roles.can_decide(request.user):
+        if form is None and interrupt.is_pending and _may_decide_here(request, interrupt):
             form = DecisionForm(interrupt=interrupt)
         return {
             "interrupt": interrupt,
@@ -357,6 +358,14 @@ class InterruptAdmin(ReadOnlyAdmin):
                 status=403,
                 content_type="text/plain; charset=utf-8",
             )
+        if not access.can_see_thread(request.user, interrupt.thread):
+            return HttpResponse(
+                "Deciding a request in someone else's thread needs the permission to read "
+                "every thread (portal.view_all_threads), as on the dashboard; the admin's "
+                "view permission only lets you read this request.",
+                status=403,
+                content_type="text/plain; charset=utf-8",
+            )
         form = DecisionForm(request.POST, interrupt=interrupt)
         status = 422
         if form.is_valid():
@@ -380,6 +389,11 @@ class InterruptAdmin(ReadOnlyAdmin):
         response = self.change_view(page_request, quote(interrupt.pk), extra_context=context)
         response.status_code = status
         return response
+
+
+def _may_decide_here(request: HttpRequest, interrupt: Interrupt) -> bool:
+    """The dashboard's rule: the decide permission, on a thread the user may see."""
+    return roles.can_decide(request.user) and access.can_see_thread(request.user, interrupt.thread)
 
 
 _DECISION_FIELDS: list[str] = [

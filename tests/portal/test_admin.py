@@ -276,6 +276,35 @@ def test_staff_with_the_decide_permission_decide_through_the_admin(client, staff
     assert Decision.objects.get(interrupt=interrupt).reviewer == staff_auditor
 
 
+def test_staff_who_may_decide_but_not_read_every_thread_cannot_decide_others_in_the_admin(
+    client, support_agent
+):
+    # The dashboard shows such a user only their own threads; the admin shows every row to
+    # whoever has its view permission, so deciding there must ask the dashboard's question.
+    from django.contrib.auth.models import Permission
+
+    from tests.factories import make_user
+
+    staff = make_user("dee-staff", is_staff=True)
+    staff.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_interrupt", "decide_interrupt"])
+    )
+    interrupt = make_interrupt(owner=support_agent)
+    client.force_login(staff)
+
+    page = client.get(change_url(interrupt))
+    assert page.status_code == 200
+    assert 'id="decision-form"' not in page.content.decode()
+    response = client.post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+    assert response.status_code == 403
+    assert "portal.view_all_threads" in response.content.decode()
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not Decision.objects.filter(interrupt=interrupt).exists()
+
+
 def _listed(admin_client, name: str) -> list:
     response = admin_client.get(reverse(f"admin:portal_{name}_changelist"))
     assert response.status_code == 200
