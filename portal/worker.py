@@ -247,10 +247,16 @@ class _Heartbeat(threading.Thread):
                     self._beat_worker()
                 if not renewed:
                     self.lost = True
-                    log.warning("run %s: lease lost to another worker", self.run_id)
+                    # (Not read from a database out of reach: it could take long.)
+                    taken = not reached or self._taken_over()
+                    if taken:
+                        log.warning("run %s: lease lost; another worker may hold it", self.run_id)
+                    else:
+                        log.warning(
+                            "run %s: lease ended: the run was cancelled or deleted", self.run_id
+                        )
                     if self.on_lost is not None:
-                        # (Not read from a database out of reach: it could take long.)
-                        self.on_lost(not reached or self._taken_over())
+                        self.on_lost(taken)
                     return
                 renewed_at = time.monotonic()
         finally:
