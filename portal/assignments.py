@@ -178,6 +178,10 @@ def _escalate_at(interrupt: Interrupt, policy: policies.Policy) -> datetime | No
     return remind + policy.escalate_after
 
 
+# Requests one sweep acts on at most; the next sweep takes the rest.
+SWEEP_LIMIT = 500
+
+
 def requests_remind_and_escalate(now: datetime | None = None) -> tuple[int, int]:
     """Send due reminders and escalate due requests; returns (reminded, escalated)."""
     now = now or timezone.now()
@@ -195,9 +199,14 @@ def requests_remind_and_escalate(now: datetime | None = None) -> tuple[int, int]
             expires_at__lte=now + horizon,
         )
         .exclude(Exists(done.filter(action=RoutingEvent.Action.ESCALATED)))
-        .values_list("pk", flat=True)
+        .annotate(reminded=Exists(done.filter(action=RoutingEvent.Action.REMINDED)))
+        .only("pk", "agent", "reason", "expires_at")
+        .order_by("expires_at", "pk")
     )
-    for pk in list(candidates[:500]):
+    # Only what is due now is locked, soonest expiry first: requests reminded and waiting
+    # for nothing more stay candidates until decided, and must not crowd out the rest.
+    due = [c.pk for c in candidates.iterator(chunk_size=1000) if _due(c, now)]
+    for pk in due[:SWEEP_LIMIT]:
         with transaction.atomic():
             # Row lock, skipping a request someone is deciding: several notifiers sweep at
             # once, and a decision may land now; either way the request is left alone.
@@ -223,6 +232,16 @@ def requests_remind_and_escalate(now: datetime | None = None) -> tuple[int, int]
                 _escalate(locked, policy.escalate_to or "")
                 escalated += 1
     return reminded, escalated
+
+
+def _due(candidate: Interrupt, now: datetime) -> bool:
+    """Whether a candidate (annotated ``reminded``, not escalated) has an action due."""
+    policy = policies.policy_for(candidate.agent, candidate.reason)
+    remind = _remind_at(candidate, policy)
+    if not candidate.reminded and remind is not None and remind <= now:  # type: ignore[attr-defined]
+        return True
+    escalate = _escalate_at(candidate, policy)
+    return escalate is not None and escalate <= now
 
 
 def _longest_remind_before() -> timedelta | None:

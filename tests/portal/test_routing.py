@@ -184,6 +184,25 @@ def test_the_api_lists_whom_a_request_is_assigned_to_and_when_it_was_reminded_an
     assert escalated["escalated_at"].startswith(events["escalated"].isoformat()[:19])
 
 
+def test_requests_already_reminded_do_not_crowd_out_those_still_due(db, monkeypatch, settings):
+    # Under a policy with no escalation, a reminded request stays pending (and a candidate)
+    # until decided; a sweep that looked only at its first few candidates found nothing to
+    # do there, sweep after sweep, and the rest were never reminded.
+    import portal.assignments
+
+    settings.PORTAL_POLICIES = {"refunds:*": {"expires_after": 3600, "remind_before": 3000}}
+    monkeypatch.setattr(portal.assignments, "SWEEP_LIMIT", 2)
+    made = [make_interrupt(agent="refunds", message=f"r{i}").pk for i in range(5)]
+    last = max(Interrupt.objects.filter(pk__in=made).values_list("expires_at", flat=True))
+    now = last - timedelta(seconds=3000)
+
+    sweeps = [requests_remind_and_escalate(now=now + timedelta(seconds=n)) for n in range(4)]
+
+    assert sweeps == [(2, 0), (2, 0), (1, 0), (0, 0)]
+    reminded = RoutingEvent.objects.filter(action=RoutingEvent.Action.REMINDED)
+    assert sorted(reminded.values_list("interrupt_id", flat=True)) == sorted(made)
+
+
 def test_a_reminder_goes_out_before_expiry_and_an_escalation_after_a_further_delay(
     desk_reviewer, lead_reviewer
 ):
