@@ -17,8 +17,9 @@ Chain order is insertion order, which is ``id`` order because appends are serial
 Rewriting the whole tail after an edit is detectable only against a head hash recorded
 elsewhere, which is why ``verify_audit`` prints the head.
 
-Canonical JSON: keys sorted, no whitespace, UTF-8 kept, integral floats written as integers
-(PostgreSQL's ``jsonb`` gives ``1e16`` back as ``10000000000000000``), datetimes in UTC with
+Canonical JSON: keys sorted, no whitespace, UTF-8 kept, integral floats written as the
+integers their text names (PostgreSQL's ``jsonb`` gives ``1e16`` back as
+``10000000000000000``, and ``1e23`` as ``10**23``), datetimes in UTC with
 microseconds. A value hashes the same before insert and after a round trip through either
 database.
 
@@ -46,6 +47,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, models, router, transaction
@@ -107,7 +109,9 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        # As a database's JSON gives it back: the integer its shortest text names. jsonb
+        # returns 1e23 as 10**23, which is not int(1e23) (the float only nears it).
+        return int(Decimal(repr(value)))
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat(timespec="microseconds")
     if isinstance(value, Mapping):

@@ -93,6 +93,36 @@ def test_canonical_json_is_the_same_before_and_after_a_database_round_trip():
     )
 
 
+@pytest.mark.parametrize("number", [1e16, 1e23, 2.0**70, -1.5e300])
+def test_a_large_integral_float_hashes_as_the_integer_a_database_gives_back(number):
+    # jsonb keeps the number's text exactly and returns 1e23 as 10**23, not int(1e23).
+    from decimal import Decimal
+
+    assert audit.canonical({"n": number}) == audit.canonical({"n": int(Decimal(repr(number)))})
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("amount", [1e23, 2.0**70])
+def test_the_chain_verifies_after_an_answer_with_a_large_number(reviewer, amount):
+    from portal.decisions import decision_submit
+
+    schema = {"type": "object", "properties": {"amount": {"type": "number"}}}
+    interrupt = make_interrupt(schema=schema, value={"question": "how much?"})
+    decision_submit(
+        interrupt=interrupt,
+        reviewer=reviewer,
+        value={"amount": amount},
+        resume_interrupt_id=interrupt.pk,
+    )
+    later = make_interrupt(schema=schema)
+    decision_submit(
+        interrupt=later, reviewer=reviewer, value={"amount": 5}, resume_interrupt_id=later.pk
+    )
+
+    report = audit.verify_chain(Decision.objects.all())
+    assert report.ok, report.broken
+
+
 def test_verify_audit_says_ok_with_the_number_of_decisions(three_decisions, capsys):
     call_command("verify_audit", "--batch-size", "2")
     out = capsys.readouterr().out
