@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest
 
 from portal import roles
 from portal.models import Interrupt, Thread
+
+M = TypeVar("M", bound=Model)
 
 
 def visible_threads(user: roles.User) -> QuerySet[Thread]:
@@ -24,6 +27,14 @@ def visible_threads(user: roles.User) -> QuerySet[Thread]:
     if roles.can_view_all(user):
         return Thread.objects.all()
     return Thread.objects.filter(owner=user)
+
+
+def in_visible_threads(qs: QuerySet[M], user: roles.User) -> QuerySet[M]:
+    """``qs`` (rows with a ``thread``) narrowed to ``visible_threads(user)``. Left whole for
+    those who see every thread: a subquery over all threads would only slow a big page."""
+    if user.is_authenticated and roles.can_view_all(user):
+        return qs
+    return qs.filter(thread__in=visible_threads(user))
 
 
 def can_see_thread(user: roles.User, thread: Thread) -> bool:

@@ -1188,7 +1188,9 @@ def list_decisions(request: HttpRequest, filters: Query[DecisionFilter]) -> Any:
             for message in messages
         ]
         raise ApiProblem(422, "The filters are not valid.", lines)
-    found = history.page(form.criteria(), _cursor(filters.after, int), size=filters.limit)
+    found = history.page(
+        form.criteria(), _cursor(filters.after, int), viewer=_user(request), size=filters.limit
+    )
     return {
         "items": found.rows,
         "next": _next(found.next_cursor),

@@ -291,9 +291,10 @@ def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
     return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
 
 
-def filtered(criteria: dict[str, Any]) -> QuerySet[Decision]:
-    """Decisions matching ``criteria`` (``HistoryFilter.criteria()``), newest first."""
-    qs = _between_days(Decision.objects.all(), criteria)
+def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
+    """Decisions matching ``criteria`` (``HistoryFilter.criteria()``) on threads ``viewer``
+    may see (as a decision's own page does), newest first."""
+    qs = _between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
     if agent := criteria.get("agent"):
         qs = qs.filter(interrupt__agent=agent)
     if who := criteria.get("reviewer"):
@@ -344,17 +345,23 @@ def _walk(
 
 
 def page(
-    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
+    criteria: dict[str, Any],
+    cursor: Cursor | None = None,
+    *,
+    viewer: Any,
+    size: int | None = None,
 ) -> Page:
     """One page of rows after ``cursor``: a single query whatever the page number."""
-    return _page_of(filtered(criteria).values(*_VALUES), row_from, cursor, size or PAGE_SIZE)
+    qs = filtered(criteria, viewer).values(*_VALUES)
+    return _page_of(qs, row_from, cursor, size or PAGE_SIZE)
 
 
 def iter_rows(
-    criteria: dict[str, Any], *, batch_size: int | None = None
+    criteria: dict[str, Any], *, viewer: Any, batch_size: int | None = None
 ) -> Iterator[dict[str, Any]]:
     """Every matching row, newest first, reading ``batch_size`` rows per query."""
-    return _walk(filtered(criteria).values(*_VALUES), row_from, batch_size or EXPORT_BATCH)
+    qs = filtered(criteria, viewer).values(*_VALUES)
+    return _walk(qs, row_from, batch_size or EXPORT_BATCH)
 
 
 def filter_choices() -> dict[str, list[str]]:

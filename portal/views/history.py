@@ -8,6 +8,7 @@ shows; exports stream keyset batches, so their memory does not grow with the row
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import json
 from collections.abc import Iterable, Iterator
@@ -71,7 +72,7 @@ def _results(
 def history_list(request: HtmxRequest) -> HttpResponse:
     history.require_history_access(request)
     form = _filter_form(request, HistoryFilter)
-    page = history.page(form.criteria(), form.cursor())
+    page = history.page(form.criteria(), form.cursor(), viewer=request.user)
     context = {"columns": COLUMNS, "choices": history.filter_choices()}
     return _results(request, form, page, "portal/history.html#history-results", context)
 
@@ -270,7 +271,8 @@ def _jsonl_lines(
 def _export(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
     history.require_export_access(request)
     form = _filter_form(request, HistoryFilter)
-    return _stream(form, history.iter_rows, COLUMNS, kind, "decisions")
+    rows = functools.partial(history.iter_rows, viewer=request.user)
+    return _stream(form, rows, COLUMNS, kind, "decisions")
 
 
 def _stream(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +15,7 @@ from portal import history, services
 from portal.decisions import decision_submit
 from portal.models import Decision, Interrupt
 from portal.worker import Worker
-from tests.factories import make_interrupt, make_tool_approval
+from tests.factories import make_decision, make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -78,8 +81,16 @@ def decisions(reviewer, second_reviewer):
     }
 
 
+def everyone():
+    """An auditor: sees every thread's decisions."""
+    from django.contrib.auth import get_user_model
+
+    found = get_user_model().objects.filter(username="history-auditor").first()
+    return found or make_user("history-auditor", role="auditor")
+
+
 def ids(criteria: dict) -> set[int]:
-    return {row["decision_id"] for row in history.page(criteria).rows}
+    return {row["decision_id"] for row in history.page(criteria, viewer=everyone()).rows}
 
 
 def test_the_page_shows_each_decision_with_everything_an_auditor_needs(client, auditor, decisions):
@@ -148,7 +159,7 @@ def test_the_tool_filter_finds_a_request_the_runtime_raised_inside_a_tool(
         resume_interrupt_id=request.pk,
     )
     assert ids({"tool": "pay"}) == {decision.pk}
-    assert history.page({"tool": "pay"}).rows[0]["tools"] == ["pay"]
+    assert history.page({"tool": "pay"}, viewer=everyone()).rows[0]["tools"] == ["pay"]
     assert ids({"tool": "refund"}) == set()
 
 
@@ -198,7 +209,7 @@ def test_postgres_search_uses_the_full_text_index(decisions):
     has is found through the full-text index. The index holds decided requests only, so
     this also shows the search says so (the planner must prove the index's WHERE)."""
     _copies(decisions["refund"])
-    plan = _plan(history.filtered({"q": "kettle"}).values("id"))
+    plan = _plan(history.filtered({"q": "kettle"}, everyone()).values("id"))
     assert "portal_interrupt_fulltext" in plan, plan
     assert ids({"q": "kettle"}) == {decisions["refund"].pk}
 
@@ -263,7 +274,7 @@ def test_postgres_search_indexes_hold_only_requests_that_left_the_queue(db):
 def _walk(criteria: dict, size: int) -> list[list[int]]:
     pages, cursor = [], None
     while True:
-        page = history.page(criteria, cursor, size=size)
+        page = history.page(criteria, cursor, viewer=everyone(), size=size)
         pages.append([r["decision_id"] for r in page.rows])
         if page.next_cursor is None:
             return pages
@@ -350,3 +361,40 @@ def test_the_results_region_links_to_exports_of_the_same_filters(client, auditor
     html = client.get(reverse("history"), {"agent": "refunds"}).content.decode()
     assert reverse("history_export_csv") + "?agent=refunds" in html
     assert reverse("history_export_jsonl") + "?agent=refunds" in html
+
+
+def test_the_list_and_the_exports_show_only_decisions_on_threads_the_user_may_see(
+    client, support_agent, other_support_agent, reviewer
+):
+    # Capabilities can be granted one at a time: history without every thread shows the
+    # decisions on one's own threads, as each decision's own page does.
+    from django.contrib.auth.models import Permission
+
+    mine = make_decision(interrupt=make_interrupt(owner=support_agent), reviewer=reviewer)
+    theirs = make_decision(
+        interrupt=make_interrupt(owner=other_support_agent, message="SECRET other customer"),
+        reviewer=reviewer,
+    )
+    support_agent.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_history", "export_history"])
+    )
+    client.force_login(support_agent)
+    assert client.get(reverse("decision_detail", args=[theirs.pk])).status_code == 404
+
+    listed = [r["decision_id"] for r in client.get(reverse("history")).context["page"].rows]
+    body = b"".join(client.get(reverse("history_export_csv")).streaming_content).decode()
+    exported = [row[0] for row in csv.reader(io.StringIO(body))][1:]
+    lines = b"".join(client.get(reverse("history_export_jsonl")).streaming_content).decode()
+
+    assert listed == [mine.pk]
+    assert exported == [str(mine.pk)]
+    assert "SECRET" not in body and "SECRET" not in lines
+    assert [json.loads(line)["decision_id"] for line in lines.splitlines()] == [mine.pk]
+    from tests.portal.test_api import api_for
+
+    found = api_for(client, support_agent).get("/api/decisions").json()["items"]
+    assert [item["decision_id"] for item in found] == [mine.pk]
+    # An auditor still sees both.
+    client.force_login(make_user("ann-auditor", role="auditor"))
+    listed = [r["decision_id"] for r in client.get(reverse("history")).context["page"].rows]
+    assert sorted(listed) == sorted([mine.pk, theirs.pk])
