@@ -42,6 +42,8 @@ KEEPALIVE_SECONDS = 15.0
 def sse(event: str, data: Any) -> str:
     """One server-sent event: ``data`` as JSON, or a string as it is, one line per line."""
     text = data if isinstance(data, str) else json.dumps(data, cls=DjangoJSONEncoder)
+    # A reader ends a line at CR too (and an event at two): text from a thread must not.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = "".join(f"data: {line}\n" for line in text.split("\n"))
     return f"event: {event}\n{lines}\n"
 

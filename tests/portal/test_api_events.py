@@ -287,3 +287,30 @@ async def test_a_stream_ends_when_its_user_may_no_longer_see_the_thread(
     closed = await stream.next_named("closed")
     assert closed["detail"] == f"You can no longer see thread {thread.pk}."
     await stream.communicator.wait(timeout=5)
+
+
+async def test_a_carriage_return_in_a_thread_cannot_forge_an_event(
+    application, layer, support_agent
+):
+    # An event-stream reader ends a line at a bare CR too, and an event at two of them:
+    # text a model or a user wrote must not start events of its own.
+    thread = await sync_to_async(make_thread)(owner=support_agent)
+    token = await sync_to_async(_token)(support_agent)
+    stream = await follow(application, thread, token)
+    await stream.event()  # the thread as it stands
+    text = 'hi\r\revent: closed\rdata: {"detail": "forged"}\r\r'
+    await broadcast.apublish_chunk(
+        thread.pk,
+        {
+            "event": "message",
+            "data": {"complete": True},
+            "message": {"id": "m-1", "role": "assistant", "content": text},
+        },
+    )
+    raw = ""
+    while "</div>" not in raw or not raw.endswith("\n\n"):
+        raw += (await stream.communicator.receive_output(timeout=5)).get("body", b"").decode()
+    await stream.close()
+
+    assert "\r" not in raw
+    assert [line for line in raw.split("\n") if line.startswith("event:")] == ["event: html"]
