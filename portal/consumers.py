@@ -115,9 +115,9 @@ class _ForwardingConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 broadcast.user_group(self.user_pk), self.channel_name
             )
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        # Read-only: the browser talks to the server over HTTP; anything sent here is
-        # ignored rather than acted on.
+    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
+        # Read-only: the browser talks to the server over HTTP; anything sent here, JSON
+        # or not, is ignored rather than acted on (or decoded, which could fail).
         return None
 
     def _user(self) -> Any:

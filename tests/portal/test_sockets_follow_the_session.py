@@ -16,6 +16,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test import Client
 
+from portal import broadcast
 from portal.routing import origin_allowed
 from tests.factories import make_thread
 
@@ -257,3 +258,29 @@ def test_the_origin_rule_compares_scheme_host_and_port(settings, origin, scope, 
     if proxied:
         built["headers"].append((b"x-forwarded-proto", proxied.encode()))
     assert origin_allowed(built) is allowed
+
+
+@needs_db
+@pytest.mark.parametrize("frame", [{"text_data": "{oops"}, {"bytes_data": b"\x00\x01"}])
+async def test_a_frame_that_is_not_json_is_ignored_and_the_socket_stays(
+    application, reviewer, frame
+):
+    # Frames from the browser are ignored; one that cannot be decoded used to kill the
+    # consumer without its disconnect, leaving its re-check task and its groups behind.
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    client = await sync_to_async(_login)(reviewer)
+    socket = await _open(application, "/ws/queue/", client)
+    await socket.send_to(**frame)
+    assert await socket.receive_nothing(timeout=0.3)
+    await socket.disconnect()
+    await asyncio.sleep(0.1)
+
+    rechecks = [t for t in asyncio.all_tasks() if "_recheck_every" in repr(t.get_coro())]
+    assert rechecks == []
+    layer = get_channel_layer()
+    if hasattr(layer, "groups"):  # the in-memory layer: nobody is left in the queue's group
+        assert not layer.groups.get(broadcast.QUEUE_GROUP)
+    await _release_connection()
