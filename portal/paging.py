@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -49,6 +49,10 @@ class Cursor:
         except (ValueError, TypeError):
             return None
         if at is None or timezone.is_naive(at):
+            return None
+        try:
+            at.astimezone(UTC)  # what a query does with it: year 1 at +05:00 is out of range
+        except OverflowError:
             return None
         return cls(at, ident)
 

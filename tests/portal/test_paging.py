@@ -35,6 +35,8 @@ def test_a_cursor_survives_its_own_encoding_with_each_kind_of_id():
         "not-a-date~x",
         "2026-03-01T12:00:00~x",  # no time zone: ambiguous, so not ours
         "2026-13-01T12:00:00+00:00~x",
+        "0001-01-01T00:00:00+05:00~1",  # before year 1 in UTC
+        "9999-12-31T23:59:59-05:00~1",  # after year 9999 in UTC
     ],
 )
 def test_anything_but_an_encoded_cursor_decodes_to_none(raw):
@@ -83,3 +85,25 @@ def test_a_page_of_values_rows_gives_its_cursor_too():
     )
     assert more
     assert Cursor.of(rows[0], "updated_at") == Cursor(rows[0]["updated_at"], rows[0]["id"])
+
+
+@pytest.mark.parametrize("after", ["0001-01-01T00:00:00+05:00~1", "9999-12-31T23:59:59-05:00~1"])
+@pytest.mark.parametrize("name", ["history", "audit_trail", "threads", "queue"])
+def test_a_hand_made_cursor_out_of_range_shows_the_first_page(client, admin_user, name, after):
+    from django.urls import reverse
+
+    client.force_login(admin_user)
+    client.raise_request_exception = False
+    assert client.get(reverse(name), {"after": after}).status_code == 200
+
+
+def test_a_hand_made_api_cursor_out_of_range_is_refused_by_name(client, auditor):
+    import base64
+
+    from tests.portal.test_api import api_for
+
+    after = base64.urlsafe_b64encode(b"0001-01-01T00:00:00+05:00~1").decode().rstrip("=")
+    client.raise_request_exception = False
+    response = api_for(client, auditor).get("/api/decisions", after=after)
+    assert response.status_code == 422, response.content
+    assert "after" in response.content.decode()
