@@ -4,6 +4,8 @@ socket, their sockets are told to check again (``broadcast.publish_user_revoke``
 - a logout: the sockets of the session that ended close at once;
 - a change to the user's row (deactivated, password changed, superuser flag) or its
   deletion;
+- a change to one of their API tokens (scopes, expiry) or its deletion, for the API's
+  event streams;
 - a change to their groups or their own permissions, to the permissions of a group they
   are in, or the deletion of such a group or permission.
 
@@ -27,6 +29,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from django.dispatch import receiver
 
 from portal import broadcast
+from portal.models import ApiToken
 
 User = get_user_model()
 
@@ -74,6 +77,14 @@ def _on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> 
 @receiver(post_delete, sender=User)
 def _on_user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
     _recheck([instance.pk])
+
+
+@receiver(post_save, sender=ApiToken)
+@receiver(post_delete, sender=ApiToken)
+def _on_token_changed(sender: Any, instance: ApiToken, created: bool = False, **_: Any) -> None:
+    # A token deleted, or edited in the admin (scopes, expiry): its event streams check again.
+    if not created:
+        _recheck([instance.user_id])
 
 
 @receiver(m2m_changed, sender=User.groups.through)

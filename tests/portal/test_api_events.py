@@ -314,3 +314,22 @@ async def test_a_carriage_return_in_a_thread_cannot_forge_an_event(
 
     assert "\r" not in raw
     assert [line for line in raw.split("\n") if line.startswith("event:")] == ["event: html"]
+
+
+async def test_a_stream_ends_when_its_token_is_deleted_in_the_admin(
+    application, layer, support_agent, admin_user
+):
+    from portal.models import ApiToken, api_token_delete
+
+    thread = await sync_to_async(make_thread)(owner=support_agent)
+    token = await sync_to_async(_token)(support_agent)
+    stream = await follow(application, thread, token)
+    await stream.event()
+
+    def delete() -> None:
+        api_token_delete(token=ApiToken.objects.get(user=support_agent), by=admin_user)
+
+    await sync_to_async(delete)()
+    name, data = await stream.event()
+    assert name == "closed", (name, data)
+    await stream.close()
