@@ -12,9 +12,12 @@ together. Nothing is sent from inside a request or a run. The notifier
 2. sends due deliveries (``outbox_deliver``). Claiming one pushes its ``next_attempt_at``
    past the send's timeout and counts the attempt, and commits, before anything is sent:
    a notifier killed mid-send leaves it due again, so a crash delays a notification but
-   never loses it. A failed try is retried with exponential backoff
-   (``PORTAL_NOTIFY_BACKOFF_SECONDS`` doubling up to ``..._MAX_SECONDS``) and given up
-   after ``PORTAL_NOTIFY_MAX_ATTEMPTS``; every try is a ``DeliveryAttempt``.
+   never loses it. Just before its send the claim is renewed, unless another notifier has
+   claimed the delivery since (then that one sends it). A send, connecting and reading
+   the answer included, gets ``PORTAL_NOTIFY_TIMEOUT`` in all. A failed try is retried
+   with exponential backoff (``PORTAL_NOTIFY_BACKOFF_SECONDS`` doubling up to
+   ``..._MAX_SECONDS``) and given up after ``PORTAL_NOTIFY_MAX_ATTEMPTS``; every try is a
+   ``DeliveryAttempt``.
 
 Delivery is at least once: a send that reached the receiver but whose answer was lost is
 sent again, with the same ``Portal-Event-Id``. A receiver that remembers the ids it has
@@ -27,15 +30,18 @@ Channels: email through Django's email backend; webhooks as JSON signed with
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import json
 import logging
+import socket
+import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -373,7 +379,7 @@ def _later(seconds: float) -> Any:
 
 
 def _lease_seconds() -> float:
-    # A send gives up after the timeout (per connect and per read); the margin covers both.
+    # A send is over within the timeout (see send); the margin covers the bookkeeping.
     return settings.PORTAL_NOTIFY_TIMEOUT * 2 + 1
 
 
@@ -409,11 +415,24 @@ class SendError(Exception):
         self.status_code = status_code
 
 
+def _still_mine(delivery: Delivery) -> bool:
+    # The batch's claim covers one send, and the sends before this one may have used it
+    # up: another notifier may have claimed it again since (counting another attempt),
+    # and then it is that one's to send. Otherwise the lease is renewed for this send, in
+    # one statement, so that a claim cannot slip in between the check and the send.
+    return bool(
+        Delivery.objects.filter(
+            pk=delivery.pk, status=Delivery.Status.PENDING, attempts=delivery.attempts
+        ).update(next_attempt_at=_later(_lease_seconds()))
+    )
+
+
 def outbox_deliver(*, batch: int = 20) -> int:
     """Send the deliveries that are due; returns how many it tried."""
     due = _claim(batch)
     for delivery in due:
-        _attempt(delivery)
+        if _still_mine(delivery):
+            _attempt(delivery)
     return len(due)
 
 
@@ -474,13 +493,79 @@ def envelope(note: Notification) -> dict[str, Any]:
     }
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    # A redirect would send the signed body somewhere the subscription does not name.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+class _Deadline:
+    """When a send must be over by. A socket timeout bounds each read alone, so a receiver
+    that drips its answer a byte at a time would hold the notifier as long as it liked."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        return left
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
+class _DeadlineReader(io.RawIOBase):
+    # What http.client reads the answer through: each read waits only for the time left.
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.sock.settimeout(self.deadline.left())
+        return self.sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    # HTTPResponse only calls makefile() on the socket it is given.
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self.sock, self.deadline))
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], deadline: _Deadline) -> tuple[int, str]:
+    """POST ``body`` to ``url`` and return the answer's status and reason, all of it
+    (connecting, the TLS handshake, sending, reading the answer) within ``deadline``.
+    A redirect is an answer like any other: it would send the signed body somewhere the
+    target does not name."""
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    host = parts.hostname or ""
+    port = parts.port or (443 if https else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    sock = socket.create_connection((host, port), timeout=deadline.left())
+    try:
+        if https:
+            sock.settimeout(deadline.left())  # the handshake, as a whole
+            sock = _tls().wrap_socket(sock, server_hostname=host)
+        conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(host, port)
+        conn.sock = sock  # connected above, within the deadline
+        sock.settimeout(deadline.left())  # the request is one send, bounded as a whole
+        conn.request("POST", path, body, headers | {"Connection": "close"})
+        answer = http.client.HTTPResponse(
+            cast(socket.socket, _DeadlineSocket(sock, deadline)), method="POST"
+        )
+        answer.begin()
+        return answer.status, answer.reason
+    finally:
+        sock.close()
 
 
 def send(delivery: Delivery) -> int | None:
@@ -509,17 +594,21 @@ def send(delivery: Delivery) -> int | None:
         EVENT_TYPE_HEADER: note.kind,
     }
     # Only http(s): check_target refused any other scheme before the delivery was written.
-    request = urllib.request.Request(  # noqa: S310
-        delivery.target, data=raw, headers=headers, method="POST"
-    )
+    deadline = _Deadline(settings.PORTAL_NOTIFY_TIMEOUT)
     try:
-        with _opener.open(request, timeout=settings.PORTAL_NOTIFY_TIMEOUT) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        raise SendError(f"the receiver answered {exc.code} {exc.reason}", exc.code) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SendError(f"could not reach {delivery.target}: {reason}") from None
+        status, reason = _post(delivery.target, raw, headers, deadline)
+    except (OSError, http.client.HTTPException) as exc:
+        if isinstance(exc, TimeoutError) or deadline.passed():
+            raise SendError(
+                f"the receiver took longer than {deadline.seconds:g} s to answer "
+                "(PORTAL_NOTIFY_TIMEOUT)"
+            ) from None
+        if isinstance(exc, OSError):
+            raise SendError(f"could not reach {delivery.target}: {exc}") from None
+        raise SendError(f"the receiver's answer is not HTTP: {exc!r}") from None
+    if not 200 <= status < 300:
+        raise SendError(f"the receiver answered {status} {reason}", status)
+    return status
 
 
 def outbox_backlog() -> dict[str, int]:

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from datetime import timedelta
 
 import pytest
 from django.core import mail
-from django.db import transaction
+from django.db import connection, transaction
+from django.test import Client
 from django.utils import timezone
 
 from agents import signing
 from portal import outbox
+from portal.api import api_token_create
+from portal.decisions import decision_submit
 from portal.models import Delivery, DeliveryAttempt, Notification, Subscription
 from portal.notifier import Notifier, outbox_dispatch
+from tests.factories import make_user
 from tests.loopback import WebhookReceiver
 
 SECRET = "whsec-test-0123456789"
@@ -328,3 +334,147 @@ def test_a_request_whose_message_spans_lines_is_emailed_with_a_one_line_subject(
         message.subject == "New request from refunds: Approve this refund? **Order** A-1001, $42.50"
     )
     assert Delivery.objects.get().status == Delivery.Status.SENT
+
+
+# --- a send's deadline and a delivery's lease --------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
+
+
+class DripReceiver:
+    """Answers every request one byte of its status line at a time: each read the sender
+    makes gets a byte well within any per-read timeout, and the answer never ends."""
+
+    def __init__(self, *, every: float, total: float) -> None:
+        self.every, self.total = every, total
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        started = time.monotonic()
+        with conn:
+            try:
+                conn.recv(65536)
+                for byte in b"HTTP/1.1 200 " + b"O" * 10_000:
+                    if time.monotonic() - started > self.total:
+                        break
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.every)
+                conn.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+            except OSError:
+                pass  # the sender gave up and hung up
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def callback_request(token: str, url: str, reviewer) -> None:
+    """An external agent's request with a callback, answered: one delivery to ``url``."""
+    response = Client().post(
+        "/api/requests",
+        json.dumps({"agent": "invoice-bot", "response_schema": SCHEMA, "callback_url": url}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    rid = response.json()["id"]
+    decision_submit(
+        interrupt=rid, reviewer=reviewer, value={"approved": True}, resume_interrupt_id=rid
+    )
+
+
+@pytest.mark.django_db
+def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, reviewer, settings):
+    settings.PORTAL_API_RATE = ""
+    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receivers are on loopback
+    settings.PORTAL_NOTIFY_TIMEOUT = 1
+    settings.PORTAL_NOTIFY_MAX_ATTEMPTS = 5
+    receiver = DripReceiver(every=0.2, total=6)
+    token = api_token_create(
+        user=make_user("ivy-bot", role="agent"), name="bot", scopes=["request"]
+    )[1]
+    try:
+        callback_request(token, receiver.url, reviewer)
+        Delivery.objects.update(next_attempt_at=timezone.now())
+
+        started = time.monotonic()
+        assert outbox.outbox_deliver() == 1
+        took = time.monotonic() - started
+
+        # Within its lease, so no other notifier could have taken the delivery meanwhile.
+        assert took <= settings.PORTAL_NOTIFY_TIMEOUT * 2 + 1, (
+            f"one send held the notifier {took:.1f}s"
+        )
+        attempt = DeliveryAttempt.objects.get()
+        assert not attempt.ok
+        assert "took longer than 1 s" in attempt.error
+        delivery = Delivery.objects.get()
+        assert delivery.status == Delivery.Status.PENDING  # retried, not dropped
+        assert delivery.next_attempt_at > timezone.now()
+        assert "took longer than 1 s" in delivery.last_error
+
+        # Its retry is bounded the same way, and logged as the second attempt.
+        Delivery.objects.update(next_attempt_at=timezone.now())
+        started = time.monotonic()
+        assert outbox.outbox_deliver() == 1
+        assert time.monotonic() - started <= settings.PORTAL_NOTIFY_TIMEOUT * 2 + 1
+        assert list(DeliveryAttempt.objects.order_by("number").values_list("number", "ok")) == [
+            (1, False),
+            (2, False),
+        ]
+        assert receiver.connections == 2
+    finally:
+        receiver.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_notifiers_never_send_one_event_twice_when_no_answer_was_lost(
+    roles, reviewer, settings
+):
+    settings.PORTAL_API_RATE = ""
+    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receivers are on loopback
+    settings.PORTAL_NOTIFY_TIMEOUT = 1  # a lease of 3 s
+    row, token = api_token_create(
+        user=make_user("ivy-bot", role="agent"), name="bot", scopes=["request"]
+    )
+    receiver = WebhookReceiver(row.webhook_secret).start()
+    # Five sends of 0.75 s each: the batch outlasts the lease its claim took.
+    receiver.hang = 0.75
+    try:
+        for _ in range(5):
+            callback_request(token, receiver.url, reviewer)
+        Delivery.objects.update(next_attempt_at=timezone.now())
+
+        def first() -> None:
+            try:
+                outbox.outbox_deliver()
+            finally:
+                connection.close()
+
+        one = threading.Thread(target=first)
+        one.start()
+        time.sleep(3.4)  # the first notifier's claim has run out; its batch has not
+        outbox.outbox_deliver()
+        one.join(30)
+
+        assert receiver.repeats == 0, f"{receiver.repeats} event(s) sent twice"
+        assert len(receiver.handled) == 5
+        assert set(Delivery.objects.values_list("status", flat=True)) == {Delivery.Status.SENT}
+    finally:
+        receiver.stop()
