@@ -67,6 +67,12 @@ def verify(
             except ValueError:
                 raise SignatureError(f"the timestamp {value!r} is not a whole number") from None
         elif key == "v1":
+            # compare_digest takes str of ASCII only: anything else would be a TypeError.
+            if not value.isascii():
+                raise SignatureError(
+                    f"the v1= signature {value!r} has characters outside ASCII; "
+                    "expected a hex digest"
+                )
             candidates.append(value)
     if timestamp is None:
         raise SignatureError(f"the {HEADER} header has no t= timestamp")

@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from agents.signing import SignatureError, sign, verify
@@ -55,3 +57,18 @@ def test_an_empty_secret_is_refused_on_both_sides():
         sign("", BODY)
     with pytest.raises(SignatureError):
         verify("", "t=1,v1=x", BODY)
+
+
+@pytest.mark.parametrize("signature", ["\u00e9", "abc\u00e9", "\u0661\u0662"])
+def test_a_signature_outside_ascii_is_refused_naming_it(signature):
+    header = f"t={int(time.time())},v1={signature}"
+
+    with pytest.raises(SignatureError, match="has characters outside ASCII"):
+        verify("whsec_x", header, b"{}")
+
+
+def test_a_signature_outside_ascii_beside_a_good_one_is_refused():
+    header = sign("s3cret", BODY, timestamp=1_000) + ",v1=\u00e9"
+
+    with pytest.raises(SignatureError, match="outside ASCII"):
+        verify("s3cret", header, BODY, now=1_000)
