@@ -5,10 +5,11 @@ character (PostgreSQL refuses it in text and ``jsonb``), a lone surrogate (not e
 UTF-8), ``NaN`` or an infinite number in JSON (not JSON; ``jsonb`` refuses it), JSON nested
 deeper than the tools' recursion, and a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``. Each used
 to surface as a 500 from whichever query or serializer met it first. Here, before any view
-runs, the address, the query string, form fields and JSON bodies are checked with the
-runtime's strict-JSON rules (``agents.schema``); a refusal is 400 (413 for size) with a
-message naming the problem: in the JSON API's own shape (``{"detail", "errors"}``) under
-``/api/``, as a short page elsewhere. Nothing has been recorded when it answers.
+runs, the address, the query string, form fields and JSON bodies (every body under
+``/api/``, whatever its content type) are checked with the runtime's strict-JSON rules
+(``agents.schema``); a refusal is 400 (413 for size) with a message naming the problem:
+in the JSON API's own shape (``{"detail", "errors"}``) under ``/api/``, as a short page
+elsewhere. Nothing has been recorded when it answers.
 
 The services check JSON the same way (``check_input``), for callers that do not come
 through HTTP. ``DayField`` is the date filter every page uses: it refuses days the
@@ -84,9 +85,13 @@ def _body_problem(request: HttpRequest) -> Refusal | None:
         body = request.body
     except RequestDataTooBig:
         return _too_large()
+    # The API (django-ninja) parses a body as JSON whatever its content type says, so
+    # every body under /api/ is checked as JSON too.
+    api = request.path_info.startswith(API_PREFIX)
     if request.content_type == "application/x-www-form-urlencoded":
-        return _form_problem(request)
-    if request.content_type == "application/json" and body:
+        if (refused := _form_problem(request)) is not None or not api:
+            return refused
+    if body and (api or request.content_type == "application/json"):
         try:
             loads(body)
         except json.JSONDecodeError:

@@ -18,7 +18,7 @@ from django.test import AsyncClient, Client
 
 from portal.api import api_token_create
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
-from tests.factories import make_interrupt, make_thread
+from tests.factories import make_interrupt, make_thread, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -496,3 +496,35 @@ def test_the_well_formed_requests_of_the_matrix_are_recorded(world):
 
 def test_the_upload_limit_in_the_matrix_is_djangos_default():
     assert len(BIG) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (r'"idempotency_key": "k\u0000"', "$.idempotency_key: contains a NUL character"),
+        (r'"idempotency_key": "k\ud800"', "$.idempotency_key: contains a lone surrogate"),
+        (r'"assign_to": {"users": ["a\u0000"]}', "$.assign_to.users[0]: contains a NUL"),
+        (r'"assign_to": {"users": ["a\ud800"]}', "$.assign_to.users[0]: contains a lone"),
+        (r'"assign_to": {"groups": ["g\u0000"]}', "$.assign_to.groups[0]: contains a NUL"),
+    ],
+)
+def test_a_json_body_sent_as_another_content_type_is_checked_all_the_same(
+    roles, settings, extra, says, content_type
+):
+    # django-ninja parses the body as JSON whatever the content type says.
+    settings.PORTAL_API_RATE = ""
+    bot = make_user("ivy-bot", role="agent")
+    token = api_token_create(user=bot, name="bot", scopes=["request"])[1]
+    before = counts()
+
+    response = Client(raise_request_exception=False).post(
+        "/api/requests",
+        f'{{"agent": "invoice-bot", {extra}}}',
+        content_type=content_type,
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    assert says in response.json()["errors"][0]
+    assert counts() == before
