@@ -22,7 +22,10 @@ What differs:
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
+import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -76,6 +79,7 @@ KEY = "external:-:0"
 # The longest an external request may wait for a person.
 MAX_EXPIRES_IN = 30 * 24 * 3600
 AGENT_MAX_CHARS = 64
+AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The audit trail's action for a request an external agent raised.
 RAISE_ACTION = "interrupt.raise"
 TITLE_MAX_CHARS = 200
@@ -139,10 +143,18 @@ def _text(errors: list[str], name: str, value: str, limit: int, *, required: boo
 
 
 def _check_agent(errors: list[str], agent: str) -> None:
+    before = len(errors)
     _text(errors, "agent", agent, AGENT_MAX_CHARS, required=True)
-    if agent in settings.PORTAL_AGENTS:
-        # Policies and the queue's filters go by name: an outside agent must not pass
-        # for one the portal runs.
+    if len(errors) > before:
+        return
+    # Policies and the queue's filters go by name: an outside agent must not pass for one
+    # the portal runs, so no spaces, invisible characters or other case to hide behind.
+    if not AGENT_NAME.fullmatch(agent):
+        errors.append(
+            f"$.agent: {agent!r} is not a plain name; use letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit"
+        )
+    elif agent.lower() in {name.lower() for name in settings.PORTAL_AGENTS}:
         errors.append(
             f"$.agent: {agent!r} is an agent this portal runs itself; give your agent a "
             "name of its own"
@@ -162,6 +174,11 @@ def _check_callback(errors: list[str], url: str) -> None:
     except ValueError as exc:
         errors.append(f"$.callback_url: not a URL ({exc})")
         return
+    try:
+        port = parts.port
+    except ValueError as exc:
+        errors.append(f"$.callback_url: the port is not a number from 1 to 65535 ({exc})")
+        return
     if parts.scheme not in ("http", "https"):
         errors.append(
             f"$.callback_url: the scheme {parts.scheme or '(none)'!r} is not allowed; "
@@ -171,6 +188,53 @@ def _check_callback(errors: list[str], url: str) -> None:
         errors.append("$.callback_url: the URL names no host")
     elif text_problem(url) is not None or any(c.isspace() for c in url):
         errors.append("$.callback_url: the URL contains spaces or characters it cannot hold")
+    elif port == 0:
+        errors.append("$.callback_url: the port is not a number from 1 to 65535 (it is 0)")
+    elif parts.username is not None or parts.password is not None:
+        # It would go out as Basic auth on every try, and sit in the delivery log.
+        errors.append(
+            "$.callback_url: the URL holds a user name or password; leave them out (the "
+            "answer is signed with the token's webhook secret)"
+        )
+    elif not settings.PORTAL_CALLBACK_ALLOW_PRIVATE and (inside := _inside(parts.hostname)):
+        errors.append(
+            f"$.callback_url: the host {parts.hostname!r} is {inside}, which the portal does "
+            "not post to; give a public address (operators may allow it with "
+            "PORTAL_CALLBACK_ALLOW_PRIVATE)"
+        )
+
+
+def _inside(host: str) -> str:
+    # What the host names inside the portal's own network, or "". Only the URL's text is
+    # judged: a public name that resolves to a private address is not caught (checking at
+    # send time would race the DNS anyway); operators firewall the notifier's egress.
+    host = host.rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return "this machine (localhost)"
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            # Resolvers read shorthand such as 127.1, 2130706433 or 0x7f.1 as IPv4
+            # (inet_aton), so it is judged as the address it stands for.
+            address = ipaddress.IPv4Address(socket.inet_aton(host))
+        except (OSError, ValueError):
+            return ""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "a loopback address"
+    if address.is_unspecified:
+        return "an unspecified address"
+    if address.is_link_local:
+        return "a link-local address"
+    if address.is_multicast:
+        return "a multicast address"
+    if address.is_reserved:
+        return "a reserved address"
+    if address.is_private or not address.is_global:
+        return "a private address"
+    return ""
 
 
 def _check_size(errors: list[str], name: str, value: Any) -> None:

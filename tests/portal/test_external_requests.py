@@ -430,6 +430,82 @@ def test_a_callback_that_is_not_http_is_refused(agent, url):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://127.0.0.1:5432/", "a loopback address"),
+        ("http://localhost:6379/", "this machine (localhost)"),
+        ("http://LocalHost./hook", "this machine (localhost)"),
+        ("http://hooks.localhost/hook", "this machine (localhost)"),
+        ("http://10.0.0.5/hook", "a private address"),
+        ("https://192.168.1.1/hook", "a private address"),
+        ("http://100.64.0.1/hook", "a private address"),
+        ("http://[::1]:8000/hook", "a loopback address"),
+        ("http://[::ffff:127.0.0.1]/hook", "a loopback address"),
+        ("http://[fe80::1%25eth0]/hook", "a link-local address"),
+        ("http://[fd00::5]/hook", "a private address"),
+        ("http://0.0.0.0:8000/hook", "an unspecified address"),
+        ("http://224.0.0.1/hook", "a multicast address"),
+        ("http://240.0.0.1/hook", "a reserved address"),
+        ("http://2130706433/hook", "a loopback address"),
+        ("http://127.1/hook", "a loopback address"),
+    ],
+)
+def test_a_callback_into_the_portals_own_network_is_refused(agent, url, kind):
+    response = agent.raise_(callback_url=url)
+
+    assert response.status_code == 422, response.content
+    [error] = response.json()["errors"]
+    assert error.startswith("$.callback_url: the host ")
+    assert f"is {kind}, which the portal does not post to" in error
+    assert "PORTAL_CALLBACK_ALLOW_PRIVATE" in error
+    assert not Interrupt.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://bot.example/hook",
+        "https://localhost.example.com/hook",
+        "http://93.184.216.34:8080/hook",
+        "https://[2606:4700:4700::1111]/hook",
+    ],
+)
+def test_a_callback_to_a_public_address_is_taken(agent, url):
+    assert agent.raise_(callback_url=url).status_code == 201
+
+
+@pytest.mark.django_db
+def test_an_operator_may_allow_callbacks_into_the_portals_own_network(agent, settings):
+    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True
+
+    for url in ("http://127.0.0.1:8000/hook", "http://localhost/hook", "http://10.0.0.5/"):
+        assert agent.raise_(callback_url=url).status_code == 201
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://bot.example:99999/hook", "the port is not a number from 1 to 65535"),
+        ("http://bot.example:abc/hook", "the port is not a number from 1 to 65535"),
+        ("http://bot.example:0/hook", "the port is not a number from 1 to 65535 (it is 0)"),
+        ("http://u:p@bot.example/hook", "the URL holds a user name or password"),
+        ("https://u@bot.example/hook", "the URL holds a user name or password"),
+    ],
+)
+def test_a_callback_that_could_never_be_posted_to_is_refused(agent, url, says):
+    response = agent.raise_(callback_url=url)
+
+    assert response.status_code == 422, response.content
+    [error] = response.json()["errors"]
+    assert error.startswith(f"$.callback_url: {says}")
+    assert not Interrupt.objects.exists()
+
+
+@pytest.mark.django_db
 def test_a_token_without_the_request_scope_is_refused_naming_it(agent_user):
     token = api_token_create(user=agent_user, scopes=["read", "start", "decide"])[1]
     response = Agent(token).raise_()
@@ -455,6 +531,51 @@ def test_an_external_agent_may_not_take_the_name_of_one_the_portal_runs(agent):
     assert response.json()["errors"] == [
         "$.agent: 'refunds' is an agent this portal runs itself; give your agent a name of its own"
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["Refunds", "TRANSFERS", "rEfUnDs"])
+def test_the_name_of_one_the_portal_runs_is_refused_in_any_case(agent, name):
+    response = agent.raise_(agent=name)
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        f"$.agent: {name!r} is an agent this portal runs itself; give your agent a name of its own"
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "name",
+    [
+        "refunds ",
+        " refunds",
+        "refunds\u200b",
+        "refunds\n",
+        "\tinvoice-bot",
+        "invoice bot",
+        "-bot",
+        ".bot",
+        "bot/1",
+        "bot:1",
+        "b\u00f6t",
+    ],
+)
+def test_an_agent_name_that_is_not_a_plain_name_is_refused(agent, name):
+    response = agent.raise_(agent=name)
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        f"$.agent: {name!r} is not a plain name; use letters, digits, '-', '_' or '.', "
+        "starting with a letter or digit"
+    ]
+    assert not Interrupt.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["invoice-bot", "Invoice_Bot.2", "9lives", "refunds-bot"])
+def test_a_plain_agent_name_of_its_own_is_taken(agent, name):
+    assert agent.raise_(agent=name).status_code == 201
 
 
 @pytest.mark.django_db
@@ -637,8 +758,9 @@ def test_a_callback_without_a_secret_to_sign_it_is_refused(agent_user):
 
 
 @pytest.fixture
-def hooked(agent_user):
+def hooked(agent_user, settings):
     """An agent with a webhook receiver on loopback that checks the token's secret."""
+    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receiver listens on loopback
     row, token = api_token_create(user=agent_user, name="hooked", scopes=["request"])
     receiver = WebhookReceiver(row.webhook_secret).start()
     yield (

@@ -35,7 +35,9 @@ INVOICE = {"vendor": "ACME", "amount": 120.0}
 
 @pytest.fixture(scope="module")
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
-    with django_db_blocker.unblock(), live_portal(tmp_path_factory.mktemp("langgraph")) as base:
+    # The webhook receiver listens on loopback.
+    logs = tmp_path_factory.mktemp("langgraph")
+    with django_db_blocker.unblock(), live_portal(logs, PORTAL_CALLBACK_ALLOW_PRIVATE="1") as base:
         yield base
 
 
