@@ -20,7 +20,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from portal import access, roles
+from portal import access, broadcast, roles
 from portal.decisions import (
     DecisionRefused,
     decision_forbidden,
@@ -101,6 +101,19 @@ def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
     return _render(request, interrupt)
 
 
+@require_GET
+@login_required
+def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
+    """What an open page of this request missed while its socket was away: nothing while
+    the request is pending (a reviewer's half-typed answer stays), else the swaps its
+    decision pushed (``broadcast.render_interrupt_change``), with an empty target."""
+    interrupt = access.get_interrupt_for_user(request, interrupt_id)
+    html = '<div id="interrupt-catch-up" hidden></div>'
+    if not interrupt.is_pending:
+        html += broadcast.render_interrupt_change(interrupt.pk)[1]
+    return HttpResponse(html)
+
+
 @require_POST
 @login_required
 def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
@@ -154,6 +167,7 @@ def interrupt_unclaim_view(request: HtmxRequest, interrupt_id: str) -> HttpRespo
 urlpatterns = [
     path("interrupts/<str:interrupt_id>/", interrupt_detail, name="interrupt_detail"),
     path("interrupts/<str:interrupt_id>/decide", interrupt_decide, name="interrupt_decide"),
+    path("interrupts/<str:interrupt_id>/catch-up", interrupt_catch_up, name="interrupt_catch_up"),
     path("interrupts/<str:interrupt_id>/claim", interrupt_claim_view, name="interrupt_claim"),
     path("interrupts/<str:interrupt_id>/unclaim", interrupt_unclaim_view, name="interrupt_unclaim"),
 ]

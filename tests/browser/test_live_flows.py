@@ -221,6 +221,36 @@ def test_after_a_dropped_connection_the_chat_catches_up(live, login, support_age
     assert_not_reloaded(chat)
 
 
+def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
+    live, login, reviewer, second_reviewer
+):
+    from portal.decisions import decision_submit
+    from tests.factories import make_interrupt
+
+    interrupt = make_interrupt()
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    wait_live(page)
+    mark_page(page)
+    page.get_by_label("Note").fill("half typed")  # kept while nothing changed
+    page.wait_for_function("() => window.portalLive.refreshes === 0")
+    page.evaluate("window.portalLive.drop(2000)")
+    expect(page.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
+    # Decided by this process, whose broadcasts never reach the server: only the catch-up
+    # on reconnect can show it.
+    decision_submit(
+        interrupt=interrupt,
+        reviewer=second_reviewer,
+        value={"approved": True},
+        resume_interrupt_id=interrupt.pk,
+    )
+    wait_live(page)
+    expect(page.locator("#interrupt-status")).to_have_text("resolved")
+    expect(page.locator("#decision-news")).to_contain_text(second_reviewer.get_username())
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    expect(page.get_by_label("Note")).to_have_value("half typed")
+    assert_not_reloaded(page)
+
+
 @pytest.mark.parametrize("path", ["/queue/", "/chat/", "/threads/"])
 def test_an_anonymous_visitor_is_sent_to_login(live, page, path):
     page.goto(live + path)

@@ -84,6 +84,7 @@ POST /threads/<str:thread_id>/cancel        login 404   404   403   403   403   
 GET  /queue/                                login 403   403   200   403   403   403   200   200
 GET  /queue/ htmx                           login 403   403   200   403   403   403   200   200
 GET  /interrupts/<str:interrupt_id>/        login 404   404   200   200   200   404   200   200
+GET  /interrupts/<str:interrupt_id>/catch-up login 404  404   200   200   200   404   200   200
 POST /interrupts/<str:interrupt_id>/decide  login 404   404   302   403   403   404   302   302
 POST /interrupts/<str:interrupt_id>/claim   login 404   404   302   403   403   404   302   302
 POST /interrupts/<str:interrupt_id>/unclaim login 404   404   302   403   403   404   302   302
@@ -227,6 +228,7 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ),
         ("GET", "/queue/"): ("/queue/", None),
         ("GET", "/interrupts/<str:interrupt_id>/"): (f"/interrupts/{i.pk}/", None),
+        ("GET", "/interrupts/<str:interrupt_id>/catch-up"): (f"/interrupts/{i.pk}/catch-up", None),
         ("POST", "/interrupts/<str:interrupt_id>/decide"): (f"/interrupts/{i.pk}/decide", approve),
         ("POST", "/interrupts/<str:interrupt_id>/claim"): (f"/interrupts/{i.pk}/claim", {}),
         ("POST", "/interrupts/<str:interrupt_id>/unclaim"): (f"/interrupts/{i.pk}/unclaim", {}),

@@ -455,3 +455,41 @@ def test_the_banner_of_a_refused_note_names_the_real_cause(client, reviewer, set
         "Not recorded: note: 2,100 characters, over the limit of 2,000."
     ]
     assert "does not fit" not in response.content.decode()
+
+
+# --- catching up after a reconnect -------------------------------------------------------
+
+
+def test_a_pending_page_catches_up_with_nothing_and_a_decided_one_with_the_decision(
+    client, reviewer, second_reviewer
+):
+    # A page whose socket was away asks this on reconnect: while pending, nothing (so a
+    # half-typed answer stays); once decided elsewhere, the swaps the decision pushed.
+    from portal.decisions import decision_submit
+
+    interrupt = make_interrupt()
+    login(client, reviewer)
+    page = client.get(detail_url(interrupt)).content.decode()
+    url = reverse("interrupt_catch_up", args=[interrupt.pk])
+    assert f'data-refresh-url="{url}"' in page
+    assert 'data-refresh-target="interrupt-catch-up"' in page
+
+    assert client.get(url).content.decode() == '<div id="interrupt-catch-up" hidden></div>'
+
+    decision_submit(
+        interrupt=interrupt,
+        reviewer=second_reviewer,
+        value={"approved": True},
+        resume_interrupt_id=interrupt.pk,
+    )
+    html = client.get(url).content.decode()
+    assert html.startswith('<div id="interrupt-catch-up" hidden></div>')
+    assert 'id="interrupt-status"' in html and ">resolved</span>" in html
+    assert 'hx-swap-oob="outerHTML:#decision-news' in html
+    assert second_reviewer.get_username() in html
+
+
+def test_catching_up_on_a_thread_one_may_not_see_is_a_404(client, support_agent, reviewer):
+    interrupt = make_interrupt(owner=reviewer)
+    login(client, support_agent)
+    assert client.get(reverse("interrupt_catch_up", args=[interrupt.pk])).status_code == 404
