@@ -205,7 +205,11 @@ def requests_remind_and_escalate(now: datetime | None = None) -> tuple[int, int]
     )
     # Only what is due now is locked, soonest expiry first: requests reminded and waiting
     # for nothing more stay candidates until decided, and must not crowd out the rest.
-    due = [c.pk for c in candidates.iterator(chunk_size=1000) if _due(c, now)]
+    due = [
+        c.pk
+        for c in candidates.iterator(chunk_size=1000)
+        if any(_due(c, {RoutingEvent.Action.REMINDED} if c.reminded else set(), now))
+    ]
     for pk in due[:SWEEP_LIMIT]:
         with transaction.atomic():
             # Row lock, skipping a request someone is deciding: several notifiers sweep at
@@ -217,31 +221,28 @@ def requests_remind_and_escalate(now: datetime | None = None) -> tuple[int, int]
             )
             if locked is None:
                 continue
-            policy = policies.policy_for(locked.agent, locked.reason)
-            actions = set(locked.routing_events.values_list("action", flat=True))
-            remind = _remind_at(locked, policy)
-            if RoutingEvent.Action.REMINDED not in actions and remind is not None and remind <= now:
+            done_here = set(locked.routing_events.values_list("action", flat=True))
+            remind, escalate = _due(locked, done_here, now)
+            if remind:
                 _remind(locked)
                 reminded += 1
-            escalate = _escalate_at(locked, policy)
-            if (
-                RoutingEvent.Action.ESCALATED not in actions
-                and escalate is not None
-                and escalate <= now
-            ):
+            if escalate:
+                policy = policies.policy_for(locked.agent, locked.reason)
                 _escalate(locked, policy.escalate_to or "")
                 escalated += 1
     return reminded, escalated
 
 
-def _due(candidate: Interrupt, now: datetime) -> bool:
-    """Whether a candidate (annotated ``reminded``, not escalated) has an action due."""
-    policy = policies.policy_for(candidate.agent, candidate.reason)
-    remind = _remind_at(candidate, policy)
-    if not candidate.reminded and remind is not None and remind <= now:  # type: ignore[attr-defined]
-        return True
-    escalate = _escalate_at(candidate, policy)
-    return escalate is not None and escalate <= now
+def _due(interrupt: Interrupt, done: set[str], now: datetime) -> tuple[bool, bool]:
+    """Whether ``interrupt``'s reminder and its escalation are due now, given the routing
+    actions already ``done`` to it."""
+    policy = policies.policy_for(interrupt.agent, interrupt.reason)
+    remind = _remind_at(interrupt, policy)
+    escalate = _escalate_at(interrupt, policy)
+    return (
+        RoutingEvent.Action.REMINDED not in done and remind is not None and remind <= now,
+        RoutingEvent.Action.ESCALATED not in done and escalate is not None and escalate <= now,
+    )
 
 
 def _longest_remind_before() -> timedelta | None:
