@@ -417,21 +417,26 @@ def render_interrupt_change(
             if pending
             else Decision.objects.select_related("reviewer").filter(interrupt=item).first()
         )
+        news = news or _news(item, by)
         context = {
             "item": item if pending else None,
             "gone": "" if pending else item.pk,
             "pending_count": pending_count(),
-            "news": news or _news(item, by),
+            "news": news,
         }
-        queue_html = _queue_frames(context)
-        page_html = render_to_string(
-            "portal/partials/interrupt_change.html",
-            {"interrupt": item, "decision": decision, "news": context["news"], "oob": True},
-        )
-        return queue_html, page_html
+        return _queue_frames(context), render_interrupt_page(item, decision, news)
     except Exception:
         log.warning("rendering the change of %s failed", interrupt_id, exc_info=True)
         return [], ""
+
+
+def render_interrupt_page(item: Any, decision: Any, news: str = "") -> str:
+    """The swaps that show an open page of ``item`` what became of it (``decision``, or
+    None while pending or when withdrawn); ``news`` says who did what."""
+    return render_to_string(
+        "portal/partials/interrupt_change.html",
+        {"interrupt": item, "decision": decision, "news": news or _news(item, None), "oob": True},
+    )
 
 
 def _news(item: Any, by: Any) -> str:

@@ -106,11 +106,12 @@ def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
 def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
     """What an open page of this request missed while its socket was away: nothing while
     the request is pending (a reviewer's half-typed answer stays), else the swaps its
-    decision pushed (``broadcast.render_interrupt_change``), with an empty target."""
+    decision pushed (``broadcast.render_interrupt_page``), with an empty target."""
     interrupt = access.get_interrupt_for_user(request, interrupt_id)
     html = '<div id="interrupt-catch-up" hidden></div>'
     if not interrupt.is_pending:
-        html += broadcast.render_interrupt_change(interrupt.pk)[1]
+        decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
+        html += broadcast.render_interrupt_page(interrupt, decision)
     return HttpResponse(html)
 
 
