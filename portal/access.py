@@ -64,9 +64,8 @@ def get_interrupt_for_user(
     """The interrupt if its thread is visible to the user (404 otherwise). A user who can
     see it but fails ``needs`` (say ``roles.can_decide``) gets 403."""
     try:
-        interrupt = Interrupt.objects.select_related("thread", "claimed_by").get(
-            pk=interrupt_id, thread__in=visible_threads(request.user)
-        )
+        related = Interrupt.objects.select_related("thread", "claimed_by")
+        interrupt = in_visible_threads(related, request.user).get(pk=interrupt_id)
     except Interrupt.DoesNotExist:
         raise Http404("No such interrupt") from None
     if needs is not None and not needs(request.user):

@@ -685,11 +685,10 @@ def _interrupt_relations() -> dict[str, Any]:
 
 
 def _visible_interrupts(user: Any) -> QuerySet[Interrupt]:
-    return (
-        Interrupt.objects.select_related("claimed_by")
-        .prefetch_related(*_interrupt_relations().values())
-        .filter(thread__in=access.visible_threads(user))
+    related = Interrupt.objects.select_related("claimed_by").prefetch_related(
+        *_interrupt_relations().values()
     )
+    return access.in_visible_threads(related, user)
 
 
 # A thread's pending request and whether it has any rows in each relation InterruptOut

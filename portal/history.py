@@ -156,9 +156,8 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
     """The decision if its thread is visible to the user (404 otherwise); 403 for a user who
     may see the thread but not the history (a support agent on their own thread)."""
     try:
-        decision = Decision.objects.select_related("interrupt", "thread", "reviewer").get(
-            pk=decision_id, thread__in=access.visible_threads(request.user)
-        )
+        related = Decision.objects.select_related("interrupt", "thread", "reviewer")
+        decision = access.in_visible_threads(related, request.user).get(pk=decision_id)
     except Decision.DoesNotExist:
         raise Http404("No such decision") from None
     require_history_access(request)
