@@ -40,6 +40,7 @@ from functools import partial
 from typing import Any
 
 import redis
+from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
@@ -248,33 +249,51 @@ def _status_event(
     }
 
 
-async def apublish_chunk(thread_id: object, chunk: dict[str, Any]) -> None:
+async def apublish_chunk(
+    thread_id: object, chunk: dict[str, Any], transcript: LiveTranscript | None = None
+) -> None:
     """One streamed chunk (``StreamChunk.to_dict()``) to the thread's watchers. A message
     that is complete goes as its transcript partial (replacing the bubble its tokens
-    streamed into); everything else goes as JSON, which live.js draws token by token."""
+    streamed into; ``transcript``: the run's, to read the thread once a run); everything
+    else goes as JSON, which live.js draws token by token."""
+    group = thread_group(thread_id)
     message, data = chunk.get("message"), chunk.get("data") or {}
     if chunk.get("event") == "message" and isinstance(message, dict) and data.get("complete"):
-        html = render_message(message)
+        html = await (transcript or LiveTranscript(thread_id)).render(message)
         if html:
-            await agroup_send(thread_group(thread_id), {"type": THREAD_HTML, "html": html})
+            await agroup_send(group, {"type": THREAD_HTML, "html": html})
             return
-    await agroup_send(thread_group(thread_id), {"type": THREAD_CHUNK, "chunk": chunk})
+    await agroup_send(group, {"type": THREAD_CHUNK, "chunk": chunk})
 
 
-def render_message(message: dict[str, Any]) -> str:
-    """A finished message as the transcript shows it, as out-of-band swaps ('' when there
-    is nothing to show, or it cannot be rendered)."""
-    from portal.views.threads import display_message
+class LiveTranscript:
+    """One run's finished messages, rendered as the thread's page renders them: with the
+    thread (its owner's name on their messages) and who answered each tool call's request
+    (a declined result names the reviewer). Both are read once, for the first message
+    rendered: the answers a run's tool results report were given before the run began."""
 
-    if message.get("role") == "system" or not message.get("id"):
-        return ""
-    try:
-        return render_to_string(
-            "portal/partials/transcript_message_live.html", {"m": display_message(message)}
-        )
-    except Exception:
-        log.warning("rendering message %s failed", message.get("id"), exc_info=True)
-        return ""
+    def __init__(self, thread_id: object) -> None:
+        self.thread_id = thread_id
+        self._page: dict[str, Any] | None = None
+
+    async def render(self, message: dict[str, Any]) -> str:
+        """``message`` as out-of-band swaps ('' when there is nothing to show, or it cannot
+        be rendered)."""
+        from portal.views.threads import display_message, live_transcript_context
+
+        if message.get("role") == "system" or not message.get("id"):
+            return ""
+        try:
+            if self._page is None:
+                self._page = await database_sync_to_async(live_transcript_context)(self.thread_id)
+            m = display_message(message, self._page["decided"])
+            return render_to_string(
+                "portal/partials/transcript_message_live.html",
+                {"m": m, "thread": self._page["thread"]},
+            )
+        except Exception:
+            log.warning("rendering message %s failed", message.get("id"), exc_info=True)
+            return ""
 
 
 def queue_changed(

@@ -889,6 +889,7 @@ async def _stream(
     # Whether anyone watches is asked again every HEARD_SECONDS, not per chunk (a token
     # is one): someone who opens the page meanwhile sees the next message, and the end.
     group, asked, heard = broadcast.thread_group(thread_id), -HEARD_SECONDS, False
+    transcript = broadcast.LiveTranscript(thread_id)
     # aclosing: a cancel (lost lease) must also end the graph's own task, not leave it
     # pending on the worker's loop.
     async with graph, aclosing(graph.astream(payload, config=config)) as chunks:
@@ -899,7 +900,7 @@ async def _stream(
                 # One call per run, normally: a round trip, as a publish would be.
                 heard, asked = broadcast.listening(group)[0], time.monotonic()
             if heard:
-                await broadcast.apublish_chunk(thread_id, chunk.to_dict())
+                await broadcast.apublish_chunk(thread_id, chunk.to_dict(), transcript)
     return paused
 
 

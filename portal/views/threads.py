@@ -71,6 +71,13 @@ def decisions_by_call(thread: Thread) -> dict[str, Decided]:
     return out
 
 
+def live_transcript_context(thread_id: Any) -> dict[str, Any]:
+    """What a transcript message reads besides itself (its owner, who answered its tool
+    calls), for messages rendered outside a page (``broadcast.LiveTranscript``)."""
+    thread = Thread.objects.select_related("owner").get(pk=thread_id)
+    return {"thread": thread, "decided": decisions_by_call(thread)}
+
+
 def transcript(thread: Thread, messages: Iterable[Any]) -> list[dict[str, Any]]:
     """``messages`` of ``thread`` as the transcript partials show them: the system prompt
     left out, each through ``display_message``."""
