@@ -16,6 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
@@ -68,30 +69,38 @@ def _render(
 ) -> HttpResponse:
     conversation = _conversation(interrupt)
     decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
-    can_decide = roles.can_decide(request.user)
-    forbidden = decision_forbidden(interrupt=interrupt, user=request.user)
-    blocked = str(forbidden) if interrupt.is_pending and forbidden else ""
-    if form is None and interrupt.is_pending and can_decide and not blocked:
+    context = _claim_context(request, interrupt)
+    if form is None and context["decide_open"]:
         form = DecisionForm(interrupt=interrupt)
-    context = {
-        "interrupt": interrupt,
+    context |= {
         "thread": interrupt.thread,
         "conversation": conversation,
         "asking_calls": _asking_calls(interrupt, conversation),
         "decision": decision,
         "form": form,
+        "refusal": refusal,
+        # A refusal the form does not carry (a conflict): shown above the panel.
+        "refusal_notice": refusal.message if refusal and not (form and form.is_bound) else "",
+    }
+    return render(request, "portal/interrupt.html", context, status=status)
+
+
+def _claim_context(request: HttpRequest, interrupt: Interrupt) -> dict[str, Any]:
+    """What the claim section says to this user: who holds the request, which buttons they
+    get, and whether they may decide now."""
+    can_decide = roles.can_decide(request.user)
+    forbidden = decision_forbidden(interrupt=interrupt, user=request.user)
+    blocked = str(forbidden) if interrupt.is_pending and forbidden else ""
+    return {
+        "interrupt": interrupt,
         "can_decide": can_decide,
         "can_claim": roles.can_claim(request.user),
         "can_take_over": roles.can_take_over_claims(request.user),
         "blocked_reason": blocked,
-        "refusal": refusal,
-        # A refusal the form does not carry (a conflict): shown above the panel.
-        "refusal_notice": refusal.message if refusal and not (form and form.is_bound) else "",
         "claimed_by_me": interrupt.claimed_by_id == request.user.pk,
         # Whether this user may decide now; live.js disables the form when it turns false.
         "decide_open": interrupt.is_pending and can_decide and not blocked,
     }
-    return render(request, "portal/interrupt.html", context, status=status)
 
 
 @require_GET
@@ -104,12 +113,17 @@ def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
 @require_GET
 @login_required
 def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
-    """What an open page of this request missed while its socket was away: nothing while
-    the request is pending (a reviewer's half-typed answer stays), else the swaps its
-    decision pushed (``broadcast.render_interrupt_page``), with an empty target."""
+    """What an open page of this request missed while its socket was away, as out-of-band
+    swaps beside an empty target. While the request is pending: who holds it now and the
+    votes so far (the form is left alone, so a half-typed answer stays; it is disabled
+    if this user may no longer decide). Once it is not: the swaps its decision pushed
+    (``broadcast.render_interrupt_page``)."""
     interrupt = access.get_interrupt_for_user(request, interrupt_id)
     html = '<div id="interrupt-catch-up" hidden></div>'
-    if not interrupt.is_pending:
+    if interrupt.is_pending:
+        context = {**_claim_context(request, interrupt), "oob": True}
+        html += render_to_string("portal/partials/claim_change.html", context, request=request)
+    else:
         decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
         html += broadcast.render_interrupt_page(interrupt, decision)
     return HttpResponse(html)

@@ -251,6 +251,33 @@ def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
     assert_not_reloaded(page)
 
 
+def test_after_a_dropped_connection_a_pending_page_shows_who_claimed_it_meanwhile(
+    live, login, reviewer, second_reviewer
+):
+    from portal.decisions import interrupt_claim
+    from tests.factories import make_interrupt
+
+    interrupt = make_interrupt()
+    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    wait_live(page)
+    mark_page(page)
+    page.get_by_label("Note").fill("half typed")
+    page.wait_for_function("() => window.portalLive.refreshes === 0")
+    page.evaluate("window.portalLive.drop(2000)")
+    expect(page.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
+    # Claimed by this process, whose broadcasts never reach the server: only the catch-up
+    # on reconnect can show it. The request is still pending, so the form stays, closed.
+    interrupt_claim(interrupt=interrupt, user=second_reviewer)
+    wait_live(page)
+    expect(page.locator("#decision-claim")).to_contain_text(
+        f"{second_reviewer.get_username()} claimed this request"
+    )
+    expect(page.locator("#interrupt-status")).to_have_text("pending")
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    expect(page.get_by_label("Note")).to_have_value("half typed")
+    assert_not_reloaded(page)
+
+
 @pytest.mark.parametrize("path", ["/queue/", "/chat/", "/threads/"])
 def test_an_anonymous_visitor_is_sent_to_login(live, page, path):
     page.goto(live + path)

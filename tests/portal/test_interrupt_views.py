@@ -460,10 +460,10 @@ def test_the_banner_of_a_refused_note_names_the_real_cause(client, reviewer, set
 # --- catching up after a reconnect -------------------------------------------------------
 
 
-def test_a_pending_page_catches_up_with_nothing_and_a_decided_one_with_the_decision(
+def test_a_pending_page_catches_up_leaving_its_form_and_a_decided_one_with_the_decision(
     client, reviewer, second_reviewer
 ):
-    # A page whose socket was away asks this on reconnect: while pending, nothing (so a
+    # A page whose socket was away asks this on reconnect: while pending, not the form (so a
     # half-typed answer stays); once decided elsewhere, the swaps the decision pushed.
     from portal.decisions import decision_submit
 
@@ -474,7 +474,9 @@ def test_a_pending_page_catches_up_with_nothing_and_a_decided_one_with_the_decis
     assert f'data-refresh-url="{url}"' in page
     assert 'data-refresh-target="interrupt-catch-up"' in page
 
-    assert client.get(url).content.decode() == '<div id="interrupt-catch-up" hidden></div>'
+    pending = client.get(url).content.decode()
+    assert pending.startswith('<div id="interrupt-catch-up" hidden></div>')
+    assert 'id="decision-panel"' not in pending and 'id="interrupt-status"' not in pending
 
     decision_submit(
         interrupt=interrupt,
@@ -487,6 +489,37 @@ def test_a_pending_page_catches_up_with_nothing_and_a_decided_one_with_the_decis
     assert 'id="interrupt-status"' in html and ">resolved</span>" in html
     assert 'hx-swap-oob="outerHTML:#decision-news' in html
     assert second_reviewer.get_username() in html
+
+
+def test_a_pending_page_catches_up_with_the_votes_and_the_claim_made_while_it_was_away(
+    client, settings, reviewer, second_reviewer
+):
+    # Two approvals needed. While this reviewer's socket was away another voted, then
+    # claimed the request: the catch-up shows both, leaves the form alone (a half-typed
+    # answer stays) and says this reviewer may no longer decide (live.js disables it).
+    from portal.decisions import decision_submit, interrupt_claim
+
+    settings.PORTAL_POLICIES = {"*:*": {}, "refunds:tool_approval": {"approvals_required": 2}}
+    interrupt = make_interrupt()
+    login(client, reviewer)
+    url = reverse("interrupt_catch_up", args=[interrupt.pk])
+    before = client.get(url).content.decode()
+    assert 'data-open="1"' in before and "Approvals: 0 of 2" in before
+
+    decision_submit(
+        interrupt=interrupt,
+        reviewer=second_reviewer,
+        value={"approved": True},
+        resume_interrupt_id=interrupt.pk,
+    )
+    interrupt_claim(interrupt=Interrupt.objects.get(pk=interrupt.pk), user=second_reviewer)
+    html = client.get(url).content.decode()
+    assert html.startswith('<div id="interrupt-catch-up" hidden></div>')
+    assert '<section id="decision-claim"' in html and 'hx-swap-oob="true"' in html
+    assert f"<strong>{second_reviewer.get_username()}</strong> claimed" in html
+    assert 'data-open="0"' in html
+    assert "Approvals: 1 of 2" in html and f"by <strong>{second_reviewer.get_username()}" in html
+    assert 'id="decision-panel"' not in html and 'name="approved"' not in html
 
 
 def test_catching_up_on_a_thread_one_may_not_see_is_a_404(client, support_agent, reviewer):
