@@ -40,12 +40,12 @@ from functools import partial
 from typing import Any
 
 import redis
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.dispatch import receiver
 from django.template.loader import render_to_string
 
@@ -279,13 +279,15 @@ class LiveTranscript:
     async def render(self, message: dict[str, Any]) -> str:
         """``message`` as out-of-band swaps ('' when there is nothing to show, or it cannot
         be rendered)."""
-        from portal.views.threads import display_message, live_transcript_context
+        from portal.views.threads import display_message
 
         if message.get("role") == "system" or not message.get("id"):
             return ""
+        if self._page is None:
+            # On a thread of its own, not the run's: the run's connection (and a caller's
+            # transaction around the run) is left alone.
+            self._page = await sync_to_async(_read_page, thread_sensitive=False)(self.thread_id)
         try:
-            if self._page is None:
-                self._page = await database_sync_to_async(live_transcript_context)(self.thread_id)
             m = display_message(message, self._page["decided"])
             return render_to_string(
                 "portal/partials/transcript_message_live.html",
@@ -294,6 +296,21 @@ class LiveTranscript:
         except Exception:
             log.warning("rendering message %s failed", message.get("id"), exc_info=True)
             return ""
+
+
+def _read_page(thread_id: object) -> dict[str, Any]:
+    """``views.threads.live_transcript_context``, or none (read once per run: a failure is
+    not retried for each message); the connection it opened is closed, so a worker keeps
+    only its own."""
+    from portal.views.threads import live_transcript_context
+
+    try:
+        return live_transcript_context(thread_id)
+    except Exception:
+        log.warning("reading thread %s for its live transcript failed", thread_id, exc_info=True)
+        return {"thread": None, "decided": {}}
+    finally:
+        connections.close_all()
 
 
 def queue_changed(

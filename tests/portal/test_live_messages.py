@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from portal import broadcast, services
 from portal.decisions import decision_submit
-from portal.models import Interrupt
+from portal.models import Interrupt, Run
 from portal.worker import Worker
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("test_agents")]
+pytestmark = pytest.mark.usefixtures("test_agents")
 
 
 def _divs(html: str) -> dict[str, str]:
@@ -25,9 +27,9 @@ def _run_once(worker: Worker) -> None:
     worker.execute(worker.claim())
 
 
-def test_a_live_message_names_the_owner_and_who_declined_as_the_page_does(
-    client, support_agent, reviewer, monkeypatch
-):
+@pytest.fixture
+def watched(monkeypatch) -> list[str]:
+    """Someone watches every thread; the HTML sent to them, in order."""
     live: list[str] = []
 
     async def record(group, message):
@@ -36,11 +38,20 @@ def test_a_live_message_names_the_owner_and_who_declined_as_the_page_does(
 
     monkeypatch.setattr(broadcast, "listening", lambda *groups: [True for _ in groups])
     monkeypatch.setattr(broadcast, "agroup_send", record)
-    thread, _ = services.thread_start(
-        agent="approve",
-        input={"messages": [{"role": "user", "content": "pay 7"}]},
-        user=support_agent,
+    return live
+
+
+def _start(user):
+    return services.thread_start(
+        agent="approve", input={"messages": [{"role": "user", "content": "pay 7"}]}, user=user
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_message_names_the_owner_and_who_declined_as_the_page_does(
+    client, support_agent, reviewer, watched
+):
+    thread, _ = _start(support_agent)
     worker = Worker(name="live-messages")
     try:
         _run_once(worker)
@@ -55,7 +66,7 @@ def test_a_live_message_names_the_owner_and_who_declined_as_the_page_does(
     finally:
         worker._close_loop()
 
-    pushed = {mid: div for html in live for mid, div in _divs(html).items()}
+    pushed = {mid: div for html in watched for mid, div in _divs(html).items()}
     client.force_login(support_agent)
     page = _divs(client.get(f"/threads/{thread.pk}/").content.decode())
     shown = {mid: page[mid] for mid in pushed}
@@ -63,3 +74,49 @@ def test_a_live_message_names_the_owner_and_who_declined_as_the_page_does(
     words = " ".join(pushed.values())
     assert support_agent.get_username() in words
     assert f"declined by {reviewer.get_username()}" in words
+
+
+@pytest.mark.django_db
+def test_a_watched_run_inside_a_callers_transaction_keeps_it(support_agent, watched):
+    # The worker runs a graph on its own connection, or inside its caller's transaction
+    # (a test's). Reading the thread for the live transcript must not close that
+    # connection, which would lose the transaction and leave the run unfinished.
+    _, run = _start(support_agent)
+    worker = Worker(name="in-a-transaction")
+    try:
+        outcome = worker.execute(worker.claim())
+    finally:
+        worker._close_loop()
+    assert outcome.status == Run.Status.INTERRUPTED
+    run.refresh_from_db()
+    assert run.status == Run.Status.INTERRUPTED
+    assert connection.in_atomic_block and not connection.needs_rollback
+    assert watched  # rendered, with or without the thread's own details
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_transcript_reads_on_a_connection_it_closes(support_agent, watched, monkeypatch):
+    # A worker keeps one connection of its own between runs (run_worker keeps it for
+    # minutes). The live transcript's read must not use it, nor leave another one open.
+    from portal.views import threads
+
+    read, real = [], threads.live_transcript_context
+
+    def spy(thread_id):
+        page = real(thread_id)
+        read.append((threading.get_ident(), connections[DEFAULT_DB_ALIAS]))
+        return page
+
+    monkeypatch.setattr(threads, "live_transcript_context", spy)
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 300)
+    _start(support_agent)
+    worker = Worker(name="one-connection")
+    try:
+        worker.execute(worker.claim())
+    finally:
+        worker._close_loop()
+        connection.close()  # kept for minutes otherwise, past the test database's end
+    assert watched and len(read) == 1  # once a run
+    ((ident, used),) = read
+    assert ident != threading.get_ident()
+    assert used.connection is None
