@@ -40,12 +40,11 @@ from functools import partial
 from typing import Any
 
 import redis
-from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import close_old_connections, connections, transaction
+from django.db import close_old_connections, transaction
 from django.dispatch import receiver
 from django.template.loader import render_to_string
 
@@ -284,9 +283,10 @@ class LiveTranscript:
         if message.get("role") == "system" or not message.get("id"):
             return ""
         if self._page is None:
-            # On a thread of its own, not the run's: the run's connection (and a caller's
-            # transaction around the run) is left alone.
-            self._page = await sync_to_async(_read_page, thread_sensitive=False)(self.thread_id)
+            # In the thread that announces queue changes, on its connection: the run's
+            # (and a caller's transaction around the run) is left alone.
+            loop = asyncio.get_running_loop()
+            self._page = await loop.run_in_executor(_announcer(), _read_page, self.thread_id)
         try:
             m = display_message(message, self._page["decided"])
             return render_to_string(
@@ -300,17 +300,17 @@ class LiveTranscript:
 
 def _read_page(thread_id: object) -> dict[str, Any]:
     """``views.threads.live_transcript_context``, or none (read once per run: a failure is
-    not retried for each message); the connection it opened is closed, so a worker keeps
-    only its own."""
+    not retried for each message). Its connection is looked after as ``_announce``'s."""
     from portal.views.threads import live_transcript_context
 
+    close_old_connections()
     try:
         return live_transcript_context(thread_id)
     except Exception:
         log.warning("reading thread %s for its live transcript failed", thread_id, exc_info=True)
         return {"thread": None, "decided": {}}
     finally:
-        connections.close_all()
+        close_old_connections()
 
 
 def queue_changed(
