@@ -176,15 +176,18 @@ def _check_pending_in_checkpoint(interrupt: Interrupt) -> None:
         )
 
 
-def decision_forbidden(*, interrupt: Interrupt, user: Any) -> DecisionRefused | None:
+def decision_forbidden(
+    *, interrupt: Interrupt, user: Any, claims: bool = True
+) -> DecisionRefused | None:
     """Why ``user`` may not decide ``interrupt`` now (role, claim, policy, or their vote is
     in already on a request that needs several reviewers), or None when they may.
-    ``decision_submit`` refuses with it; the request page shows it instead of the form."""
+    ``decision_submit`` refuses with it; the request page shows it instead of the form.
+    ``claims=False`` leaves someone else's claim out: whether they could once it ends."""
     if user is None or not user.is_authenticated:
         return DecisionForbidden("Log in as a reviewer to decide requests.")
     if not roles.can_decide(user):
         return DecisionForbidden("Your role can read this request but not decide it.")
-    holder = interrupt.claimed_by
+    holder = interrupt.claimed_by if claims else None
     # Claims coordinate reviewers; they do not block whoever may take claims over.
     if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
         return DecisionForbidden(

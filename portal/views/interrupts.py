@@ -70,7 +70,7 @@ def _render(
     conversation = _conversation(interrupt)
     decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
     context = _claim_context(request, interrupt)
-    if form is None and context["decide_open"]:
+    if form is None and (context["decide_open"] or context["waits_for_claim"]):
         form = DecisionForm(interrupt=interrupt)
     context |= {
         "thread": interrupt.thread,
@@ -100,6 +100,10 @@ def _claim_context(request: HttpRequest, interrupt: Interrupt) -> dict[str, Any]
         "claimed_by_me": interrupt.claimed_by_id == request.user.pk,
         # Whether this user may decide now; live.js disables the form when it turns false.
         "decide_open": interrupt.is_pending and can_decide and not blocked,
+        # Only someone else's claim stands in the way: the form is shown, closed, and
+        # opens (live.js) once the claim section says the claim has ended.
+        "waits_for_claim": bool(blocked)
+        and decision_forbidden(interrupt=interrupt, user=request.user, claims=False) is None,
     }
 
 

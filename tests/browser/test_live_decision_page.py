@@ -70,6 +70,31 @@ def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
     assert_not_reloaded(watching)
 
 
+def test_a_page_opened_while_someone_else_holds_the_claim_opens_when_it_is_released(
+    live, login, reviewer, second_reviewer
+):
+    from portal.decisions import interrupt_claim
+
+    interrupt = make_interrupt()
+    interrupt_claim(interrupt=interrupt, user=reviewer)
+    holding = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
+    waiting = login(second_reviewer, start=f"/interrupts/{interrupt.pk}/")
+    for page in (holding, waiting):
+        wait_live(page)
+    mark_page(waiting)
+    why = waiting.locator("#decision-blocked")
+    expect(why).to_contain_text("ask them to release it first")
+    expect(waiting.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+
+    holding.get_by_role("button", name="Release").click()
+    expect(waiting.locator("#decision-claim")).to_contain_text(
+        "Nobody has claimed", timeout=WITHIN_A_SECOND
+    )
+    expect(waiting.get_by_role("button", name="Approve", exact=True)).to_be_enabled()
+    expect(why).to_be_hidden()
+    assert_not_reloaded(waiting)
+
+
 def test_a_relative_age_keeps_counting(live, login, reviewer):
     interrupt = make_interrupt()
     page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")

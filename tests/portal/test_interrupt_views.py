@@ -357,8 +357,24 @@ def test_a_reviewer_claims_and_others_see_who_holds_it(client, reviewer, second_
     assert interrupt.claimed_by == reviewer
     html = login(client, second_reviewer).get(detail_url(interrupt)).content.decode()
     assert "rita-reviewer</strong> claimed this request" in html
-    assert 'id="decision-form"' not in html
+    # The claim is all that stands in the way: the form is there, closed by live.js
+    # while the claim section says so, with the reason, and opens once it is released.
+    assert 'data-open="0"' in html
+    assert 'id="decision-form"' in html and 'data-open-while="decision-claim"' in html
+    assert "ask them to release it first.</p>" in html and "data-closed-why" in html
+
+
+def test_a_claim_on_a_request_one_may_not_decide_anyway_shows_no_form(
+    client, reviewer, second_reviewer
+):
+    # The second reviewer started the thread (separation of duties): a released claim
+    # would not let them decide, so no form waits for it.
+    interrupt = make_interrupt(owner=second_reviewer)
+    login(client, reviewer).post(reverse("interrupt_claim", args=[interrupt.pk]))
+
+    html = login(client, second_reviewer).get(detail_url(interrupt)).content.decode()
     assert "ask them to release it first." in html
+    assert 'id="decision-form"' not in html and "data-closed-why" not in html
 
 
 def test_a_claim_over_htmx_answers_204(client, reviewer):
