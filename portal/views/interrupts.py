@@ -119,9 +119,9 @@ def interrupt_detail(request: HttpRequest, interrupt_id: str) -> HttpResponse:
 def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
     """What an open page of this request missed while its socket was away, as out-of-band
     swaps beside an empty target. While the request is pending: who holds it now and the
-    votes so far (the form is left alone, so a half-typed answer stays; it is disabled
-    if this user may no longer decide). Once it is not: the swaps its decision pushed
-    (``broadcast.render_interrupt_page``)."""
+    votes so far (the form is left alone, so a half-typed answer stays; live.js closes
+    or opens it as the claim section now says). Once it is not: the swaps its decision
+    pushed (``broadcast.render_interrupt_page``)."""
     interrupt = access.get_interrupt_for_user(request, interrupt_id)
     html = '<div id="interrupt-catch-up" hidden></div>'
     if interrupt.is_pending:
