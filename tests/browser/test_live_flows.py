@@ -221,10 +221,9 @@ def test_after_a_dropped_connection_the_chat_catches_up(live, login, support_age
     assert_not_reloaded(chat)
 
 
-def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
-    live, login, reviewer, second_reviewer
-):
-    from portal.decisions import decision_submit
+def _pending_page_gone_away(login, reviewer):
+    """A pending request's page with a note half typed, its socket dropped for two
+    seconds: the request, and the page."""
     from tests.factories import make_interrupt
 
     interrupt = make_interrupt()
@@ -235,6 +234,15 @@ def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
     page.wait_for_function("() => window.portalLive.refreshes === 0")
     page.evaluate("window.portalLive.drop(2000)")
     expect(page.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
+    return interrupt, page
+
+
+def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
+    live, login, reviewer, second_reviewer
+):
+    from portal.decisions import decision_submit
+
+    interrupt, page = _pending_page_gone_away(login, reviewer)
     # Decided by this process, whose broadcasts never reach the server: only the catch-up
     # on reconnect can show it.
     decision_submit(
@@ -255,16 +263,8 @@ def test_after_a_dropped_connection_a_pending_page_shows_who_claimed_it_meanwhil
     live, login, reviewer, second_reviewer
 ):
     from portal.decisions import interrupt_claim
-    from tests.factories import make_interrupt
 
-    interrupt = make_interrupt()
-    page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
-    wait_live(page)
-    mark_page(page)
-    page.get_by_label("Note").fill("half typed")
-    page.wait_for_function("() => window.portalLive.refreshes === 0")
-    page.evaluate("window.portalLive.drop(2000)")
-    expect(page.locator("[data-live-status]")).not_to_have_attribute("data-state", "open")
+    interrupt, page = _pending_page_gone_away(login, reviewer)
     # Claimed by this process, whose broadcasts never reach the server: only the catch-up
     # on reconnect can show it. The request is still pending, so the form stays, closed.
     interrupt_claim(interrupt=interrupt, user=second_reviewer)
