@@ -35,9 +35,10 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -49,6 +50,7 @@ from django.dispatch import receiver
 from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 QUEUE_GROUP = "queue"
 
@@ -283,10 +285,8 @@ class LiveTranscript:
         if message.get("role") == "system" or not message.get("id"):
             return ""
         if self._page is None:
-            # In the thread that announces queue changes, on its connection: the run's
-            # (and a caller's transaction around the run) is left alone.
-            loop = asyncio.get_running_loop()
-            self._page = await loop.run_in_executor(_announcer(), _read_page, self.thread_id)
+            # Not on the run's connection (nor in a caller's transaction around the run).
+            self._page = await _announcing(_read_page, self.thread_id)
         try:
             m = display_message(message, self._page["decided"])
             return render_to_string(
@@ -300,17 +300,14 @@ class LiveTranscript:
 
 def _read_page(thread_id: object) -> dict[str, Any]:
     """``views.threads.live_transcript_context``, or none (read once per run: a failure is
-    not retried for each message). Its connection is looked after as ``_announce``'s."""
+    not retried for each message)."""
     from portal.views.threads import live_transcript_context
 
-    close_old_connections()
     try:
         return live_transcript_context(thread_id)
     except Exception:
         log.warning("reading thread %s for its live transcript failed", thread_id, exc_info=True)
         return {"thread": None, "decided": {}}
-    finally:
-        close_old_connections()
 
 
 def queue_changed(
@@ -384,7 +381,7 @@ async def apublish_queue_change(**change: Any) -> None:
 async def apublish_queue_changes(changes: list[dict[str, Any]]) -> None:
     """``publish_queue_change`` for each of ``changes``, committed, from an async writer
     (a worker's checkpointer): in a thread of its own, since the rendering queries."""
-    await asyncio.get_running_loop().run_in_executor(_announcer(), _announce, changes)
+    await _announcing(_announce, changes)
 
 
 _announcing_thread: list[ThreadPoolExecutor] = []  # one per process (see _announcer)
@@ -397,15 +394,23 @@ def _announcer() -> ThreadPoolExecutor:
     return _announcing_thread[0]
 
 
-def _announce(changes: list[dict[str, Any]]) -> None:
-    # Its database connection is looked after as a request's is (closed when too old or
-    # broken).
-    close_old_connections()
-    try:
-        for change in changes:
-            publish_queue_change(**change)
-    finally:
+async def _announcing(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the announcer's thread, whose database connection is looked after
+    as a request's is (closed when too old or broken)."""
+
+    def call() -> T:
         close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return await asyncio.get_running_loop().run_in_executor(_announcer(), call)
+
+
+def _announce(changes: list[dict[str, Any]]) -> None:
+    for change in changes:
+        publish_queue_change(**change)
 
 
 def queue_change_on_commit(interrupt: Any, *, by: Any = None, news: str = "") -> None:
