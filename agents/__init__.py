@@ -32,7 +32,7 @@ from agents.state import (
     StreamChunk,
     StreamEvent,
 )
-from agents.tools import Tool, ToolNode, idempotency_key, tool
+from agents.tools import Tool, ToolNode, fencing_token, idempotency_key, tool
 
 __all__ = [
     "END",
@@ -70,6 +70,7 @@ __all__ = [
     "Tool",
     "ToolNode",
     "current_run",
+    "fencing_token",
     "goes_ahead",
     "idempotency_key",
     "interrupt",

@@ -439,9 +439,10 @@ class _Run:
             self.append(messages)
             await self.save(ThreadStatus.RUNNING, node, node=node)
 
-        async def mark_in_flight() -> None:
-            # A step of its own, with whatever the run kept for later.
+        async def mark_in_flight() -> int | None:
+            # A step of its own, with whatever the run kept for later; its seq fences the call.
             await self.save(ThreadStatus.RUNNING, node, node=node)
+            return self.seq
 
         return RunContext(
             node=node,

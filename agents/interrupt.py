@@ -140,7 +140,7 @@ class RunContext:
         answers: dict[str, Any],
         emit: Callable[[StreamChunk], None] | None,
         append: Callable[[list[Message]], Awaitable[None]],
-        mark: Callable[[], Awaitable[None]] | None = None,
+        mark: Callable[[], Awaitable[int | None]] | None = None,
         in_flight: list[str] | None = None,
     ) -> None:
         self.node = node
@@ -151,6 +151,7 @@ class RunContext:
         self.tool_call_id: str | None = None
         self.tool: str | None = None
         self.call_key: str | None = None  # the running tool call's idempotency key
+        self.call_fence: int | None = None  # and this attempt's fencing token
         # The running tool call's arguments and their schema: what an edit may change.
         self.call_args: dict[str, Any] | None = None
         self.call_schema: dict[str, Any] | None = None
@@ -193,14 +194,18 @@ class RunContext:
         it: it may or may not have taken effect (its worker died, or lost the thread)."""
         return tool_call_id in self._in_flight
 
-    async def call_starting(self, tool_call_id: str) -> None:
+    async def call_starting(self, tool_call_id: str) -> int:
         """Record the call as in flight, durably, with the steps the run kept for later.
         Nothing may act before this returns: the write is the proof, after a crash, that
-        the call may have run, and its compare-and-swap that this run owns the thread."""
+        the call may have run, and its compare-and-swap that this run owns the thread.
+
+        Returns the attempt's fencing token: the sequence number of that write. Every later
+        attempt at the call writes its own record after it, so gets a higher one (0 when
+        the graph keeps no checkpoints, and no attempt can follow a crash)."""
         if tool_call_id not in self._in_flight:
             self._in_flight.append(tool_call_id)
-        if self._mark is not None:
-            await self._mark()
+        seq = await self._mark() if self._mark is not None else None
+        return seq or 0
 
     def call_finished(self, tool_call_id: str) -> None:
         """The call is over (its result is about to be saved, or it paused before acting):
@@ -215,23 +220,27 @@ class RunContext:
         key: str | None = None,
         tool: str | None = None,
         *,
+        fence: int | None = None,
         args: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
         summary: str | None = None,
     ) -> Iterator[None]:
         """Inside it, ``interrupt()`` belongs to this call of ``tool``, ``agents.tools.
-        idempotency_key()`` returns ``key``, an ``interrupt()`` allowing "edit" offers
+        idempotency_key()`` returns ``key`` and ``fencing_token()`` ``fence``, an
+        ``interrupt()`` allowing "edit" offers
         ``args`` for editing, checked against ``schema`` (the tool's parameters), and one
         without a summary of its own is summarised as ``summary`` (the call in words)."""
         previous = (
             self.tool_call_id,
             self.call_key,
+            self.call_fence,
             self.tool,
             self.call_args,
             self.call_schema,
             self.call_summary,
         )
-        self.tool_call_id, self.call_key, self.tool = tool_call_id, key, tool
+        self.tool_call_id, self.call_key, self.call_fence = tool_call_id, key, fence
+        self.tool = tool
         self.call_args, self.call_schema, self.call_summary = args, schema, summary
         try:
             yield
@@ -239,6 +248,7 @@ class RunContext:
             (
                 self.tool_call_id,
                 self.call_key,
+                self.call_fence,
                 self.tool,
                 self.call_args,
                 self.call_schema,

@@ -7,6 +7,8 @@ between the two) may or may not have acted. A tool declared ``idempotent`` is th
 again with the same ``idempotency_key()``, which it passes to a system that deduplicates.
 Any other tool is never run again blindly: the run pauses with a question to a person
 (confirm it happened, retry it, or mark it failed), and only "retry" runs it again.
+Each attempt also has a ``fencing_token()``, higher for every later attempt at the call,
+so a target can refuse an attempt that arrives after a newer one.
 """
 
 from __future__ import annotations
@@ -227,6 +229,22 @@ def idempotency_key() -> str:
             "idempotency_key() names a tool call; call it inside a tool that a ToolNode runs"
         )
     return key
+
+
+def fencing_token() -> int:
+    """This attempt at the running tool call, as a number that only grows: every later
+    attempt at the same call (after a crash, a takeover, or a reviewer's "retry") gets a
+    higher one. Send it with ``idempotency_key()`` to a system that keeps the highest token
+    it has seen for each key and refuses a lower one: a stale attempt that acts late (its
+    worker frozen while another one took the run over) is then refused instead of acting
+    twice. RuntimeError outside a tool call."""
+    fence = current_run().call_fence
+    if fence is None:
+        raise RuntimeError(
+            "fencing_token() numbers a tool call's attempt; call it inside a tool that a "
+            "ToolNode runs"
+        )
+    return fence
 
 
 def call_key(thread_id: str, message_id: str, tool_call_id: str) -> str:
@@ -536,11 +554,12 @@ class ToolNode:
                 return reply(_result(settled))
         # Recorded in flight before it acts; the write's compare-and-swap also makes sure
         # this run owns the thread (a conflict propagates: it is not the tool's failure).
-        await run.call_starting(call.id)
+        fence = await run.call_starting(call.id)
         with run.tool_scope(
             call.id,
             key,
             call.name,
+            fence=fence,
             args=args,
             schema=tool.parameters,
             summary=_cut(summarize_call(call.name, args, tool)),

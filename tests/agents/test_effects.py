@@ -17,6 +17,7 @@ from agents import (
     ReactAgent,
     ResponseGranularity,
     ResumeValidationError,
+    fencing_token,
     idempotency_key,
     tool,
 )
@@ -39,11 +40,13 @@ class Bank:
         self.dedup = dedup
         self.paid: list[str] = []
         self.keys: list[str] = []
+        self.fences: list[int] = []  # each call's fencing token
         self.crash: str | None = None  # "before" or "after" the effect, on the next call
 
     def refund(self, order_id: str) -> str:
         key = idempotency_key()
         self.keys.append(key)
+        self.fences.append(fencing_token())
         if self.crash == "before":
             self.crash = None
             raise ProcessDied
@@ -154,6 +157,58 @@ async def test_an_idempotent_tool_cut_short_runs_again_with_the_same_key(store, 
     assert bank.keys == [bank.keys[0]] * 2  # run again, with the same key
     assert bank.paid == ["A-1"]  # which the target acted on once
     assert tool_results(out["messages"]) == {"call_1": "refunded A-1"}
+
+
+def test_fencing_token_outside_a_tool_call_says_where_it_works():
+    with pytest.raises(RuntimeError, match="no graph node is running"):
+        fencing_token()
+
+
+async def test_the_fencing_token_is_the_seq_of_the_write_that_put_the_call_in_flight(config):
+    store = WatchingStore()
+    seen: list[tuple[int, int | None, list[str]]] = []
+
+    @tool
+    async def issue_refund(order_id: str) -> str:
+        """Refund an order."""
+        snapshot = await store.aget("t-1")
+        assert snapshot is not None
+        seen.append((fencing_token(), snapshot.seq, snapshot.meta.get("in_flight")))
+        assert fencing_token() == seen[-1][0]  # the same throughout the attempt
+        return f"refunded {order_id}"
+
+    turns = (call(("issue_refund", {"order_id": "A-1"}), ("issue_refund", {"order_id": "B-2"})),)
+    graph = ReactAgent(FakeModel(*turns, say("Done.")), tools=[issue_refund])
+    await graph.compile(checkpointer=store).ainvoke(user("refund both"), config)
+    # Each call's own record; the second call's comes after the first call's result.
+    assert seen == [(seen[0][0], seen[0][0], ["call_1"]), (seen[1][0], seen[1][0], ["call_2"])]
+    assert 0 < seen[0][0] < seen[1][0]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_an_attempt_after_a_crash_gets_a_higher_fencing_token(store, config, when):
+    # The same key, a higher token: a target that keeps the highest token per key can
+    # refuse the earlier attempt should it arrive late.
+    bank = Bank(dedup=True)
+    await crash_in_refund(bank, store, config, when=when)
+    restarted = agent(bank, say("Refunded."), idempotent=True).compile(checkpointer=store)
+    await restarted.ainvoke({"messages": []}, config, PARTIAL)
+    assert bank.keys == [bank.keys[0]] * 2
+    assert 0 < bank.fences[0] < bank.fences[1]
+
+
+async def test_a_reviewers_retry_gets_a_higher_fencing_token(store, config):
+    bank = Bank()
+    await answer(store, config, bank, {"outcome": "retry"}, say("ok"))
+    assert bank.keys == [bank.keys[0]] * 2
+    assert 0 < bank.fences[0] < bank.fences[1]
+
+
+async def test_without_a_checkpointer_the_fencing_token_is_zero(config):
+    bank = Bank()
+    graph = agent(bank, call(("issue_refund", {"order_id": "A-1"})), say("Done.")).compile()
+    await graph.ainvoke(user("refund A-1"), config)
+    assert bank.fences == [0]
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

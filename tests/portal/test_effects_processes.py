@@ -13,6 +13,7 @@ reviewer says "retry".
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from datetime import timedelta
@@ -199,3 +200,44 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
         request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
         assert request.reason == OUTCOME_REASON
         assert read_effects(effects, "refund") == []
+
+
+def test_a_call_that_acts_after_its_run_was_taken_over_and_retried_is_refused_by_its_fence(
+    spawn, client, support_agent, reviewer, effects
+):
+    # The window the exit above leaves: a worker frozen whole (a paused VM, a long
+    # stall) inside a call cannot fence itself. Meanwhile another worker takes the run
+    # over and asks about the call, a reviewer says "retry", and the retry pays. When the
+    # frozen worker wakes, its call goes out with the same key but an older fencing
+    # token, which a target that fences refuses: one payment, not two.
+    thread, run = services.thread_start(
+        agent="refunds", input=say("refund A-1 fenced"), user=support_agent
+    )
+    # A long lease: the frozen worker's heartbeat does not look again during the test.
+    frozen = held_at(spawn, effects, "before", "frozen", PORTAL_RUN_LEASE_SECONDS="300")
+    try:
+        frozen.send_signal(signal.SIGSTOP)
+        Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        (effects / "hold_before").unlink()
+        recover(spawn, run, Run.Status.INTERRUPTED)
+        request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+        assert request.reason == OUTCOME_REASON
+        decide(client, reviewer, request, "retry")
+        finish(spawn("run_worker", "--once", "--id", "after-review"))
+        assert len(read_effects(effects, "fenced")) == 1
+
+        frozen.send_signal(signal.SIGCONT)
+        wait_for(lambda: read_effects(effects, "fenced_refused"), timeout=30, what="the late call")
+    finally:
+        frozen.kill()
+        frozen.wait(timeout=10)
+
+    (stale, first), (retried, second) = (
+        line.split(" ") for line in read_effects(effects, "refund_fenced_calls")
+    )
+    assert stale == retried and int(first) < int(second)
+    assert read_effects(effects, "fenced") == [f"{retried} {second} {thread.pk} A-1"]
+    assert read_effects(effects, "fenced_refused") == [f"{stale} {first}"]
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert "Refunded A-1" in last_words(thread)

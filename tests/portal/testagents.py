@@ -18,10 +18,13 @@ count executions across processes that share nothing else.
   Inbox answer; it pays (to ``give.log``) only on accept or edit, with the edited amount.
 - ``refunds``: "refund X" calls ``refund`` (not idempotent: each call pays, to
   ``refund.log``); "refund X once" calls ``refund_once`` (idempotent: it pays through
-  ``ledger``, which acts once per idempotency key, to ``ledger.log``). Both note every
-  call in ``<tool>_calls.log``. Each stops at marked points when the test asks it to
-  (``hold``): ``turn`` as the model is about to ask for the call, ``before`` and ``after``
-  the payment, and ``saved`` once its result is in the thread (the model's next turn).
+  ``ledger``, which acts once per idempotency key, to ``ledger.log``); "refund X fenced"
+  calls ``refund_fenced`` (not idempotent: it pays through ``fenced``, which refuses an
+  attempt whose fencing token is lower than one it has seen for the key, to ``fenced.log``,
+  or ``fenced_refused.log``). Each notes every call in ``<tool>_calls.log``, and stops at
+  marked points when the test asks it to (``hold``): ``turn`` as the model is about to ask
+  for the call, ``before`` and ``after`` the payment, and ``saved`` once its result is in
+  the thread (the model's next turn).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from agents import (
     ReactAgent,
     StateGraph,
     current_run,
+    fencing_token,
     goes_ahead,
     idempotency_key,
     interrupt,
@@ -250,6 +254,24 @@ def ledger(key: str, line: str) -> bool:
         return True
 
 
+def fenced(key: str, token: int, line: str) -> bool:
+    """A payment system that fences: it remembers the highest token seen for each key and
+    refuses an attempt with a lower one (across processes, under a file lock). True if it
+    acted."""
+    with (effects_dir() / "fenced.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        seen = [
+            int(entry.split(" ")[1])
+            for entry in read_effects(effects_dir(), "fenced")
+            if entry.split(" ", 1)[0] == key
+        ]
+        if seen and token < max(seen):
+            record("fenced_refused", f"{key} {token}")
+            return False
+        record("fenced", f"{key} {token} {line}")
+        return True
+
+
 def refund(order_id: str) -> str:
     """Refund an order (each call pays).
 
@@ -279,8 +301,22 @@ def refund_once(order_id: str) -> str:
     return f"Refunded {order_id}."
 
 
+def refund_fenced(order_id: str) -> str:
+    """Refund an order (each call pays, unless a later attempt at it came first).
+
+    Args:
+        order_id: The order to refund.
+    """
+    key, token = idempotency_key(), fencing_token()  # taken before the call is sent
+    record("refund_fenced_calls", f"{key} {token}")
+    hold("before")
+    if not fenced(key, token, f"{current_run().thread_id} {order_id}"):
+        raise RuntimeError("refused: a later attempt at this refund was made")
+    return f"Refunded {order_id}."
+
+
 def _refund(match: Any) -> Reply:
-    name = "refund_once" if match[2] else "refund"
+    name = {" once": "refund_once", " fenced": "refund_fenced"}.get(match[2], "refund")
     return Reply("Refunding.", CallTool(name, order_id=match[1]))
 
 
@@ -297,7 +333,8 @@ class _HoldingModel(ScriptedModel):
 
 
 def build_refunds(model: ChatModel | None = None) -> ReactAgent:
-    script = RuleScript([(r"refund (\S+)( once)?", _refund)])
+    script = RuleScript([(r"refund (\S+)( once| fenced)?", _refund)])
     return ReactAgent(
-        model=model or _HoldingModel(script, name="scripted-refunds"), tools=[refund, refund_once]
+        model=model or _HoldingModel(script, name="scripted-refunds"),
+        tools=[refund, refund_once, refund_fenced],
     )
