@@ -40,7 +40,9 @@ class RequestIn(Schema):
         examples=["invoice-bot"],
     )
     title: str = Field("", description="A short title, shown under the message in the queue.")
-    message: str = Field("", description="What the reviewer is asked (Markdown).")
+    message: str = Field(
+        "", description="What the reviewer is asked (Markdown; at most PORTAL_MAX_INPUT_BYTES)."
+    )
     summary: str = Field(
         "",
         description="What the agent wants, in one plain line (at most 200 characters), "

@@ -250,6 +250,18 @@ def _check_size(errors: list[str], name: str, value: Any) -> None:
         )
 
 
+def _check_message(errors: list[str], message: str) -> None:
+    # Shown whole on the request's page and in the queue's search: the same bound as the
+    # payload's, on its text as stored.
+    size = len(message.encode("utf-8", "surrogatepass"))
+    limit = settings.PORTAL_MAX_INPUT_BYTES
+    if size > limit:
+        errors.append(
+            f"$.message: {size:,} bytes of text, over the limit of {limit:,} "
+            "(PORTAL_MAX_INPUT_BYTES); link to the detail instead"
+        )
+
+
 def _assignees(errors: list[str], assign_to: dict[str, list[str]] | None) -> list[str]:
     """The request's assignees as the routing reads them from its checkpoint, as an
     in-process ``interrupt()`` names them: ``user:<name>`` and ``group:<name>``."""
@@ -373,6 +385,7 @@ def external_request_create(
             "use a short label and put the detail in the message"
         )
     _check_size(errors, "payload", spec.payload)
+    _check_message(errors, spec.message)
     _check_callback(errors, spec.callback_url)
     if spec.callback_url and not (token is not None and token.webhook_secret):
         # Fail closed: an unsigned answer could not be told from anyone else's.

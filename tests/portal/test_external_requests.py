@@ -371,6 +371,20 @@ def test_an_oversized_payload_is_refused_naming_the_limit(agent, settings):
 
 
 @pytest.mark.django_db
+def test_an_oversized_message_is_refused_naming_the_limit(agent, settings):
+    settings.PORTAL_MAX_INPUT_BYTES = 1000
+    response = agent.raise_(message="é" * 600)  # 600 characters, 1,200 bytes
+
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        "$.message: 1,200 bytes of text, over the limit of 1,000 (PORTAL_MAX_INPUT_BYTES); "
+        "link to the detail instead"
+    ]
+    assert not Interrupt.objects.exists() and not Thread.objects.exists()
+    assert agent.raise_(message="é" * 500).status_code == 201
+
+
+@pytest.mark.django_db
 def test_a_schema_with_a_remote_ref_is_refused_and_nothing_is_fetched(agent):
     from tests.loopback import CountingServer
 
