@@ -12,5 +12,8 @@ class PortalConfig(AppConfig):
         from portal import (
             checks,  # noqa: F401  (registers the system checks)
             logins,  # noqa: F401
+            roles,
             signals,  # noqa: F401
         )
+
+        roles.guard_usernames()

@@ -85,7 +85,7 @@ COLUMNS = [
     ("interrupt_id", "Interrupt"),
     ("hash", "Chain hash"),
 ]
-SYSTEM = "system"  # shown (and filterable) when no person decided: expiry, cancellation
+SYSTEM = roles.SYSTEM  # shown (and filterable) when no person decided: expiry, cancellation
 
 
 def tool_names(payload: Any, tool: str = "") -> list[str]:

@@ -40,10 +40,15 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, Group, Permission
 from django.contrib.auth.models import User as AuthUser
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q, QuerySet
 
 SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
+
+# What the history, its exports, the API and the audit trail call the portal itself (an
+# expiry, a cancellation nobody made): no user may take the name, in any case.
+SYSTEM = "system"
 
 START_THREAD = "portal.start_thread"
 DECIDE = "portal.decide_interrupt"
@@ -215,3 +220,32 @@ def role_names(user: User) -> list[str]:
     if user.is_superuser:
         names.append("admin")
     return names
+
+
+def refuse_the_systems_name(username: Any) -> None:
+    """Validator for usernames: a person named ``system`` would read as the portal in the
+    history and the audit trail, and their decisions as expiries."""
+    if str(username).casefold() == SYSTEM:
+        raise ValidationError(
+            f"The username {username!r} is reserved: the history and the audit trail call "
+            f"the portal's own actions (expiries, automatic cancellations) {SYSTEM!r}. "
+            "Choose another."
+        )
+
+
+def guard_usernames() -> None:
+    """Check every new user's name with ``refuse_the_systems_name``: forms (the admin,
+    ``createsuperuser``) through the field's validators, and any other creation (a script,
+    ``create_user``) when it is saved."""
+    from django.db.models.signals import pre_save
+
+    model = get_user_model()
+    field: Any = model._meta.get_field(model.USERNAME_FIELD)
+    if refuse_the_systems_name not in field.validators:
+        field.validators.append(refuse_the_systems_name)
+
+    def on_save(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+        if instance._state.adding and not raw:
+            refuse_the_systems_name(instance.get_username())
+
+    pre_save.connect(on_save, sender=model, weak=False, dispatch_uid="portal.reserved_username")

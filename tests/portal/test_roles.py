@@ -81,3 +81,43 @@ def test_a_permission_of_the_users_own_taken_away_holds_on_their_next_request(cl
 
     assert response.status_code == 403
     assert not Decision.objects.filter(interrupt=interrupt).exists()
+
+
+# --- the portal's own name ----------------------------------------------------------------
+# The history, its exports, the API and the audit trail call the portal's own actions
+# "system": a person of that name would pass for it, and their decisions for expiries.
+
+
+@pytest.mark.parametrize("name", ["system", "System", "SYSTEM"])
+def test_the_admin_will_not_name_a_user_system(admin_client, name):
+    response = admin_client.post(
+        "/admin/auth/user/add/",
+        {"username": name, "password1": "x-long-pass-9", "password2": "x-long-pass-9"},
+    )
+
+    assert response.status_code == 200  # the form again, with the reason
+    assert "is reserved" in response.content.decode()
+    assert not get_user_model().objects.filter(username__iexact="system").exists()
+
+
+def test_a_user_named_system_is_refused_however_it_is_created():
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError, match="'system' is reserved"):
+        get_user_model().objects.create_user("system", password="x")
+    assert not get_user_model().objects.filter(username="system").exists()
+
+
+def test_createsuperuser_will_not_take_the_name_either():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="reserved"):
+        call_command("createsuperuser", "--noinput", username="System", email="a@b.c")
+    assert not get_user_model().objects.filter(username__iexact="system").exists()
+
+
+def test_other_names_and_existing_users_are_left_alone(reviewer):
+    get_user_model().objects.create_user("systems", password="x")
+    reviewer.first_name = "Rita"
+    reviewer.save()  # an existing user is saved as before
+    assert get_user_model().objects.filter(username="systems").exists()
