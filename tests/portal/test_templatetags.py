@@ -21,3 +21,20 @@ def test_when_shows_a_dash_for_no_time_and_is_safe_in_a_template():
     assert when(None) == '<span class="muted">—</span>'
     rendered = Template("{% load portal_live %}{% when t %}").render(Context({"t": None}))
     assert rendered == '<span class="muted">—</span>'  # not escaped
+
+
+def test_no_template_has_a_comment_django_would_print():
+    # ``{# ... #}`` ends on its own line; one spread over several lines is printed as text
+    # (the decision page once showed its own comment to every reviewer).
+    from pathlib import Path
+
+    from django.conf import settings
+
+    printed = [
+        f"{path.relative_to(root)}:{number}"
+        for root in map(Path, settings.TEMPLATES[0]["DIRS"])
+        for path in sorted(root.rglob("*.html"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if line.count("{#") > line.count("#}")
+    ]
+    assert printed == []
