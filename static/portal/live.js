@@ -84,9 +84,9 @@
     const me = document.querySelector("[data-me]"), count = document.getElementById("pending-count");
     each("[data-only-for]", function (b) { b.hidden = !me || b.dataset.onlyFor !== me.dataset.me; });
     each("form[data-open-while]", function (form) {
-      const flag = document.getElementById(form.dataset.openWhile), open = !flag || flag.dataset.open === "1";
-      form.querySelectorAll("input, textarea, select, button").forEach(function (el) { el.disabled = !open; });
-      if (form.querySelector("[data-closed-why]")) form.querySelector("[data-closed-why]").hidden = open;
+      const flag = document.getElementById(form.dataset.openWhile), open = !flag || flag.dataset.open === "1", why = form.querySelector("[data-closed-why]");
+      form.querySelectorAll("fieldset, input, textarea, select, button").forEach(function (el) { el.disabled = !open; });
+      if (why) { if (flag && "why" in flag.dataset) why.textContent = flag.dataset.why; why.hidden = open || !why.textContent; } // the flag's reason for this viewer
     });
     const title = document.title.replace(/^\(\d+\+?\) /, "");
     if (count) document.title = (count.textContent === "0" ? "" : "(" + count.textContent + ") ") + title;

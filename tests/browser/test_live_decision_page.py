@@ -41,6 +41,7 @@ def test_a_decision_shows_on_every_open_page_with_who_decided_and_disables_the_f
     expect(watching.locator("#interrupt-status")).to_have_text("resolved")
     expect(watching.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     expect(watching.get_by_role("button", name="Reject")).to_be_disabled()
+    expect(watching.locator("#decision-blocked")).to_be_hidden()  # no claim to explain
     # What they typed stays, to copy; the page was not reloaded under them.
     expect(watching.get_by_label("Note")).to_have_value("I was about to say yes")
     assert_not_reloaded(watching)
@@ -48,7 +49,7 @@ def test_a_decision_shows_on_every_open_page_with_who_decided_and_disables_the_f
 
 
 def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
-    live, login, reviewer, second_reviewer
+    live, login, shoot, reviewer, second_reviewer
 ):
     interrupt = make_interrupt()
     claiming, watching = _open_twice(login, interrupt, reviewer, second_reviewer)
@@ -59,14 +60,20 @@ def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
     expect(watching.locator("#decision-claim")).to_contain_text(
         "rita-reviewer claimed this request"
     )
-    # A reviewer who may not take the claim over cannot decide while it is held.
+    # A reviewer who may not take the claim over cannot decide while it is held, and the
+    # form says why.
     expect(watching.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     expect(watching.get_by_role("button", name="Claim")).to_have_count(0)
+    why = watching.locator("#decision-blocked")
+    expect(why).to_contain_text("rita-reviewer claimed this request at")
+    expect(why).to_contain_text("ask them to release it first")
+    shoot(watching, "interrupt-claimed-elsewhere")
 
     claiming.get_by_role("button", name="Release").click()
     expect(news).to_contain_text("rita-reviewer released", timeout=WITHIN_A_SECOND)
     expect(watching.locator("#decision-claim")).to_contain_text("Nobody has claimed")
     expect(watching.get_by_role("button", name="Approve", exact=True)).to_be_enabled()
+    expect(why).to_be_hidden()
     assert_not_reloaded(watching)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -362,6 +364,26 @@ def test_a_reviewer_claims_and_others_see_who_holds_it(client, reviewer, second_
     assert 'data-open="0"' in html
     assert 'id="decision-form"' in html and 'data-open-while="decision-claim"' in html
     assert "ask them to release it first.</p>" in html and "data-closed-why" in html
+
+
+def test_a_form_waiting_for_a_claim_is_closed_without_javascript_and_the_claim_says_why(
+    client, reviewer, second_reviewer
+):
+    interrupt = make_interrupt()
+    login(client, reviewer).post(reverse("interrupt_claim", args=[interrupt.pk]))
+
+    waiting = login(client, second_reviewer).get(detail_url(interrupt)).content.decode()
+    # Closed in the HTML itself: without live.js nothing in it can be sent.
+    assert '<fieldset class="bare" disabled>' in waiting
+    # The claim section gives this viewer's reason, for live.js to show should the form
+    # close after the page loaded (a claim made meanwhile).
+    claim = re.search(r'<section id="decision-claim"[^>]*>', waiting)
+    assert claim and "ask them to release it first." in claim[0]
+
+    holding = login(client, reviewer).get(detail_url(interrupt)).content.decode()
+    assert '<fieldset class="bare">' in holding
+    assert 'data-why=""' in holding
+    assert 'id="decision-blocked" data-closed-why hidden></p>' in holding
 
 
 def test_a_claim_on_a_request_one_may_not_decide_anyway_shows_no_form(
