@@ -38,3 +38,20 @@ def test_no_template_has_a_comment_django_would_print():
         if line.count("{#") > line.count("#}")
     ]
     assert printed == []
+
+
+def test_no_sentence_goes_on_after_a_time_on_a_line_of_its_own():
+    # ``when`` ends with the absolute time as a block: a "." written after it lands alone
+    # on the next line.
+    import re
+    from pathlib import Path
+
+    from django.conf import settings
+
+    stranded = [
+        f"{path.relative_to(root)}: {found[0]}"
+        for root in map(Path, settings.TEMPLATES[0]["DIRS"])
+        for path in sorted(root.rglob("*.html"))
+        for found in re.finditer(r"{% when [^%]*%}[.,;:]", path.read_text())
+    ]
+    assert stranded == []
