@@ -103,8 +103,12 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
             .first()
         )
     last_run = Run.objects.filter(thread=thread).order_by("-created_at").first()
+    # A pending request means a person is awaited, even in the moment between the pause's
+    # write and the worker marking its run finished.
     working = thread.status == Thread.Status.RUNNING or (
-        last_run is not None and last_run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
+        pending is None
+        and last_run is not None
+        and last_run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
     )
     return {
         "thread": thread,

@@ -72,6 +72,8 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     expect(chat.locator(".msg.assistant")).to_contain_text(
         "Issue refund (order id: A-1001, amount: 42.5)"
     )
+    # Paused: nothing says the agent is still at work.
+    expect(chat.locator("[data-typing]")).to_have_count(0)
     shoot(chat, "chat-waiting")
 
     # The reviewer's already-open queue shows it without a reload.

@@ -115,6 +115,22 @@ def test_the_transcript_fragment_is_rebuilt_from_the_checkpoints(client, support
     assert html.count('class="msg ') == 2  # the request and the tool call, each once
 
 
+def test_a_paused_thread_whose_run_is_still_finishing_does_not_say_the_agent_works(
+    client, support_agent
+):
+    # The pause is written (and announced) before the worker marks its run finished: a
+    # page that looks in between sees the request pending and the run still running.
+    from portal.models import Run
+
+    interrupt = make_interrupt(owner=support_agent)
+    Run.objects.create(thread=interrupt.thread, kind=Run.Kind.START, status=Run.Status.RUNNING)
+    client.force_login(support_agent)
+
+    html = client.get(reverse("thread_transcript_hx", args=[interrupt.thread_id])).content.decode()
+    assert "Waiting for approval" in html
+    assert "The agent is working" not in html and 'data-working="0"' in html
+
+
 def test_a_message_is_escaped_in_the_transcript(client, support_agent):
     thread = make_thread(owner=support_agent, text="<script>alert(1)</script>")
     client.force_login(support_agent)
