@@ -234,9 +234,9 @@ def refuse_the_systems_name(username: Any) -> None:
 
 
 def guard_usernames() -> None:
-    """Check every new user's name with ``refuse_the_systems_name``: forms (the admin,
-    ``createsuperuser``) through the field's validators, and any other creation (a script,
-    ``create_user``) when it is saved."""
+    """Check every new or renamed user's name with ``refuse_the_systems_name``: forms (the
+    admin, ``createsuperuser``) through the field's validators, and any other save (a
+    script, ``create_user``) when it is saved. Fixtures (raw saves) are loaded as they are."""
     from django.db.models.signals import pre_save
 
     model = get_user_model()
@@ -244,8 +244,19 @@ def guard_usernames() -> None:
     if refuse_the_systems_name not in field.validators:
         field.validators.append(refuse_the_systems_name)
 
-    def on_save(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-        if instance._state.adding and not raw:
-            refuse_the_systems_name(instance.get_username())
+    def on_save(
+        sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any
+    ) -> None:
+        name = instance.get_username()
+        if raw or str(name).casefold() != SYSTEM:
+            return
+        if not instance._state.adding:
+            if update_fields is not None and model.USERNAME_FIELD not in update_fields:
+                return
+            # A user who had the name before it was reserved keeps it until renamed.
+            stored = model._default_manager.filter(pk=instance.pk)
+            if stored.values_list(model.USERNAME_FIELD, flat=True).first() == name:
+                return
+        refuse_the_systems_name(name)
 
     pre_save.connect(on_save, sender=model, weak=False, dispatch_uid="portal.reserved_username")

@@ -108,6 +108,21 @@ def test_a_user_named_system_is_refused_however_it_is_created():
     assert not get_user_model().objects.filter(username="system").exists()
 
 
+def test_a_user_cannot_be_renamed_system_but_one_who_had_the_name_keeps_working(reviewer):
+    from django.core.exceptions import ValidationError
+
+    reviewer.username = "System"
+    with pytest.raises(ValidationError, match="'System' is reserved"):
+        reviewer.save()
+    assert get_user_model().objects.get(pk=reviewer.pk).username == "rita-reviewer"
+
+    # Named before the name was reserved (bulk_create sends no signal): still saved.
+    [old] = get_user_model().objects.bulk_create([get_user_model()(username="system")])
+    old.is_active = False
+    old.save()
+    assert get_user_model().objects.get(username="system").is_active is False
+
+
 def test_createsuperuser_will_not_take_the_name_either():
     from django.core.management import CommandError, call_command
 
