@@ -3,6 +3,8 @@ stranger (404), read-only role (403), wrong method (405), bad id."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.auth.models import Permission
 
@@ -107,6 +109,9 @@ def test_cancelling_asks_first_then_cancels_and_the_page_says_who(client, suppor
     page = response.content.decode()
     assert "Cancelled. Nothing more runs in this conversation." in page
     assert 'id="cancelled-notice"' in page and "by sam-support" in page
+    notice = re.search(r'<div[^>]*id="cancelled-notice"[^>]*>(.*?)</div>', page, re.S)
+    words = " ".join(re.sub(r"<[^>]+>", "", notice[1]).split())  # its text, as copied
+    assert re.search(r" UTC Nothing more runs in this conversation\.$", words), words
     assert "Cancel this conversation" not in page
     assert Interrupt.objects.get(pk=request.pk).status == Interrupt.Status.CANCELLED
 
