@@ -386,6 +386,24 @@ def test_a_form_waiting_for_a_claim_is_closed_without_javascript_and_the_claim_s
     assert 'id="decision-blocked" data-closed-why hidden></p>' in holding
 
 
+def test_a_refused_answer_gives_the_claims_reason_once(client, reviewer, second_reviewer):
+    # Claimed between the page's load and the submit: the refusal above the form says
+    # why; nothing in the form says it again.
+    interrupt = make_interrupt()
+    login(client, reviewer).post(reverse("interrupt_claim", args=[interrupt.pk]))
+
+    refused = login(client, second_reviewer).post(
+        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "approve"}
+    )
+
+    html = refused.content.decode()
+    assert refused.status_code == 403
+    assert html.count("ask them to release it first.") == 1
+    assert 'id="decision-blocked" data-closed-why hidden></p>' in html
+    claim = re.search(r'<section id="decision-claim"[^>]*>', html)
+    assert claim and 'data-why=""' in claim[0]
+
+
 def test_a_claim_on_a_request_one_may_not_decide_anyway_shows_no_form(
     client, reviewer, second_reviewer
 ):
