@@ -72,6 +72,8 @@ def _render(
     context = _claim_context(request, interrupt)
     if form is None and (context["decide_open"] or context["waits_for_claim"]):
         form = DecisionForm(interrupt=interrupt)
+    if form is not None and form.non_field_errors():
+        context["closed_why"] = ""  # the refusal above the form says it already
     context |= {
         "thread": interrupt.thread,
         "conversation": conversation,
@@ -91,7 +93,7 @@ def _claim_context(request: HttpRequest, interrupt: Interrupt) -> dict[str, Any]
     can_decide = roles.can_decide(request.user)
     forbidden = decision_forbidden(interrupt=interrupt, user=request.user)
     blocked = str(forbidden) if interrupt.is_pending and forbidden else ""
-    return {
+    context = {
         "interrupt": interrupt,
         "can_decide": can_decide,
         "can_claim": roles.can_claim(request.user),
@@ -105,6 +107,9 @@ def _claim_context(request: HttpRequest, interrupt: Interrupt) -> dict[str, Any]
         "waits_for_claim": bool(blocked)
         and decision_forbidden(interrupt=interrupt, user=request.user, claims=False) is None,
     }
+    # What the closed form says, and the claim section offers live.js for it.
+    context["closed_why"] = blocked if context["waits_for_claim"] else ""
+    return context
 
 
 @require_GET
