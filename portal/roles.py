@@ -222,10 +222,14 @@ def role_names(user: User) -> list[str]:
     return names
 
 
+def _is_the_systems_name(username: Any) -> bool:
+    return str(username).casefold() == SYSTEM
+
+
 def refuse_the_systems_name(username: Any) -> None:
     """Validator for usernames: a person named ``system`` would read as the portal in the
     history and the audit trail, and their decisions as expiries."""
-    if str(username).casefold() == SYSTEM:
+    if _is_the_systems_name(username):
         raise ValidationError(
             f"The username {username!r} is reserved: the history and the audit trail call "
             f"the portal's own actions (expiries, automatic cancellations) {SYSTEM!r}. "
@@ -248,8 +252,8 @@ def guard_usernames() -> None:
         sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any
     ) -> None:
         name = instance.get_username()
-        if raw or str(name).casefold() != SYSTEM:
-            return
+        if raw or not _is_the_systems_name(name):
+            return  # (and no query for the stored name on any other save)
         if not instance._state.adding:
             if update_fields is not None and model.USERNAME_FIELD not in update_fields:
                 return
