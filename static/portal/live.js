@@ -21,17 +21,16 @@
     });
     return tpl.innerHTML;
   } });
-  function show(state) {
-    each("[data-live-status]", function (el) { el.dataset.state = state; el.lastChild.textContent = LABELS[state]; });
-  }
-  // The page's own view of its live region, from the server (it depends on who looks).
+  function show(state) { each("[data-live-status]", function (el) { el.dataset.state = state; el.lastChild.textContent = LABELS[state]; }); }
+  // The page's own view of its live region, from the server (it depends on who looks). A burst
+  // makes one fetch; news while one is out makes one more, as its older answer would undo it.
   function refresh(root) {
-    if (!root.dataset.refreshUrl || root.refreshing) return; // a burst makes one fetch
-    const done = function () { live.refreshes--; };
+    if (!root.dataset.refreshUrl || root.refreshing) return void (root.stale = root.refreshing === "out");
     live.refreshes++;
     root.refreshing = setTimeout(function () {
       const target = document.getElementById(root.dataset.refreshTarget);
-      root.refreshing = null;
+      const done = function () { live.refreshes--; root.refreshing = null; if (root.stale) refresh(root); };
+      root.refreshing = "out"; root.stale = false;
       (target ? htmx.ajax("GET", root.dataset.refreshUrl, { target: target, swap: "outerHTML" }) : Promise.resolve()).then(done, done);
     }, 60);
   }
@@ -52,7 +51,7 @@
   }
   // Streamed tokens and run events come as JSON; everything else is HTML for htmx.
   document.addEventListener("htmx:wsBeforeMessage", function (e) {
-    if (e.detail.message[0] !== "{") return;
+    if (e.detail.message[0] !== "{") return void (e.target.stale ||= e.target.refreshing === "out"); // a swap
     e.preventDefault();
     const msg = JSON.parse(e.detail.message), chunk = msg.chunk || {}, data = chunk.data || {};
     if (chunk.event === "message" && chunk.message && data.delta) draw(e.target, chunk.message, data.delta);

@@ -340,3 +340,42 @@ def test_an_open_queue_recovers_an_update_it_never_received(live, login, reviewe
     expect(queue.locator(f"#q-{interrupt.pk}")).to_be_visible(timeout=5000)
     expect(queue.locator("[data-live-status]")).to_have_attribute("data-state", "open")
     assert_not_reloaded(queue)
+
+
+def test_a_catch_up_answered_before_a_live_change_does_not_undo_it(
+    live, login, reviewer, second_reviewer
+):
+    """A reconnect's catch-up is rendered, then a claim is pushed, then the catch-up lands:
+    its older queue must not stand over the claim the page has already shown."""
+    from tests.factories import make_interrupt
+
+    interrupt = make_interrupt()
+    mine = login(reviewer, start="/queue/")
+    theirs = login(second_reviewer, start="/queue/")
+    for page in (mine, theirs):
+        wait_live(page)
+        page.wait_for_function("() => window.portalLive.refreshes === 0")
+    mark_page(theirs)
+    held = []  # the first catch-up, fetched from the server at once and delivered late
+
+    def hold_the_first(route):
+        if held:
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    theirs.route("**/queue/", hold_the_first)
+    theirs.evaluate("window.portalLive.drop(0)")
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        theirs.wait_for_timeout(50)  # lets Playwright run the route's handler
+    assert held, "the reconnect asked for no catch-up"
+    row = theirs.locator(f"#q-{interrupt.pk} .queue-claim")
+    expect(row).to_contain_text("unclaimed")  # what the held catch-up says
+    mine.locator(f"#q-{interrupt.pk}").get_by_role("button", name="Claim").click()
+    expect(row).to_contain_text("rita-reviewer")  # pushed over the reconnected socket
+    route, response = held[0]
+    route.fulfill(response=response)
+    theirs.wait_for_function("() => window.portalLive.refreshes === 0")
+    assert "rita-reviewer" in row.inner_text()
+    assert_not_reloaded(theirs)
