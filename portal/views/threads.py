@@ -110,17 +110,33 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
         and last_run is not None
         and last_run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
     )
+    can_reply = thread.status == Thread.Status.DONE and not working
     return {
         "thread": thread,
         "transcript_messages": messages,
         "pending": pending,
         "last_run": last_run,
         "working": working,
-        "can_reply": thread.status == Thread.Status.DONE and not working,
+        "can_reply": can_reply,
+        "reply_why": "" if can_reply else _why_no_reply(thread, pending, working),
         # Something left to stop (services.thread_abort refuses the rest).
         "cancellable": thread.status != Thread.Status.CANCELLED
         and (thread.status != Thread.Status.DONE or working),
     }
+
+
+def _why_no_reply(thread: Thread, pending: Interrupt | None, working: bool) -> str:
+    """What the chat's closed composer waits for, in the owner's words."""
+    if thread.status == Thread.Status.CANCELLED:
+        return "This conversation was cancelled; start a new chat to go on."
+    if pending is not None:
+        return "You can write again once a reviewer has answered the request above."
+    if thread.status == Thread.Status.FAILED and not working:
+        return (
+            "The agent stopped on an error, so this conversation takes no more messages; "
+            "start a new chat to go on."
+        )
+    return "You can write again once the agent has finished this turn."
 
 
 def _timeline(thread: Thread) -> list[dict[str, Any]]:

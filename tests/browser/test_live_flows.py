@@ -72,8 +72,11 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     expect(chat.locator(".msg.assistant")).to_contain_text(
         "Issue refund (order id: A-1001, amount: 42.5)"
     )
-    # Paused: nothing says the agent is still at work.
+    # Paused: nothing says the agent is still at work, and the composer says who is awaited.
     expect(chat.locator("[data-typing]")).to_have_count(0)
+    expect(chat.locator("#chat-composer [data-closed-why]")).to_have_text(
+        "You can write again once a reviewer has answered the request above."
+    )
     shoot(chat, "chat-waiting")
 
     # The reviewer's already-open queue shows it without a reload.

@@ -4,6 +4,7 @@ staff use it."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -137,6 +138,49 @@ def test_a_follow_up_while_the_agent_waits_for_approval_is_refused(client, suppo
     assert response.status_code == 400
     assert "wait until it has finished" in response.content.decode()
     assert not Run.objects.filter(thread_id=interrupt.thread_id).exists()
+
+
+def _composer_why(html: str) -> str:
+    """The text under the closed composer, and whether it is shown."""
+    start = html.index('<p class="help" data-closed-why')
+    tag_end = html.index(">", start)
+    return html[start:tag_end] + "|" + html[tag_end + 1 : html.index("</p>", tag_end)]
+
+
+@pytest.mark.parametrize(
+    "status, why",
+    [
+        ("paused", "once a reviewer has answered the request above"),
+        (Thread.Status.RUNNING, "once the agent has finished this turn"),
+        (Thread.Status.FAILED, "stopped on an error"),
+        (Thread.Status.CANCELLED, "was cancelled"),
+    ],
+)
+def test_a_closed_composer_says_what_it_waits_for(client, support_agent, status, why):
+    if status == "paused":
+        thread = make_interrupt(owner=support_agent).thread
+    else:
+        thread = make_thread(owner=support_agent)
+        Thread.objects.filter(pk=thread.pk).update(status=status)
+    client.force_login(support_agent)
+
+    html = client.get(f"/chat/{thread.pk}/").content.decode()
+
+    shown = _composer_why(html)
+    assert why in shown and " hidden" not in shown.split("|")[0]
+    # The transcript carries the same reason, for live.js to copy when the state changes.
+    region = re.search(r'<div id="transcript"[^>]*data-why="([^"]*)"', html)
+    assert region is not None and why in region.group(1)
+
+
+def test_an_open_composer_hides_its_reason(client, support_agent):
+    thread = make_thread(owner=support_agent)
+    _finish(thread)
+    client.force_login(support_agent)
+
+    html = client.get(f"/chat/{thread.pk}/").content.decode()
+
+    assert " hidden" in _composer_why(html).split("|")[0]
 
 
 # --- withdrawing a request ---------------------------------------------------------------
