@@ -77,11 +77,12 @@
       each("[data-resync-ms]", function (root) { if (!document.hidden && !root.contains(document.activeElement)) refresh(root); });
     }, ms);
   };
-  // What one shared fragment cannot say per viewer: Release for the claim's holder only, a
-  // form usable only while its region says it can be sent, the pending count in the title.
+  // What one shared fragment cannot say per viewer or outside its region: Release for the claim's
+  // holder only, a form open while its region allows, a copied status, the title's pending count.
   function sync() {
     const me = document.querySelector("[data-me]"), count = document.getElementById("pending-count");
     each("[data-only-for]", function (b) { b.hidden = !me || b.dataset.onlyFor !== me.dataset.me; });
+    each("[data-copy-of]", function (el) { const from = document.getElementById(el.dataset.copyOf); if (from) el.innerHTML = from.innerHTML; });
     each("form[data-open-while]", function (form) {
       const flag = document.getElementById(form.dataset.openWhile), open = !flag || flag.dataset.open === "1", why = form.querySelector("[data-closed-why]");
       form.querySelectorAll("fieldset, input, textarea, select, button").forEach(function (el) { el.disabled = !open; });
