@@ -42,6 +42,7 @@ def test_a_decision_shows_on_every_open_page_with_who_decided_and_disables_the_f
     expect(watching.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     expect(watching.get_by_role("button", name="Reject")).to_be_disabled()
     expect(watching.locator("#decision-blocked")).to_be_hidden()  # no claim to explain
+    expect(watching.locator("#decision-claim")).to_be_hidden()  # nothing left to claim
     # What they typed stays, to copy; the page was not reloaded under them.
     expect(watching.get_by_label("Note")).to_have_value("I was about to say yes")
     assert_not_reloaded(watching)

@@ -39,6 +39,41 @@ def login(client, user):
 # --- the page --------------------------------------------------------------------------
 
 
+def _claim_section(html: str) -> str:
+    start = html.index('<section id="decision-claim"')
+    return html[start : html.index("</section>", start)]
+
+
+def test_a_decided_request_that_nobody_claimed_shows_no_claim_section(client, reviewer):
+    pending = make_interrupt()
+    decided = make_interrupt()
+    make_decision(interrupt=decided, reviewer=reviewer)
+    login(client, reviewer)
+
+    open_section = _claim_section(client.get(detail_url(pending)).content.decode())
+    closed_section = _claim_section(client.get(detail_url(decided)).content.decode())
+
+    assert "Nobody has claimed this request." in open_section
+    assert " hidden" not in open_section.split(">", 1)[0]
+    # Nothing to claim any more, and no claim to tell of: the card is not shown.
+    assert "Nobody has claimed" not in closed_section
+    assert " hidden" in closed_section.split(">", 1)[0]
+
+
+def test_a_decided_request_still_says_who_had_claimed_it(client, reviewer):
+    from portal.decisions import interrupt_claim
+
+    interrupt = make_interrupt()
+    interrupt_claim(interrupt=interrupt, user=reviewer)
+    make_decision(interrupt=interrupt, reviewer=reviewer)
+
+    section = _claim_section(login(client, reviewer).get(detail_url(interrupt)).content.decode())
+
+    assert "rita-reviewer</strong> claimed this request" in section
+    assert " hidden" not in section.split(">", 1)[0]
+    assert "Release" not in section and "Claim</button>" not in section
+
+
 def test_a_reviewer_sees_the_request_the_conversation_the_tool_call_and_the_form(client, reviewer):
     interrupt = make_tool_approval()
 
