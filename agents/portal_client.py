@@ -35,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -125,6 +126,8 @@ class PortalClient:
 
     ``base_url`` is the portal's address, ``token`` an API token with the ``request``
     scope, ``webhook_secret`` the secret printed with it (needed only to verify webhooks).
+    When a new token replaces one, an answer to a request raised with the old token is
+    still signed with the old secret: pass both, ``[new, old]``, until those are answered.
     ``timeout`` bounds each HTTP call beyond any wait the call asks the portal for.
     """
 
@@ -133,7 +136,7 @@ class PortalClient:
         base_url: str,
         token: str,
         *,
-        webhook_secret: str | None = None,
+        webhook_secret: str | Sequence[str] | None = None,
         timeout: float = 30.0,
         poll_seconds: float = 25.0,
     ) -> None:

@@ -4,8 +4,8 @@ The portal signs ``"<timestamp>." + body`` with HMAC-SHA256 and the shared
 secret, and sends ``Portal-Signature: t=<timestamp>,v1=<hex>``. A receiver
 recomputes the signature over the exact bytes it received and refuses a
 timestamp older than its tolerance, so a captured request cannot be replayed
-later. During a secret rotation the header may carry several ``v1=`` values;
-any one that matches is enough.
+later. During a secret rotation the header may carry several ``v1=`` values, and
+the receiver may hold several secrets; any one pair that matches is enough.
 
 This module is part of the runtime's leaf package: it imports nothing from
 Django, so an agent running anywhere can verify what the portal sends.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Sequence
 
 HEADER = "Portal-Signature"
 DEFAULT_TOLERANCE = 300
@@ -39,7 +40,7 @@ def sign(secret: str | bytes, body: bytes, *, timestamp: int | None = None) -> s
 
 
 def verify(
-    secret: str | bytes,
+    secret: str | bytes | Sequence[str | bytes],
     header: str | None,
     body: bytes,
     *,
@@ -49,9 +50,11 @@ def verify(
     """Check a ``Portal-Signature`` header against ``body``; return its timestamp.
 
     Raises :class:`SignatureError` naming what was wrong. ``body`` must be the
-    raw bytes as received, before any JSON parsing.
+    raw bytes as received, before any JSON parsing. ``secret`` may be several while
+    one replaces another (the new and the old): a match with any of them is enough.
     """
-    if not secret:
+    secrets = [secret] if isinstance(secret, str | bytes) else [s for s in secret if s]
+    if not secrets or not secrets[0]:
         raise SignatureError("no secret configured to verify with")
     if not header:
         raise SignatureError(f"the {HEADER} header is missing")
@@ -84,7 +87,8 @@ def verify(
             f"the timestamp is {int(current - timestamp)} s from now, outside the "
             f"{tolerance} s tolerance; refusing a possible replay"
         )
-    expected = _digest(secret, timestamp, body)
-    if not any(hmac.compare_digest(expected, c) for c in candidates):
-        raise SignatureError("the signature does not match the body and secret")
+    expected = [_digest(one, timestamp, body) for one in secrets]
+    if not any(hmac.compare_digest(e, c) for e in expected for c in candidates):
+        which = "secret" if len(secrets) == 1 else f"any of the {len(secrets)} secrets"
+        raise SignatureError(f"the signature does not match the body and {which}")
     return timestamp

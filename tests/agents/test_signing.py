@@ -36,6 +36,20 @@ def test_a_rotated_secret_matches_any_listed_signature():
     assert verify("old", header, BODY, now=1_000) == 1_000
 
 
+def test_a_receiver_holding_the_new_and_the_old_secret_accepts_either():
+    for used in ("new", "old"):
+        header = sign(used, BODY, timestamp=1_000)
+        assert verify(["new", "old"], header, BODY, now=1_000) == 1_000
+    with pytest.raises(SignatureError, match="does not match the body and any of the 2 secrets"):
+        verify(["new", "old"], sign("third", BODY, timestamp=1_000), BODY, now=1_000)
+
+
+def test_an_empty_list_of_secrets_is_refused():
+    for none in ([], [""], ("",)):
+        with pytest.raises(SignatureError, match="no secret configured"):
+            verify(none, sign("s3cret", BODY), BODY)
+
+
 @pytest.mark.parametrize(
     ("header", "message"),
     [

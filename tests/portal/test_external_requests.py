@@ -19,6 +19,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from agents import signing
 from agents.portal_client import PortalClient
 from portal import decisions, external, outbox
 from portal.api import api_token_create
@@ -813,6 +814,42 @@ def test_the_answer_goes_to_the_callback_signed_and_the_agent_can_verify_it(hook
     assert answered.answer.decided_by == reviewer.username
     assert answered.answer.audit_hash == Decision.objects.get(pk=decision.pk).hash
     assert headers["portal-event-type"] == "request.decided"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_its_token_is_replaced_the_agent_still_verifies_answers_to_its_old_requests(
+    agent_user, reviewer, settings
+):
+    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True
+    old_row, old_token = api_token_create(user=agent_user, name="old", scopes=["request"])
+    receiver = WebhookReceiver(old_row.webhook_secret).start()
+    try:
+        body = _raise(Agent(old_token), callback_url=receiver.url)
+        # The agent gets a new token and the old one is deleted (which revokes it).
+        new_row, new_token = api_token_create(user=agent_user, name="new", scopes=["request"])
+        old_row.delete()
+        decision_submit(
+            interrupt=body["id"],
+            reviewer=reviewer,
+            value={"approved": True},
+            resume_interrupt_id=body["id"],
+        )
+        _deliver_due()
+    finally:
+        receiver.stop()
+
+    headers, raw = receiver.requests[0]
+    signature = headers["portal-signature"]
+    # The answer keeps the secret of the token the request was raised with...
+    only_new = PortalClient("http://unused", new_token, webhook_secret=new_row.webhook_secret)
+    with pytest.raises(signing.SignatureError, match="does not match"):
+        only_new.verify_webhook(raw, signature)
+    # ...so the agent holds both while such answers may come, and either one verifies.
+    both = [new_row.webhook_secret, old_row.webhook_secret]
+    client = PortalClient("http://unused", new_token, webhook_secret=both)
+    assert client.verify_webhook(raw, signature).answer.outcome == "approved"
+    answer = Agent(new_token).get(body["id"])  # the new token reads it too
+    assert answer.status_code == 200 and answer.json()["answer"]["outcome"] == "approved"
 
 
 @pytest.mark.django_db(transaction=True)
