@@ -13,8 +13,7 @@
   // show, is not news here: drop the swaps whose target is missing before htmx sees them.
   htmx.defineExtension("portal-live", { transformResponse: function (text, xhr, elt) {
     if (xhr || !elt.hasAttribute("ws-connect")) return text;
-    const tpl = document.createElement("template");
-    tpl.innerHTML = text;
+    const tpl = document.createElement("template"); tpl.innerHTML = text;
     Array.from(tpl.content.children).forEach(function (el) {
       const spec = el.getAttribute("hx-swap-oob") || "true", at = spec.indexOf(":");
       if (!document.querySelector(at > 0 ? spec.slice(at + 1) : "#" + CSS.escape(el.id))) el.remove();
@@ -23,25 +22,28 @@
   } });
   function show(state) { each("[data-live-status]", function (el) { el.dataset.state = state; el.lastChild.textContent = LABELS[state]; }); }
   // The page's own view of its live region, from the server (it depends on who looks). A burst
-  // makes one fetch; news while one is out makes one more, as its older answer would undo it.
+  // makes one fetch; news while one is out outdates its answer: it is not shown, and fetched again.
   function refresh(root) {
-    if (!root.dataset.refreshUrl || root.refreshing) return void (root.stale = root.refreshing === "out");
+    if (!root.dataset.refreshUrl || root.refreshing || root.out) return void (root.stale = !!root.out);
     live.refreshes++;
     root.refreshing = setTimeout(function () {
       const target = document.getElementById(root.dataset.refreshTarget);
-      const done = function () { live.refreshes--; root.refreshing = null; if (root.stale) refresh(root); };
-      root.refreshing = "out"; root.stale = false;
+      const done = function () { live.refreshes--; root.out = false; if (root.stale) refresh(root); };
+      root.refreshing = null; root.out = true; root.stale = false;
       (target ? htmx.ajax("GET", root.dataset.refreshUrl, { target: target, swap: "outerHTML" }) : Promise.resolve()).then(done, done);
     }, 60);
   }
+  document.addEventListener("htmx:beforeSwap", function (e) { // an outdated answer (above)
+    const root = e.detail.target.closest("[data-refresh-target]");
+    if (root && root.stale && root.out && e.detail.target.id === root.dataset.refreshTarget) e.detail.shouldSwap = false;
+  });
   function draw(root, message, delta) { // the finished message's partial replaces the bubble
     const list = document.querySelector("#" + root.dataset.refreshTarget + " [data-stream-into]");
     let bubble = document.getElementById("msg-" + message.id);
     if (!list) return;
     if (!bubble) {
       bubble = list.appendChild(document.createElement("div"));
-      bubble.id = "msg-" + message.id;
-      bubble.className = "msg " + (message.role || "assistant") + " streaming";
+      bubble.id = "msg-" + message.id; bubble.className = "msg " + (message.role || "assistant") + " streaming";
       bubble.innerHTML = '<span class="who"></span><span class="body"></span>';
       bubble.firstChild.textContent = message.role || "assistant";
     }
@@ -51,7 +53,7 @@
   }
   // Streamed tokens and run events come as JSON; everything else is HTML for htmx.
   document.addEventListener("htmx:wsBeforeMessage", function (e) {
-    if (e.detail.message[0] !== "{") return void (e.target.stale ||= e.target.refreshing === "out"); // a swap
+    if (e.detail.message[0] !== "{") return void (e.target.stale = true); // a swap: news
     e.preventDefault();
     const msg = JSON.parse(e.detail.message), chunk = msg.chunk || {}, data = chunk.data || {};
     if (chunk.event === "message" && chunk.message && data.delta) draw(e.target, chunk.message, data.delta);
@@ -66,14 +68,12 @@
     if (![1006, 1011, 1012, 1013].includes(code)) setTimeout(e.detail.socketWrapper.reconnect, wait);
   });
   live.drop = function (ms) { // as a network failure would, staying away for ms
-    holdUntil = Date.now() + (ms || 0);
-    each("[ws-connect]", function (el) { el["htmx-internal-data"].webSocket.socket.close(4000); });
+    holdUntil = Date.now() + (ms || 0); each("[ws-connect]", function (el) { el["htmx-internal-data"].webSocket.socket.close(4000); });
   };
   // Publishing is best effort (a server reconnecting to its channel layer misses what is sent
   // meanwhile): the queue re-fetches now and then, unless hidden or in use.
   live.resyncEvery = function (ms) {
-    clearInterval(resync);
-    resync = ms > 0 && setInterval(function () {
+    clearInterval(resync); resync = ms > 0 && setInterval(function () {
       each("[data-resync-ms]", function (root) { if (!document.hidden && !root.contains(document.activeElement)) refresh(root); });
     }, ms);
   };
@@ -92,8 +92,7 @@
     if (count) document.title = (count.textContent === "0" ? "" : "(" + count.textContent + ") ") + title;
   }
   document.addEventListener("DOMContentLoaded", function () {
-    each("[data-resync-ms]", function (queue) { live.resyncEvery(parseInt(queue.dataset.resyncMs, 10)); });
-    sync();
+    each("[data-resync-ms]", function (queue) { live.resyncEvery(parseInt(queue.dataset.resyncMs, 10)); }); sync();
   });
   ["htmx:afterSettle", "htmx:wsAfterMessage"].forEach(function (name) { document.addEventListener(name, sync); });
 })();

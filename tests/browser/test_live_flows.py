@@ -379,8 +379,24 @@ def test_a_catch_up_answered_before_a_live_change_does_not_undo_it(
     expect(row).to_contain_text("unclaimed")  # what the held catch-up says
     mine.locator(f"#q-{interrupt.pk}").get_by_role("button", name="Claim").click()
     expect(row).to_contain_text("rita-reviewer")  # pushed over the reconnected socket
+    # Every text the row shows from now on, so a moment of "unclaimed" cannot pass unseen.
+    theirs.evaluate(
+        """(id) => {
+            window.__claimTexts = [];
+            const note = () => {
+                const cell = document.querySelector("#q-" + id + " .queue-claim");
+                window.__claimTexts.push(cell ? cell.innerText : "(gone)");
+            };
+            new MutationObserver(note).observe(document.body, {
+                subtree: true, childList: true, characterData: true,
+            });
+        }""",
+        interrupt.pk,
+    )
     route, response = held[0]
     route.fulfill(response=response)
     theirs.wait_for_function("() => window.portalLive.refreshes === 0")
     assert "rita-reviewer" in row.inner_text()
+    shown = theirs.evaluate("window.__claimTexts")
+    assert shown and all("rita-reviewer" in text for text in shown), shown
     assert_not_reloaded(theirs)
