@@ -132,10 +132,7 @@ def _why_no_reply(thread: Thread, pending: Interrupt | None, working: bool) -> s
     if pending is not None:
         return "You can write again once a reviewer has answered the request above."
     if thread.status == Thread.Status.FAILED and not working:
-        return (
-            "The agent stopped on an error, so this conversation takes no more messages; "
-            "start a new chat to go on."
-        )
+        return "The agent stopped on an error: you can write again once it is retried."
     return "You can write again once the agent has finished this turn."
 
 

@@ -152,7 +152,7 @@ def _composer_why(html: str) -> str:
     [
         ("paused", "once a reviewer has answered the request above"),
         (Thread.Status.RUNNING, "once the agent has finished this turn"),
-        (Thread.Status.FAILED, "stopped on an error"),
+        (Thread.Status.FAILED, "stopped on an error: you can write again once it is retried"),
         (Thread.Status.CANCELLED, "was cancelled"),
     ],
 )
