@@ -142,7 +142,12 @@ class PortalClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
-        self.webhook_secret = webhook_secret
+        # Several are kept as a tuple: an iterator would be spent by the first webhook.
+        self.webhook_secret: str | tuple[str, ...] | None
+        if webhook_secret is None or isinstance(webhook_secret, str):
+            self.webhook_secret = webhook_secret
+        else:
+            self.webhook_secret = tuple(webhook_secret)
         self.timeout = timeout
         # The longest single long-poll; the portal refuses more than 30 s.
         self.poll_seconds = poll_seconds

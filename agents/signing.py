@@ -53,8 +53,12 @@ def verify(
     raw bytes as received, before any JSON parsing. ``secret`` may be several while
     one replaces another (the new and the old): a match with any of them is enough.
     """
-    secrets = [secret] if isinstance(secret, str | bytes) else [s for s in secret if s]
-    if not secrets or not secrets[0]:
+    secrets: list[str | bytes]
+    if secret is None or isinstance(secret, str | bytes | bytearray):
+        secrets = [secret] if secret else []
+    else:
+        secrets = [s for s in secret if s]
+    if not secrets:
         raise SignatureError("no secret configured to verify with")
     if not header:
         raise SignatureError(f"the {HEADER} header is missing")

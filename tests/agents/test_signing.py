@@ -44,8 +44,16 @@ def test_a_receiver_holding_the_new_and_the_old_secret_accepts_either():
         verify(["new", "old"], sign("third", BODY, timestamp=1_000), BODY, now=1_000)
 
 
+def test_a_missing_secret_is_refused_as_a_signature_error_and_bytes_of_any_kind_verify():
+    header = sign(b"s3cret", BODY, timestamp=1_000)
+    with pytest.raises(SignatureError, match="no secret configured"):
+        verify(None, header, BODY, now=1_000)  # type: ignore[arg-type]
+    assert verify(bytearray(b"s3cret"), header, BODY, now=1_000) == 1_000
+    assert verify([bytearray(b"old"), b"s3cret"], header, BODY, now=1_000) == 1_000
+
+
 def test_an_empty_list_of_secrets_is_refused():
-    for none in ([], [""], ("",)):
+    for none in ([], [""], ("",), [None]):
         with pytest.raises(SignatureError, match="no secret configured"):
             verify(none, sign("s3cret", BODY), BODY)
 

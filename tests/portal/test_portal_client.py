@@ -166,6 +166,14 @@ def test_a_webhook_is_verified_against_the_raw_body():
         client.verify_webhook(body, stale)
 
 
+def test_secrets_given_as_an_iterator_verify_every_webhook_not_just_the_first():
+    body = b'{"id":"int_1","status":"decided","agent":"a","reason":"r","title":"t"}'
+    client = PortalClient("http://unused", "tok", webhook_secret=iter(["new", "old"]))
+
+    for secret in ("old", "new", "old"):
+        assert client.verify_webhook(body, signing.sign(secret, body)).id == "int_1"
+
+
 def test_the_agent_can_follow_its_request_on_the_threads_event_stream(
     server, transactional_db, roles, reviewer
 ):
