@@ -23,7 +23,8 @@ burst is timed while the workers drain it alone.
 
 Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
 profile`` samples our web process and workers with py-spy during a 20-client batch;
-``-m bench.e2e servers`` runs ours behind daphne and behind uvicorn side by side.
+``-m bench.e2e servers`` runs ours behind daphne and behind uvicorn side by side;
+``-m bench.e2e ceiling`` measures what one web process serves at most (a 404 each).
 PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (names end in
 ``BENCH_E2E_DB_SUFFIX``; dropped and created anew
 each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
@@ -37,6 +38,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -1042,6 +1044,99 @@ def servers() -> None:
     write_section("e2e-servers", title, body)
 
 
+# --- one web process's ceiling -------------------------------------------------------------
+
+CEILING_REQUESTS = int(os.environ.get("BENCH_E2E_CEILING_REQUESTS", "1000"))
+
+
+def _nothing_found(side: Ours | Peer) -> tuple[str, dict[str, str]]:
+    """A request that does next to nothing: ours checks the token and reads one row that
+    is not there; the peer (no auth) reads one thread that is not there. Both answer 404."""
+    if isinstance(side, Ours):
+        return side.base + "/api/interrupts/int_0000000000000000", side.reviewer
+    return f"{side.base}/threads/{uuid.uuid4()}", {}
+
+
+def _cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _requests_per_second(side: Ours | Peer) -> tuple[float, float, list[str]]:
+    """Requests per second, and the server process's CPU milliseconds per request."""
+    url, headers = _nothing_found(side)
+    server = side.web if isinstance(side, Ours) else side.proc
+
+    async def call(client: Any) -> None:
+        r = await client.get(url, headers=headers)
+        if r.status_code != 404:
+            raise RuntimeError(f"{r.status_code} {r.text[:200]}")
+
+    cpu = _cpu_seconds(server)
+    seconds, errors = asyncio.run(_burst([call] * CEILING_REQUESTS, MANY))
+    cpu_ms = 1000 * (_cpu_seconds(server) - cpu) / CEILING_REQUESTS
+    return CEILING_REQUESTS / seconds, cpu_ms, errors
+
+
+def ceiling() -> None:
+    """How many requests one web process serves per second when each does next to
+    nothing (a 404 after at most a token check and one read), from 20 clients: ours under
+    daphne and under uvicorn, and the peer's server, bursts alternating. The most that one
+    process could take of anything, approvals included."""
+    import copy
+
+    load = os.getloadavg()
+    tokens = _prepare()
+    ours = Ours(1, tokens)
+    ours.name = "ours, daphne"
+    other = copy.copy(ours)
+    other.name = "ours, uvicorn"
+    other.port, other.web = _web(UVICORN)
+    other.base = f"http://127.0.0.1:{other.port}"
+    peer = Peer(1)
+    rates: dict[str, list[float]] = {ours.name: [], other.name: [], peer.name: []}
+    cpu: dict[str, list[float]] = {name: [] for name in rates}
+    errors: list[str] = []
+    try:
+        _wait_http(other.base + "/healthz", other.web, seconds=STARTUP_SECONDS)
+        sides: list[Ours | Peer] = [ours, other, peer]
+        for side in sides:
+            _requests_per_second(side)  # warm-up, not reported
+        for rnd in range(ROUNDS * 2):
+            for side in sides if rnd % 2 == 0 else sides[::-1]:
+                rate, cpu_ms, failed = _requests_per_second(side)
+                rates[side.name].append(rate)
+                cpu[side.name].append(cpu_ms)
+                errors.extend(failed)
+    finally:
+        _stop([other.web])
+        ours.stop()
+        peer.stop()
+    rows = [
+        [name, len(r), min(r), statistics.median(r), max(r), statistics.median(cpu[name])]
+        for name, r in rates.items()
+    ]
+    body = "\n\n".join(
+        [
+            "Command: `.venv-bench/bin/python -m bench.e2e ceiling`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            f"One web process, {MANY} clients, {CEILING_REQUESTS} requests a burst, "
+            f"{ROUNDS * 2} bursts each after a warm-up, the three taking turns: ours "
+            "answering `GET /api/interrupts/<an id that is not there>` with a reviewer's "
+            "token (the token checked, one row read, 404) under daphne and under uvicorn, "
+            "and the peer answering `GET /threads/<a random id>` (no token, one read, "
+            "404). Server CPU is the server process's own (user + system), median over its "
+            f"bursts. Errors: {len(errors)}.",
+            table(
+                ["server", "bursts", "requests/s min", "median", "max", "server CPU ms/request"],
+                rows,
+            ),
+        ]
+    )
+    print(body)
+    write_section("e2e-ceiling", "End to end: what one web process serves at most", body)
+
+
 # --- entry ----------------------------------------------------------------------------------
 
 
@@ -1080,5 +1175,7 @@ if __name__ == "__main__":
         print_profile()
     elif sys.argv[1:] == ["servers"]:
         servers()
+    elif sys.argv[1:] == ["ceiling"]:
+        ceiling()
     else:
         main()
