@@ -984,20 +984,27 @@ def _prepare() -> dict[str, str]:
 # --- ours under daphne and under uvicorn ---------------------------------------------------
 
 
+def _behind_uvicorn(ours: Ours, name: str) -> Ours:
+    """A second web process, uvicorn, serving ``portal.asgi`` beside ``ours``'s daphne:
+    the same database and workers. Its caller waits for it and stops it."""
+    import copy
+
+    other = copy.copy(ours)
+    other.name = name
+    other.port, other.web = _web(UVICORN)
+    other.base = f"http://127.0.0.1:{other.port}"
+    return other
+
+
 def servers() -> None:
     """Ours alone, the same workers and database behind two web processes, daphne and
     uvicorn, batches alternating: what the ASGI server itself costs a user."""
-    import copy
-
     load = os.getloadavg()
     tokens = _prepare()
     workers = min(WORKERS)
     ours = Ours(workers, tokens)
     ours.name = "daphne"
-    other = copy.copy(ours)
-    other.name = "uvicorn"
-    other.port, other.web = _web(UVICORN)
-    other.base = f"http://127.0.0.1:{other.port}"
+    other = _behind_uvicorn(ours, "uvicorn")
     batches: list[Batch] = []
     apart: dict[str, list[dict[str, Any]]] = {"daphne": [], "uvicorn": []}
     try:
@@ -1083,16 +1090,11 @@ def ceiling() -> None:
     nothing (a 404 after at most a token check and one read), from 20 clients: ours under
     daphne and under uvicorn, and the peer's server, bursts alternating. The most that one
     process could take of anything, approvals included."""
-    import copy
-
     load = os.getloadavg()
     tokens = _prepare()
     ours = Ours(1, tokens)
     ours.name = "ours, daphne"
-    other = copy.copy(ours)
-    other.name = "ours, uvicorn"
-    other.port, other.web = _web(UVICORN)
-    other.base = f"http://127.0.0.1:{other.port}"
+    other = _behind_uvicorn(ours, "ours, uvicorn")
     peer = Peer(1)
     rates: dict[str, list[float]] = {ours.name: [], other.name: [], peer.name: []}
     cpu: dict[str, list[float]] = {name: [] for name in rates}
