@@ -178,9 +178,9 @@ def setup_ours() -> None:
     from django.contrib.auth.models import Group
     from django.core.management import call_command
 
+    from portal.accounts.roles import REVIEWER, SUPPORT
+    from portal.accounts.setup import ensure_roles
     from portal.api import api_token_create
-    from portal.roles import REVIEWER, SUPPORT
-    from portal.setup import ensure_roles
 
     call_command("migrate", verbosity=0, interactive=False)
     ensure_roles()
@@ -873,20 +873,20 @@ WEB_PHASES = [
     ("borrow a pooled connection (and its health check)", "DatabaseWrapper.get_new_connection"),
     ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
-    ("live updates on commit (rendering partials, Redis)", "portal/broadcast.py"),
+    ("live updates on commit (rendering partials, Redis)", "portal/notify/broadcast.py"),
     ("POST resume: decision_submit", "_resume (portal/api.py"),
     ("POST start: thread_start", "_start (portal/api.py"),
     ("?wait: looks while waiting", "_thread_busy (portal/api.py"),
     ("?wait: the thread's checkpoint read + JSON", "_thread_data (portal/api.py"),
-    ("?wait: the wait itself (event loop)", "await_until (portal/waiting.py"),
+    ("?wait: the wait itself (event loop)", "await_until (portal/models/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
     ("daphne + asyncio (HTTP, event loop)", ""),
 ]
 WORKER_PHASES = [
     ("claim (one statement on PostgreSQL)", "Worker.claim "),
     ("finish + settle (run and thread rows)", "Worker._finish "),
-    ("publish to Redis (live updates)", "portal/broadcast.py"),
-    ("checkpoint writes and reads", "portal/checkpointer.py"),
+    ("publish to Redis (live updates)", "portal/notify/broadcast.py"),
+    ("checkpoint writes and reads", "portal/runs/checkpointer.py"),
     ("agent graph itself (CPU)", "agents/"),
     ("execute: awaiting I/O in the event loop", "run_until_complete"),
     ("execute: connection + run row", "Worker._execute "),

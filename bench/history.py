@@ -246,8 +246,8 @@ def _ensure_data() -> tuple[Any, float | None]:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
+    from portal.accounts.setup import ensure_roles
     from portal.models import Decision
-    from portal.setup import ensure_roles
 
     groups = {g.name: g for g in ensure_roles()}
     user_model = get_user_model()
@@ -315,7 +315,7 @@ def _random_filters(rng: random.Random) -> tuple[str, dict[str, str]]:
 def _page_times(client: Any) -> dict[str, list[float]]:
     from urllib.parse import urlencode
 
-    from portal.paging import Cursor
+    from portal.models.paging import Cursor
 
     rng = random.Random(7)
     times: dict[str, list[float]] = {}

@@ -5,7 +5,7 @@ Part 1 (checkpointers, driven directly). The scenario of ``bench.runtime`` (user
 ``agent`` appends a message -> ``approve`` calls ``interrupt()`` -> resumed with
 ``{"approved": True}`` naming the interrupt id -> END), N threads, by:
 
-- ours: the ``agents`` graph on ``portal.checkpointer.DjangoCheckpointer``, run the way the
+- ours: the ``agents`` graph on ``portal.runs.checkpointer.DjangoCheckpointer``, run the way the
   worker runs it on PostgreSQL: on one event loop kept for the process's life, with the
   checkpointer on its own autocommit async connection (one statement per write), each run
   told the thread's seq (``expected_seq``) as the worker reads it from the thread's row;
@@ -18,8 +18,9 @@ With 1 process, then with 4 OS processes each driving its own quarter of the thr
 (each process its own connections).
 
 Part 2 (the real queue). ``manage.py run_worker`` subprocesses (1, then 4) drain runs queued
-through ``portal.services.thread_start`` then ``portal.decisions.thread_resume`` for the
-agent above, registered as ``bench``; and the queued->started latency of an idle worker
+through ``portal.reviews.services.thread_start`` then
+``portal.reviews.decisions.thread_resume`` for the agent above, registered as ``bench``;
+and the queued->started latency of an idle worker
 (``Run.started_at - Run.created_at``, one run at a time).
 
 Bytes per thread: threads pre-seeded with 10, 100 or 1,000 messages of ~200 bytes, then one
@@ -222,9 +223,9 @@ class Ours(Impl):
 
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         # As the worker runs a graph: one event loop kept for the process's life, and the
-        # checkpointer on its own autocommit async connection (portal.worker).
-        from portal.checkpointer import DjangoCheckpointer
-        from portal.runs import aconnect
+        # checkpointer on its own autocommit async connection (portal.runs.worker).
+        from portal.runs.checkpointer import DjangoCheckpointer
+        from portal.runs.queue import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())
@@ -247,7 +248,7 @@ class Ours(Impl):
     def seed(self, thread_id: str, messages: list[dict[str, Any]]) -> None:
         from asgiref.sync import async_to_sync
 
-        from portal.checkpointer import DjangoCheckpointer
+        from portal.runs.checkpointer import DjangoCheckpointer
 
         seeded = async_to_sync(rt.ours_seed)(DjangoCheckpointer(), thread_id, messages)
         self.seqs[thread_id] = seeded
@@ -668,8 +669,8 @@ def queue_latency(n: int) -> dict[str, Any]:
     """One idle worker; runs queued one at a time (each waits for the previous to finish)."""
     from django.db import close_old_connections
 
-    from portal import services
     from portal.models import Run
+    from portal.reviews import services
 
     finished = {Run.Status.INTERRUPTED, Run.Status.SUCCEEDED, Run.Status.FAILED}
     workers = Workers(1)
@@ -699,8 +700,8 @@ def drain(count: int, n: int) -> dict[str, Any]:
     queue the n resumes at once and drain those. Times from commit to the last finish."""
     from django.db import transaction
 
-    from portal import decisions, services
     from portal.models import Interrupt, Run, Thread
+    from portal.reviews import decisions, services
 
     workers = Workers(count)
     try:
@@ -1002,8 +1003,8 @@ class ReactOurs(Ours):
 
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         from agents.examples.refunds import build_agent
-        from portal.checkpointer import DjangoCheckpointer
-        from portal.runs import aconnect
+        from portal.runs.checkpointer import DjangoCheckpointer
+        from portal.runs.queue import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())

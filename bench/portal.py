@@ -129,7 +129,7 @@ FROM generate_series(%(first)s, %(first)s + %(n)s - 1) AS i
 def _reviewers() -> tuple[Any, list[int]]:
     from django.contrib.auth import get_user_model
 
-    from portal.setup import ensure_roles
+    from portal.accounts.setup import ensure_roles
 
     groups = {g.name: g for g in ensure_roles()}
     ids = []
@@ -184,7 +184,7 @@ def _ensure_data() -> tuple[Any, float | None]:
 
 def _queue_requests(rng: random.Random) -> list[tuple[str, dict[str, str]]]:
     from portal.models import Interrupt
-    from portal.views.queue import encode_cursor
+    from portal.web.queue import encode_cursor
 
     # Cursors at random depths: real rows, so a page really starts deep in the queue.
     sample = list(
@@ -213,7 +213,7 @@ def bench_queue() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from portal.views.queue import pending_queryset
+    from portal.web.queue import pending_queryset
 
     reviewer, generated = _ensure_data()
     client = Client()
@@ -421,7 +421,7 @@ def bench_fanout() -> None:
     _setup()
     from django.db import transaction
 
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
     from tests.factories import make_interrupt
 
     reviewer, _ = _ensure_data()
@@ -614,7 +614,7 @@ one.
   What changed, each seen in this benchmark:
   - Publishing from sync code (the on-commit callbacks) went through `async_to_sync`: a new
     thread, event loop and Redis connection per message, about 7 ms before anything was
-    sent. `portal/broadcast.py` now keeps one loop (and connection) for all of them.
+    sent. `portal/notify/broadcast.py` now keeps one loop (and connection) for all of them.
   - Channels closes stale database connections, in its one sync thread, before every
     handler: 200 thread hops in a row per broadcast. The forwarding consumers skip it (they
     never touch the database); the first of 200 clients then had a decision at 17 ms
@@ -638,7 +638,7 @@ def bench_tokens() -> None:
     _setup()
     from agents.testing.fake_openai import FakeOpenAI
     from portal.models import Run, Thread
-    from portal.services import thread_start
+    from portal.reviews.services import thread_start
 
     reviewer, _ = _ensure_data()
     owner = reviewer

@@ -9,11 +9,8 @@ class PortalConfig(AppConfig):
     def ready(self) -> None:
         # Connects the receivers that close a user's sockets when their rights change, and
         # those that record logins in the audit trail.
-        from portal import (
-            checks,  # noqa: F401  (registers the system checks)
-            logins,  # noqa: F401
-            roles,
-            signals,  # noqa: F401
-        )
+        from portal import checks  # noqa: F401  (registers the system checks)
+        from portal.accounts import logins, roles  # noqa: F401
+        from portal.web import signals  # noqa: F401
 
         roles.guard_usernames()

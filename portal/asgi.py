@@ -17,9 +17,9 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from portal.routing import OriginValidator, websocket_urlpatterns  # noqa: E402
+from portal.web.routing import OriginValidator, websocket_urlpatterns  # noqa: E402
 
-# The Origin check compares scheme, host and port (portal/routing.py says the rule);
+# The Origin check compares scheme, host and port (portal/web/routing.py says the rule);
 # channels' AllowedHostsOriginValidator compared only the host.
 application = ProtocolTypeRouter(
     {
@@ -29,8 +29,8 @@ application = ProtocolTypeRouter(
 )
 
 if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1":
-    from portal.notifier import start_embedded_notifier
-    from portal.worker import start_embedded_worker
+    from portal.notify.notifier import start_embedded_notifier
+    from portal.runs.worker import start_embedded_worker
 
     start_embedded_worker()
     start_embedded_notifier()

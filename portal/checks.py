@@ -24,7 +24,7 @@ def check_policies(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     when a reviewer first answers a request it covers."""
     from django.conf import settings
 
-    from portal.policies import policy_for
+    from portal.models.policies import policy_for
 
     found: list[CheckMessage] = []
     for key in getattr(settings, "PORTAL_POLICIES", {}) or {}:

@@ -185,7 +185,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.context_processors.role_flags",
+                "portal.web.context_processors.role_flags",
             ],
         },
     }
@@ -262,7 +262,7 @@ if REDIS_URL:
     # fan-out to many open queues is slower with it (docs/benchmarks.md, portal-fanout).
     # What pub/sub gives up: a process whose Redis connection is being re-established
     # misses what is published meanwhile. Publishing is best effort anyway (see
-    # portal/broadcast.py), and pages re-fetch when their websocket reconnects.
+    # portal/notify/broadcast.py), and pages re-fetch when their websocket reconnects.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
@@ -298,18 +298,18 @@ AUTH_PASSWORD_VALIDATORS = [
 # many accounts' from one address, both stop at the limit until the cool-off has passed.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out login before any check
-    "portal.roles.PermissionsBackend",  # Django's ModelBackend, permissions in one query
+    "portal.accounts.roles.PermissionsBackend",  # Django's ModelBackend, permissions in one query
 ]
 AXES_FAILURE_LIMIT = env_int("PORTAL_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "portal.logins.locked_out"
+AXES_LOCKOUT_CALLABLE = "portal.accounts.logins.locked_out"
 # The client's address: REMOTE_ADDR, or with PORTAL_TRUSTED_PROXIES=N the address the
 # N-th proxy from us saw in X-Forwarded-For (behind a proxy every REMOTE_ADDR is the
 # proxy's, and one lockout would shut everyone out).
 PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
-AXES_CLIENT_IP_CALLABLE = "portal.logins.client_ip"
+AXES_CLIENT_IP_CALLABLE = "portal.accounts.logins.client_ip"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -390,7 +390,7 @@ PORTAL_RUN_MAX_ATTEMPTS = env_int("PORTAL_RUN_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds a `run_worker` process keeps its database connection between runs.
 PORTAL_WORKER_CONN_MAX_AGE = env_int("PORTAL_WORKER_CONN_MAX_AGE", 300)
 # How often an open queue page re-fetches its table: live updates are best effort (see
-# portal/broadcast.py), and this bounds how long a missed one can leave it stale.
+# portal/notify/broadcast.py), and this bounds how long a missed one can leave it stale.
 PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 60, minimum=5)
 # How often an open websocket checks its session and permission again. Changes made
 # through Django (logout, deactivation, groups) close sockets at once; this bounds how long
@@ -405,7 +405,7 @@ if PORTAL_API_RATE and not re.fullmatch(r"[1-9]\d*/\d*(s|sec|m|min|h|hour|d|day)
     raise ImproperlyConfigured(
         f"PORTAL_API_RATE must be count/period like 120/m or 10/s, got {PORTAL_API_RATE!r}"
     )
-# --- observability (portal/observability.py) -------------------------------------------
+# --- observability (portal/audit/observability.py) -------------------------------------------
 # A bearer token Prometheus sends to /metrics/prometheus (users with the metrics
 # permission may also open it with their session). Unset: sessions only.
 PORTAL_METRICS_TOKEN = os.environ.get("PORTAL_METRICS_TOKEN", "").strip()
@@ -421,13 +421,13 @@ PORTAL_HEALTH_WORKER_MAX_AGE = env_int("PORTAL_HEALTH_WORKER_MAX_AGE", 0)
 # The same for the notifiers (manage.py run_notifier, or the demo's embedded one).
 PORTAL_HEALTH_NOTIFIER_MAX_AGE = env_int("PORTAL_HEALTH_NOTIFIER_MAX_AGE", 0)
 
-# Per agent and reason policies; "*" matches any. See portal/policies.py.
+# Per agent and reason policies; "*" matches any. See portal/models/policies.py.
 PORTAL_POLICIES: dict[str, dict[str, object]] = {
     "*:*": {"separation_of_duties": True, "required_group": None, "expires_after": None},
 }
 # PORTAL_POLICIES_EXTRA='{"transfers:tool_approval": {"approvals_required": 2}}' adds
 # entries to (or replaces entries of) PORTAL_POLICIES; `manage.py check` (run by every
-# command, run_worker included) refuses an entry portal.policies cannot read.
+# command, run_worker included) refuses an entry portal.models.policies cannot read.
 _policies_extra = os.environ.get("PORTAL_POLICIES_EXTRA", "").strip()
 if _policies_extra:
     import json as _json

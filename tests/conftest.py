@@ -17,14 +17,14 @@ def _stop_listening():
     from django.conf import settings
 
     if settings.configured:
-        from portal import waiting
+        from portal.models import waiting
 
         waiting.stop()
 
 
 @pytest.fixture
 def roles(db):
-    from portal.setup import ensure_roles
+    from portal.accounts.setup import ensure_roles
 
     return {g.name: g for g in ensure_roles()}
 

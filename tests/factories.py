@@ -21,7 +21,7 @@ Functions:
 - ``pause_again(thread, **kwargs)``: the thread moves on and pauses on a new interrupt
   (the old one leaves the queue as the checkpointer does it); returns the new ``Interrupt``.
 - ``make_decision(*, interrupt, reviewer, value=None, note="")``: a decision recorded
-  through ``portal.decisions.decision_submit`` (value defaults to an approval).
+  through ``portal.reviews.decisions.decision_submit`` (value defaults to an approval).
 - ``admin_change_url(obj)``: the path of ``obj``'s admin change page, its primary key
   quoted as the admin quotes it (an id like ``int_23...`` read raw would mean ``int#...``).
 - ``APPROVAL_SCHEMA``: the ``{"approved": bool, "note": str}`` schema.
@@ -41,8 +41,8 @@ from agents import inbox
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.state import Message, new_id
 from agents.tools import APPROVAL_ACTIONS, describe_call
-from portal.checkpointer import DjangoCheckpointer
 from portal.models import Interrupt, Thread
+from portal.runs.checkpointer import DjangoCheckpointer
 
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -70,7 +70,7 @@ def make_user(username: str | None = None, *, role: str | None = None, password=
         username=username, password=password or "pw-" + username, **extra
     )
     if role is not None:
-        from portal.setup import ensure_roles
+        from portal.accounts.setup import ensure_roles
 
         ensure_roles()
         user.groups.add(Group.objects.get(name=role))
@@ -259,7 +259,7 @@ def pause_again(
 
 
 def make_decision(*, interrupt: Interrupt, reviewer, value: Any = _DEFAULT, note: str = ""):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     return decision_submit(
         interrupt=interrupt,

@@ -25,7 +25,7 @@ from agents import (
 from agents.examples import DECISION_SCHEMA, dollars
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
 
-# What the portal shows of this agent (portal.registry reads these): the chat picker's
+# What the portal shows of this agent (portal.runs.registry reads these): the chat picker's
 # hint, the example message the chat offers (the README's story), and the conversation
 # `seed_demo` starts so the queue is not empty; it differs from the example, so a
 # newcomer following the README never meets a copy of their own request.

@@ -12,7 +12,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import dateformat, timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from portal import roles
+from portal.accounts import roles
 
 register = template.Library()
 

@@ -3,7 +3,7 @@
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from portal import roles
+from portal.accounts import roles
 
 register = template.Library()
 

@@ -1,6 +1,6 @@
 from django import template
 
-from portal import decisions, words
+from portal.reviews import decisions, words
 
 register = template.Library()
 register.filter("quorum", decisions.quorum_of)

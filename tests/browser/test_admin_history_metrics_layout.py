@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from portal.decisions import decision_submit
+from portal.reviews.decisions import decision_submit
 from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
 # The widest element's right edge beyond the viewport, and what it is (for the message).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.decisions import decision_submit
+from portal.reviews.decisions import decision_submit
 from tests.browser.conftest import TIMEOUT_MS, wait_live
 from tests.browser.csp import csp_violations, watch_csp
 from tests.factories import admin_change_url, make_interrupt, make_tool_approval

@@ -9,9 +9,9 @@ import time
 from playwright.sync_api import expect
 
 from agents.portal_client import PortalClient
-from portal import outbox
 from portal.api import api_token_create
 from portal.models import Decision
+from portal.notify import outbox
 from tests.browser.conftest import assert_not_reloaded, mark_page, wait_live
 from tests.factories import make_user
 from tests.loopback import WebhookReceiver

@@ -201,7 +201,7 @@ def test_a_claim_shows_in_every_open_queue(live, login, support_agent, reviewer,
 
 
 def test_after_a_dropped_connection_the_chat_catches_up(live, login, support_agent, reviewer):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     chat, thread, interrupt = _paused_refund(live, login, support_agent)
     wait_live(chat)
@@ -247,7 +247,7 @@ def _pending_page_gone_away(login, reviewer):
 def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
     live, login, reviewer, second_reviewer
 ):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     interrupt, page = _pending_page_gone_away(login, reviewer)
     # Decided by this process, whose broadcasts never reach the server: only the catch-up
@@ -269,7 +269,7 @@ def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
 def test_after_a_dropped_connection_a_pending_page_shows_who_claimed_it_meanwhile(
     live, login, reviewer, second_reviewer
 ):
-    from portal.decisions import interrupt_claim
+    from portal.reviews.decisions import interrupt_claim
 
     interrupt, page = _pending_page_gone_away(login, reviewer)
     # Claimed by this process, whose broadcasts never reach the server: only the catch-up
@@ -329,7 +329,7 @@ def test_after_a_dropped_connection_the_queue_catches_up(live, login, reviewer):
 def test_an_open_queue_recovers_an_update_it_never_received(live, login, reviewer, monkeypatch):
     """Publishing is best effort (a server reconnecting to Redis misses messages with no
     sign on the socket): the queue re-fetches now and then, so nothing stays missing."""
-    from portal import broadcast
+    from portal.notify import broadcast
     from tests.factories import make_interrupt
 
     queue = login(reviewer, start="/queue/")

@@ -171,7 +171,7 @@ def test_a_reviewer_outside_the_required_group_cannot_expire_the_request(
 def test_a_reviewer_cannot_expire_a_request_someone_else_has_claimed(
     client, reviewer, second_reviewer
 ):
-    from portal.decisions import interrupt_claim
+    from portal.reviews.decisions import interrupt_claim
 
     request = make_interrupt()
     interrupt_claim(interrupt=request, user=second_reviewer)
@@ -179,7 +179,7 @@ def test_a_reviewer_cannot_expire_a_request_someone_else_has_claimed(
 
 
 def test_a_reviewer_who_voted_cannot_expire_the_request_alone(client, settings, reviewer):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
     request = make_interrupt()
@@ -193,7 +193,7 @@ def test_a_reviewer_who_voted_cannot_expire_the_request_alone(client, settings, 
 
 
 def test_the_admin_lists_votes_read_only(client, admin_user, settings, roles):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
     voter = make_user("voter", role="reviewer")

@@ -9,9 +9,9 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from portal import outbox
 from portal.models import AuditEvent, Delivery, Subscription
-from portal.notifier import Notifier
+from portal.notify import outbox
+from portal.notify.notifier import Notifier
 from tests.loopback import WebhookReceiver
 
 pytestmark = pytest.mark.django_db

@@ -15,10 +15,10 @@ from channels.layers import channel_layers
 from channels.testing import ApplicationCommunicator
 from django.conf import settings as django_settings
 
-from portal import broadcast
 from portal.api import api_token_create
-from portal.decisions import interrupt_claim
 from portal.models import Thread, api_tokens_revoke
+from portal.notify import broadcast
+from portal.reviews.decisions import interrupt_claim
 from tests.factories import make_interrupt, make_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from agents.examples import contact
 from agents.testing.fake_openai import FakeOpenAI
 from portal.api import api_token_create
 from portal.models import Decision, Interrupt, Thread
-from portal.worker import Worker
+from portal.runs.worker import Worker
 
 VISITOR = contact.VISITOR_MESSAGE
 DRAFT = {"name": "Dana Lee", "email": "dana@example.com", "message": "Open to a data project?"}

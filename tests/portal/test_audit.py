@@ -10,9 +10,9 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from portal import audit
+from portal.audit import chains as audit
 from portal.models import Decision, ImmutableRecordError, Interrupt
-from portal.services import thread_cancel
+from portal.reviews.services import thread_cancel
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def three_decisions(reviewer, support_agent):
     """One decision down each path that records decisions: a reviewer's answer, an owner's
     cancellation and an expiry."""
-    from portal.decisions import interrupts_expire
+    from portal.reviews.decisions import interrupts_expire
 
     make_decision(interrupt=make_tool_approval(), reviewer=reviewer)
     cancelled = make_interrupt(owner=support_agent)
@@ -104,7 +104,7 @@ def test_a_large_integral_float_hashes_as_the_integer_a_database_gives_back(numb
 @pytest.mark.postgres
 @pytest.mark.parametrize("amount", [1e23, 2.0**70])
 def test_the_chain_verifies_after_an_answer_with_a_large_number(reviewer, amount):
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     schema = {"type": "object", "properties": {"amount": {"type": "number"}}}
     interrupt = make_interrupt(schema=schema, value={"question": "how much?"})

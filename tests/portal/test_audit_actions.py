@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from portal.api import api_token_create
-from portal.decisions import ClaimConflict, interrupt_claim, interrupt_unclaim
 from portal.models import ApiToken, AuditEvent
+from portal.reviews.decisions import ClaimConflict, interrupt_claim, interrupt_unclaim
 from tests.factories import make_interrupt
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from portal import audit
+from portal.audit import chains as audit
 from portal.models import Decision, Interrupt
 from tests.factories import make_interrupt
 

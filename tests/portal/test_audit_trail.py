@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from portal import audit
+from portal.audit import chains as audit
 from portal.models import AuditEvent, ImmutableRecordError, audit_record
 from tests.factories import make_interrupt, make_user
 

@@ -13,8 +13,8 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import history
-from portal.history import EVENT_COLUMNS
+from portal.audit import history
+from portal.audit.history import EVENT_COLUMNS
 from portal.models import AuditEvent, audit_record
 from tests.factories import make_interrupt
 

@@ -15,8 +15,8 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from portal.external import RequestSpec, external_request_create
 from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews.external import RequestSpec, external_request_create
 from tests.factories import make_decision, make_interrupt, make_user
 
 WRITE_METHODS = ("post", "put", "patch", "delete")

@@ -25,9 +25,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from portal.api import api_token_create
-from portal.external import RequestSpec, external_request_create
 from portal.models import Thread
-from portal.routing import websocket_urlpatterns
+from portal.reviews.external import RequestSpec, external_request_create
+from portal.web.routing import websocket_urlpatterns
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 
 PERSONAS = (
@@ -149,7 +149,7 @@ MUTATING = {
 
 
 def _personas() -> dict[str, Any]:
-    from portal.setup import ensure_roles
+    from portal.accounts.setup import ensure_roles
 
     groups = {g.name: g for g in ensure_roles()}
 

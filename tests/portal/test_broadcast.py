@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from portal import broadcast
+from portal.notify import broadcast
 
 
 class RecordingLayer:
@@ -141,7 +141,7 @@ import asyncio, json, os, sys
 import django
 django.setup()
 from channels.layers import get_channel_layer
-from portal.broadcast import QUEUE_GROUP
+from portal.notify.broadcast import QUEUE_GROUP
 
 async def main():
     layer = get_channel_layer()
@@ -164,7 +164,7 @@ import django
 django.setup()
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from portal.broadcast import QUEUE_GROUP
+from portal.notify.broadcast import QUEUE_GROUP
 message = {"type": "queue.changed", "sender": sys.argv[1]}
 async_to_sync(get_channel_layer().group_send)(QUEUE_GROUP, message)
 """

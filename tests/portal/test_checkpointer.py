@@ -12,9 +12,9 @@ from django.db import DataError, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
-from portal import broadcast
-from portal.checkpointer import DjangoCheckpointer, thread_pk
 from portal.models import Checkpoint, Interrupt, Notification, Run, Thread
+from portal.notify import broadcast
+from portal.runs.checkpointer import DjangoCheckpointer, thread_pk
 
 REQUEST = {
     "id": "int_abc",
@@ -217,7 +217,7 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
 ):
     from asgiref.sync import async_to_sync
 
-    from portal.runs import aconnect
+    from portal.runs.queue import aconnect
 
     thread = Thread.objects.create(agent="refunds", title="Broken mug")
     announced = []
@@ -282,7 +282,7 @@ def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_
     import psycopg
     from asgiref.sync import async_to_sync, sync_to_async
 
-    from portal.runs import aconnect
+    from portal.runs.queue import aconnect
 
     thread = Thread.objects.create(agent="refunds")
     tid = str(thread.pk)
@@ -345,7 +345,7 @@ def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_
 def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
     """The statements name their tables' columns by hand: a new model field must be
     added there too, or PostgreSQL writes would fail (SQLite's ORM path would not)."""
-    from portal import checkpoint_sql
+    from portal.runs import sql as checkpoint_sql
 
     def inserted(sql: str, table: str) -> set[str]:
         match = re.search(rf"INSERT INTO {table} \(([^)]*)\)", sql)
@@ -374,7 +374,7 @@ def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
 
     from asgiref.sync import async_to_sync
 
-    from portal.runs import aconnect
+    from portal.runs.queue import aconnect
 
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 600}}
@@ -404,7 +404,7 @@ def test_on_its_own_connection_every_step_commits_durably(transactional_db, monk
     from asgiref.sync import async_to_sync
 
     from agents import ModelError, ReactAgent
-    from portal.runs import aconnect
+    from portal.runs.queue import aconnect
     from tests.agents.conftest import FakeModel, call, say, user
 
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)

@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from portal import broadcast
+from portal.notify import broadcast
 from tests.factories import make_interrupt, make_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -217,7 +217,7 @@ async def test_a_new_interrupt_reaches_every_open_queue_as_one_rendered_row(
 
 
 async def test_a_claim_and_a_decision_reach_the_open_queue(application, reviewer, second_reviewer):
-    from portal.decisions import interrupt_claim
+    from portal.reviews.decisions import interrupt_claim
     from tests.factories import make_decision
 
     interrupt = await sync_to_async(make_interrupt)()
@@ -258,8 +258,8 @@ async def test_an_expiry_reaches_every_open_page_about_it(application, reviewer)
 
     from django.utils import timezone
 
-    from portal.decisions import interrupts_expire
     from portal.models import Interrupt
+    from portal.reviews.decisions import interrupts_expire
 
     interrupt = await sync_to_async(make_interrupt)()
     past = timezone.now() - timedelta(seconds=1)
@@ -275,7 +275,7 @@ async def test_an_expiry_reaches_every_open_page_about_it(application, reviewer)
 
 
 async def test_a_release_says_who_released_it(application, reviewer, second_reviewer):
-    from portal.decisions import interrupt_claim, interrupt_unclaim
+    from portal.reviews.decisions import interrupt_claim, interrupt_unclaim
 
     interrupt = await sync_to_async(make_interrupt)()
     await sync_to_async(interrupt_claim)(interrupt=interrupt, user=reviewer)

@@ -17,7 +17,7 @@ from tests.portal.testagents import read_effects
 
 START_IN_A_NEW_PROCESS = """
 from django.contrib.auth import get_user_model
-from portal import services
+from portal.reviews import services
 user = get_user_model().objects.get(username="sam-support")
 thread, run = services.thread_start(
     agent="approve", input={"messages": [{"role": "user", "content": "pay 42"}]}, user=user

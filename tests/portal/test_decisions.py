@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.decisions import (
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews.decisions import (
     AlreadyDecided,
     DecisionForbidden,
     InvalidDecision,
@@ -16,7 +17,6 @@ from portal.decisions import (
     decision_submit,
     decision_submit_for_thread,
 )
-from portal.models import Decision, Interrupt, Run, Thread
 from tests.factories import (
     make_interrupt,
     make_thread,
@@ -344,7 +344,7 @@ def test_nothing_is_written_when_queueing_the_resume_fails(reviewer, monkeypatch
     def broken(**kwargs):
         raise RuntimeError("queue down")
 
-    monkeypatch.setattr("portal.decisions.thread_resume", broken)
+    monkeypatch.setattr("portal.reviews.decisions.thread_resume", broken)
     with pytest.raises(RuntimeError):
         submit(interrupt, reviewer, {"approved": True})
 

@@ -11,10 +11,10 @@ from django.urls import reverse
 
 from agents.examples import refunds
 from portal.api import api_token_create
-from portal.decisions import AlreadyDecided, decision_submit_for_thread
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.services import thread_start
-from portal.worker import Worker
+from portal.reviews.decisions import AlreadyDecided, decision_submit_for_thread
+from portal.reviews.services import thread_start
+from portal.runs.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,7 +97,7 @@ def test_a_late_service_call_to_a_finished_thread_raises_already_decided(finishe
 
 
 def test_a_thread_that_never_paused_is_still_404_for_an_unknown_request_id(support_agent, reviewer):
-    from portal.decisions import ThreadNotPaused
+    from portal.reviews.decisions import ThreadNotPaused
 
     thread, _ = thread_start(
         agent="refunds",

@@ -10,13 +10,13 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 
 from agents.examples import refunds
-from portal import external
-from portal.audit import verify_chain
-from portal.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
-from portal.external import RequestSpec, external_request_create
+from portal.audit.chains import verify_chain
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.services import ThreadNotCancellable, thread_abort, thread_start
-from portal.worker import Worker
+from portal.reviews import external
+from portal.reviews.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
+from portal.reviews.external import RequestSpec, external_request_create
+from portal.reviews.services import ThreadNotCancellable, thread_abort, thread_start
+from portal.runs.worker import Worker
 from tests.factories import make_user
 
 THREADS = 20

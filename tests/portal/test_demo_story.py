@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from agents import InMemoryCheckpointer, ResponseGranularity, pending_interrupt
 from portal.models import Thread
-from portal.registry import UnknownAgentError, agent_info, compile_agent, get_agent_builder
+from portal.runs.registry import UnknownAgentError, agent_info, compile_agent, get_agent_builder
 from tests import factories
 from tests.portal import recipe_agent
 

@@ -24,9 +24,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.tools import OUTCOME_REASON
-from portal import services
 from portal.models import Interrupt, Run, Thread
-from portal.worker import EXIT_FENCED
+from portal.reviews import services
+from portal.runs.worker import EXIT_FENCED
 from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
 

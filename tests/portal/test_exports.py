@@ -10,9 +10,9 @@ import pytest
 from django.urls import reverse
 
 from bench.history import export_peak, generate_decisions
-from portal import history
-from portal.decisions import decision_submit
-from portal.history import COLUMNS
+from portal.audit import history
+from portal.audit.history import COLUMNS
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_interrupt, make_tool_approval, make_user
 from tests.portal import test_history
 

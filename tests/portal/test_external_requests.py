@@ -21,10 +21,7 @@ from django.utils import timezone
 
 from agents import signing
 from agents.portal_client import PortalClient
-from portal import decisions, external, outbox
 from portal.api import api_token_create
-from portal.decisions import DecisionForbidden, decision_submit
-from portal.external import RequestInvalid, RequestSpec, external_request_create
 from portal.models import (
     ApiToken,
     AuditEvent,
@@ -36,6 +33,10 @@ from portal.models import (
     Run,
     Thread,
 )
+from portal.notify import outbox
+from portal.reviews import decisions, external
+from portal.reviews.decisions import DecisionForbidden, decision_submit
+from portal.reviews.external import RequestInvalid, RequestSpec, external_request_create
 from tests.factories import make_user
 from tests.loopback import WebhookReceiver
 
@@ -277,7 +278,7 @@ def test_the_earlier_of_the_policy_and_the_requested_expiry_wins(agent, settings
 @pytest.mark.django_db
 def test_its_owner_cannot_write_into_an_external_requests_thread(agent, agent_user, reviewer):
     from portal.errors import ThreadNotRetryable
-    from portal.services import thread_message
+    from portal.reviews.services import thread_message
 
     body = _raise(agent)
     decision_submit(
@@ -904,7 +905,7 @@ def test_an_expired_request_says_so_in_its_webhook(hooked):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_thread_tells_its_agent_by_webhook(hooked, admin_user):
-    from portal.services import thread_abort
+    from portal.reviews.services import thread_abort
 
     agent, receiver, client = hooked
     body = _raise(agent, callback_url=receiver.url)

@@ -11,10 +11,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import history, services
-from portal.decisions import decision_submit
+from portal.audit import history
 from portal.models import Decision, Interrupt
-from portal.worker import Worker
+from portal.reviews import services
+from portal.reviews.decisions import decision_submit
+from portal.runs.worker import Worker
 from tests.factories import make_decision, make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db

@@ -114,14 +114,14 @@ def test_a_cycle_closed_by_an_import_inside_a_function_is_found() -> None:
 @pytest.mark.parametrize(
     ("module", "source", "expected"),
     [
-        ("portal.probe", "from portal import roles", {"portal.roles"}),
+        ("portal.probe", "from portal.accounts import roles", {"portal.accounts.roles"}),
         ("portal.probe", "from portal.models import Thread", {"portal.models"}),
-        ("portal.probe", "def f():\n    import portal.worker", {"portal.worker"}),
+        ("portal.probe", "def f():\n    import portal.runs.worker", {"portal.runs.worker"}),
         ("portal.probe", "if TYPE_CHECKING:\n    from portal import audit", {"portal.audit"}),
-        ("portal.probe", "from . import access", {"portal.access"}),
-        ("portal.views.probe", "from .threads import x", {"portal.views.threads"}),
-        ("portal.views", "from .threads import x", {"portal.views.threads"}),
-        ("portal.probe", "from portal.views import base", {"portal.views.base"}),
+        ("portal.accounts.probe", "from . import access", {"portal.accounts.access"}),
+        ("portal.web.probe", "from .threads import x", {"portal.web.threads"}),
+        ("portal.web", "from .threads import x", {"portal.web.threads"}),
+        ("portal.probe", "from portal.web import base", {"portal.web.base"}),
         ("portal.probe", "import agents.graph\nfrom django import forms", set()),
     ],
 )

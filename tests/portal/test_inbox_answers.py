@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import inbox
-from portal import metrics
+from portal.audit import metrics
 from portal.models import Decision, Run
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 from tests.portal.test_api import api_for, resume_body, resume_url
@@ -213,13 +213,13 @@ def say(text: str) -> dict:
 
 
 def drain() -> int:
-    from portal.worker import Worker
+    from portal.runs.worker import Worker
 
     return Worker(name="test-worker").run_forever(once=True)
 
 
 def tool_message(thread) -> dict:
-    from portal.checkpointer import DjangoCheckpointer
+    from portal.runs.checkpointer import DjangoCheckpointer
 
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     return next(m for m in reversed(snapshot.messages) if m["role"] == "tool")
@@ -238,8 +238,8 @@ def tool_message(thread) -> dict:
 def test_the_agent_receives_the_typed_answer_and_acts_only_on_accept_or_edit(
     client, support_agent, reviewer, effects, data, given, result
 ):
-    from portal import services
     from portal.models import Interrupt
+    from portal.reviews import services
     from tests.portal.testagents import read_effects
 
     thread, _ = services.thread_start(agent="inbox", input=say("give 42"), user=support_agent)
@@ -259,8 +259,8 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
     client, support_agent, reviewer
 ):
     from agents.examples import accounts
-    from portal import services
     from portal.models import Interrupt
+    from portal.reviews import services
 
     accounts.DELETED.clear()
     thread, _ = services.thread_start(
@@ -298,8 +298,8 @@ def test_the_accounts_breakpoint_takes_typed_answers_each_its_own_outcome_and_ru
     client, support_agent, reviewer, data, outcome, reason
 ):
     from agents.examples import accounts
-    from portal import services
     from portal.models import Interrupt
+    from portal.reviews import services
 
     accounts.DELETED.clear()
     thread, _ = services.thread_start(
@@ -326,7 +326,7 @@ def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
 
     from django.utils import timezone
 
-    from portal.decisions import interrupts_expire
+    from portal.reviews.decisions import interrupts_expire
 
     interrupt = declaring("accept", "edit", "response", "ignore")
     interrupt.expires_at = timezone.now() - timedelta(seconds=1)
@@ -386,8 +386,8 @@ def test_the_thread_history_and_metrics_pages_name_each_outcome_in_words(
 def test_a_schema_that_only_carries_the_marker_is_decided_and_expired_as_any_other(
     client, reviewer
 ):
-    from portal.decisions import decision_submit, interrupts_expire
     from portal.models import Interrupt
+    from portal.reviews.decisions import decision_submit, interrupts_expire
 
     # An agent's own schema with the marker on it, but not the shape the runtime builds.
     spoofed = make_interrupt(

@@ -61,7 +61,7 @@ def test_a_decided_request_that_nobody_claimed_shows_no_claim_section(client, re
 
 
 def test_a_decided_request_still_says_who_had_claimed_it(client, reviewer):
-    from portal.decisions import interrupt_claim
+    from portal.reviews.decisions import interrupt_claim
 
     interrupt = make_interrupt()
     interrupt_claim(interrupt=interrupt, user=reviewer)
@@ -556,7 +556,7 @@ def test_a_pending_page_catches_up_leaving_its_form_and_a_decided_one_with_the_d
 ):
     # A page whose socket was away asks this on reconnect: while pending, not the form (so a
     # half-typed answer stays); once decided elsewhere, the swaps the decision pushed.
-    from portal.decisions import decision_submit
+    from portal.reviews.decisions import decision_submit
 
     interrupt = make_interrupt()
     login(client, reviewer)
@@ -588,7 +588,7 @@ def test_a_pending_page_catches_up_with_the_votes_and_the_claim_made_while_it_wa
     # Two approvals needed. While this reviewer's socket was away another voted, then
     # claimed the request: the catch-up shows both, leaves the form alone (a half-typed
     # answer stays) and says this reviewer may no longer decide (live.js disables it).
-    from portal.decisions import decision_submit, interrupt_claim
+    from portal.reviews.decisions import decision_submit, interrupt_claim
 
     settings.PORTAL_POLICIES = {"*:*": {}, "refunds:tool_approval": {"approvals_required": 2}}
     interrupt = make_interrupt()

@@ -20,10 +20,10 @@ from agents.portal_langgraph import (
     resume_with,
 )
 from examples.langgraph_invoice import build
-from portal import outbox
 from portal.api import api_token_create
-from portal.decisions import decision_submit
 from portal.models import ExternalRequest, Interrupt
+from portal.notify import outbox
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_user
 from tests.liveserver import live_portal
 from tests.loopback import WebhookReceiver

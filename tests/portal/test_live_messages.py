@@ -8,10 +8,11 @@ import threading
 import pytest
 from django.db import connection
 
-from portal import broadcast, services
-from portal.decisions import decision_submit
 from portal.models import Interrupt, Run
-from portal.worker import Worker
+from portal.notify import broadcast
+from portal.reviews import services
+from portal.reviews.decisions import decision_submit
+from portal.runs.worker import Worker
 
 pytestmark = pytest.mark.usefixtures("test_agents")
 
@@ -101,7 +102,7 @@ def test_the_live_transcript_reads_on_the_announcers_connection(
     # A worker keeps its own connection between runs (run_worker keeps it for minutes),
     # and one for the thread that announces queue changes. The live transcript's read
     # uses the latter: not the run's, and no third.
-    from portal.views import threads
+    from portal.web import threads
 
     read, real = [], threads.live_transcript_context
 

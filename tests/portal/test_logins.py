@@ -7,7 +7,7 @@ import pytest
 from django.test import RequestFactory
 from django.urls import reverse
 
-from portal.logins import client_ip
+from portal.accounts.logins import client_ip
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,11 @@ import threading
 import pytest
 from django.core.management.base import BaseCommand
 
-from portal import loops, notifier, runs
-from portal.notifier import Notifier
-from portal.worker import Worker
+from portal import loops
+from portal.notify import notifier
+from portal.notify.notifier import Notifier
+from portal.runs import queue as runs
+from portal.runs.worker import Worker
 
 pytestmark = pytest.mark.django_db
 

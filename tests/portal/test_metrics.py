@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import metrics
+from portal.audit import metrics
 from portal.models import Interrupt
 from tests.factories import make_interrupt, make_user
 from tests.portal.test_history import record

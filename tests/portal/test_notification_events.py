@@ -11,12 +11,13 @@ from django.utils import timezone
 
 from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
 from agents.testing.fake_openai import FakeOpenAI
-from portal import outbox, services
-from portal.checkpointer import DjangoCheckpointer
-from portal.decisions import interrupts_expire
 from portal.models import Interrupt, Notification, Subscription, Thread
-from portal.notifier import Notifier, outbox_dispatch
-from portal.worker import Worker
+from portal.notify import outbox
+from portal.notify.notifier import Notifier, outbox_dispatch
+from portal.reviews import services
+from portal.reviews.decisions import interrupts_expire
+from portal.runs.checkpointer import DjangoCheckpointer
+from portal.runs.worker import Worker
 from tests.factories import make_decision, make_interrupt, make_thread
 from tests.loopback import WebhookReceiver
 

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from portal import observability, outbox
+from portal.audit import observability
 from portal.models import (
     Decision,
     Interrupt,
@@ -24,8 +24,9 @@ from portal.models import (
     Thread,
     WorkerHeartbeat,
 )
-from portal.notifier import outbox_dispatch
-from portal.worker import beat
+from portal.notify import outbox
+from portal.notify.notifier import outbox_dispatch
+from portal.runs.worker import beat
 from tests.factories import make_decision, make_interrupt, make_thread
 from tests.loopback import WebhookReceiver
 from tests.portal.conftest import ROOT, wait_for

@@ -15,11 +15,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import signing
-from portal import outbox
 from portal.api import api_token_create
-from portal.decisions import decision_submit
 from portal.models import Delivery, DeliveryAttempt, Notification, Subscription
-from portal.notifier import Notifier, outbox_dispatch
+from portal.notify import outbox
+from portal.notify.notifier import Notifier, outbox_dispatch
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_user
 from tests.loopback import WebhookReceiver
 
@@ -303,7 +303,7 @@ def test_a_redirect_is_not_followed_with_the_signed_body(fast_retries, settings,
 
 @pytest.mark.django_db(transaction=True)
 def test_the_embedded_notifier_is_woken_by_a_commit_and_sends_at_once(receiver):
-    from portal.notifier import start_embedded_notifier, stop_embedded_notifier
+    from portal.notify.notifier import start_embedded_notifier, stop_embedded_notifier
     from tests.portal.conftest import wait_for
 
     subscribe(receiver.url)

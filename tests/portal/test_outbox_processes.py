@@ -11,9 +11,9 @@ import time
 import pytest
 from django.db import connection
 
-from portal import outbox, waiting
-from portal.models import Delivery, DeliveryAttempt, Subscription, WorkerHeartbeat
-from portal.notifier import Notifier
+from portal.models import Delivery, DeliveryAttempt, Subscription, WorkerHeartbeat, waiting
+from portal.notify import outbox
+from portal.notify.notifier import Notifier
 from tests.factories import make_interrupt
 from tests.loopback import WebhookReceiver
 from tests.portal.conftest import output, wait_for

@@ -1,4 +1,4 @@
-"""Keyset paging (portal/paging.py), the one implementation behind the queue, the thread
+"""Keyset paging (portal/models/paging.py), the one implementation behind the queue, the thread
 list and the decision history."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from portal import paging
-from portal.models import Thread
-from portal.paging import Cursor
+from portal.models import Thread, paging
+from portal.models.paging import Cursor
 
 pytestmark = pytest.mark.django_db
 

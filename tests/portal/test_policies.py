@@ -10,7 +10,9 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.utils import timezone
 
-from portal.decisions import (
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.models.policies import expiry_names_agents, policy_for
+from portal.reviews.decisions import (
     AlreadyDecided,
     ClaimConflict,
     DecisionForbidden,
@@ -19,8 +21,6 @@ from portal.decisions import (
     interrupt_unclaim,
     interrupts_expire,
 )
-from portal.models import Decision, Interrupt, Run, Thread
-from portal.policies import expiry_names_agents, policy_for
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db
@@ -212,7 +212,7 @@ def test_an_overdue_request_is_resolved_as_expired_and_resumed_with_a_decline():
 
 
 def test_a_request_that_cannot_be_expired_does_not_keep_the_others_pending(monkeypatch):
-    from portal import decisions
+    from portal.reviews import decisions
 
     broken, other = make_interrupt(), make_interrupt()
     expire(broken)
@@ -313,8 +313,8 @@ def test_the_expire_interrupts_command_expires_overdue_requests():
 def test_an_expired_refund_is_declined_by_the_agent_and_no_money_moves(settings, support_agent):
     """End to end: the worker pauses, the command expires, the worker resumes (fail closed)."""
     from agents.examples import refunds
-    from portal.services import thread_start
-    from portal.worker import Worker
+    from portal.reviews.services import thread_start
+    from portal.runs.worker import Worker
 
     refunds.ISSUED.clear()
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 3600}}
@@ -334,7 +334,7 @@ def test_an_expired_refund_is_declined_by_the_agent_and_no_money_moves(settings,
     thread.refresh_from_db()
     assert thread.status == Thread.Status.DONE
     assert refunds.ISSUED == []
-    from portal.checkpointer import DjangoCheckpointer
+    from portal.runs.checkpointer import DjangoCheckpointer
 
     messages = DjangoCheckpointer().get_sync(str(thread.pk)).messages
     [tool_result] = [m for m in messages if m["role"] == "tool"]
@@ -407,8 +407,8 @@ def test_an_auditor_cannot_claim(auditor):
 def test_an_idle_worker_expires_overdue_requests_without_the_command(settings, support_agent):
     """No cron job needed: the worker declines an overdue refund on its own (fail closed)."""
     from agents.examples import refunds
-    from portal.services import thread_start
-    from portal.worker import Worker
+    from portal.reviews.services import thread_start
+    from portal.runs.worker import Worker
 
     refunds.ISSUED.clear()
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 3600}}

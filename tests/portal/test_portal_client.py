@@ -14,8 +14,8 @@ from django.db import connection
 from agents import signing
 from agents.portal_client import PortalClient, PortalError
 from portal.api import api_token_create
-from portal.decisions import decision_submit
 from portal.models import Decision
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_user
 from tests.liveserver import live_portal
 from tests.portal.test_api_events_live import EventReader, call

@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 
-from portal import broadcast
-from portal.decisions import interrupt_claim
 from portal.models import Interrupt, Thread
+from portal.notify import broadcast
+from portal.reviews.decisions import interrupt_claim
 from portal.templatetags.portal_live import css_string
 from tests.factories import make_interrupt
 

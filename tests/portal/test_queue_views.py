@@ -10,9 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from portal.decisions import interrupt_claim
 from portal.models import Interrupt
-from portal.views.queue import PAGE_SIZE
+from portal.reviews.decisions import interrupt_claim
+from portal.web.queue import PAGE_SIZE
 from tests.factories import make_decision, make_interrupt
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
-from portal import audit, policies
 from portal.api import api_token_create
-from portal.decisions import (
+from portal.audit import chains as audit
+from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, policies
+from portal.reviews.decisions import (
     AlreadyDecided,
     AlreadyVoted,
     DecisionForbidden,
@@ -23,7 +24,6 @@ from portal.decisions import (
     decision_submit,
     interrupt_claim,
 )
-from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db
@@ -446,7 +446,7 @@ def test_a_policy_the_portal_cannot_read_fails_the_system_check(settings):
 def test_policies_come_from_the_environment_too():
     code = (
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; "
-        "django.setup(); from portal.policies import policy_for; "
+        "django.setup(); from portal.models.policies import policy_for; "
         "print(policy_for('transfers', 'tool_approval').approvals_required)"
     )
     env = {"PORTAL_POLICIES_EXTRA": '{"transfers:tool_approval": {"approvals_required": 3}}'}
@@ -472,7 +472,7 @@ def test_policies_come_from_the_environment_too():
 def test_a_vote_is_pushed_to_open_request_pages_from_the_same_partial(
     two_of_n, panel, client, django_capture_on_commit_callbacks, monkeypatch
 ):
-    from portal import broadcast
+    from portal.notify import broadcast
 
     request = make_interrupt()
     announced: list[dict] = []

@@ -9,11 +9,11 @@ import pytest
 from django.db import connection
 
 from agents.examples import refunds
-from portal import audit
-from portal.decisions import AlreadyDecided, AlreadyVoted, decision_submit
+from portal.audit import chains as audit
 from portal.models import Approval, Decision, Interrupt, Run, Thread
-from portal.services import thread_start
-from portal.worker import Worker
+from portal.reviews.decisions import AlreadyDecided, AlreadyVoted, decision_submit
+from portal.reviews.services import thread_start
+from portal.runs.worker import Worker
 from tests.factories import make_user
 
 M = 5

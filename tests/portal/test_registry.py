@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.models import OpenAIChatModel, ScriptedModel
-from portal import registry
-from portal.registry import UnknownAgentError, compile_agent, get_agent_builder
+from portal.runs import registry
+from portal.runs.registry import UnknownAgentError, compile_agent, get_agent_builder
 
 
 def test_a_registered_agent_is_imported_from_its_dotted_path():

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal import roles
+from portal.accounts import roles
 from portal.models import Decision
 from tests.factories import make_interrupt, make_user
 from tests.portal.test_api import api_for, resume_body, resume_url

@@ -13,9 +13,7 @@ from django.core import mail
 from django.db import connection
 from django.utils import timezone
 
-from portal import outbox
 from portal.api import api_token_create
-from portal.assignments import requests_remind_and_escalate
 from portal.models import (
     Assignment,
     AuditEvent,
@@ -25,7 +23,9 @@ from portal.models import (
     RoutingEvent,
     Subscription,
 )
-from portal.notifier import Notifier, outbox_dispatch
+from portal.notify import outbox
+from portal.notify.notifier import Notifier, outbox_dispatch
+from portal.reviews.assignments import requests_remind_and_escalate
 from tests.factories import make_interrupt, make_user
 
 ROUTED = {
@@ -188,10 +188,10 @@ def test_requests_already_reminded_do_not_crowd_out_those_still_due(db, monkeypa
     # Under a policy with no escalation, a reminded request stays pending (and a candidate)
     # until decided; a sweep that looked only at its first few candidates found nothing to
     # do there, sweep after sweep, and the rest were never reminded.
-    import portal.assignments
+    import portal.reviews.assignments
 
     settings.PORTAL_POLICIES = {"refunds:*": {"expires_after": 3600, "remind_before": 3000}}
-    monkeypatch.setattr(portal.assignments, "SWEEP_LIMIT", 2)
+    monkeypatch.setattr(portal.reviews.assignments, "SWEEP_LIMIT", 2)
     made = [make_interrupt(agent="refunds", message=f"r{i}").pk for i in range(5)]
     last = max(Interrupt.objects.filter(pk__in=made).values_list("expires_at", flat=True))
     now = last - timedelta(seconds=3000)
@@ -333,7 +333,7 @@ def test_notifiers_sweeping_at_once_send_one_reminder_and_one_escalation(setting
     ],
 )
 def test_a_routing_policy_that_could_never_fire_is_refused_saying_why(settings, entry, problem):
-    from portal.policies import policy_for
+    from portal.models.policies import policy_for
 
     settings.PORTAL_POLICIES = {"refunds:*": entry}
     with pytest.raises(ValueError, match=problem.replace("(", r"\(")) as refused:

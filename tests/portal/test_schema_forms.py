@@ -6,8 +6,8 @@ import pytest
 from django import forms
 
 from agents.interrupt import validate_resume
-from portal.forms import DecisionForm
-from portal.schema_forms import SchemaLayout, can_render
+from portal.reviews.forms import DecisionForm
+from portal.reviews.schema_forms import SchemaLayout, can_render
 from tests.factories import make_interrupt, make_tool_approval
 
 SCHEMA = {

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from portal.accounts.setup import DEMO_USERS
 from portal.models import Thread
-from portal.setup import DEMO_USERS
 
 pytestmark = pytest.mark.django_db
 
@@ -86,8 +86,8 @@ def test_the_demo_emails_every_event_so_make_run_shows_notifications(settings, c
     from django.core import mail
 
     from portal.models import Subscription
-    from portal.notifier import Notifier
-    from portal.worker import Worker
+    from portal.notify.notifier import Notifier
+    from portal.runs.worker import Worker
 
     settings.DEBUG = True
     settings.PORTAL_MODEL = "scripted"

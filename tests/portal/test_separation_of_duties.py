@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from portal import services
 from portal.errors import NotThreadOwner
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.worker import Worker
+from portal.reviews import services
+from portal.runs.worker import Worker
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from portal import broadcast, decisions, runs, services
 from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.registry import UnknownAgentError
+from portal.notify import broadcast
+from portal.reviews import decisions, services
+from portal.runs import queue as runs
+from portal.runs.registry import UnknownAgentError
 from tests.factories import make_interrupt, make_thread
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("test_agents")]
@@ -180,7 +182,7 @@ def test_a_later_turn_that_failed_before_any_of_its_steps_was_written_is_sent_ag
     """A follow-up whose run kept failing before its first step reached the database (its
     input is written with the first step): the retry sends that turn, not an empty one."""
     from agents.checkpoint import CheckpointWrite, ThreadStatus
-    from portal.checkpointer import DjangoCheckpointer
+    from portal.runs.checkpointer import DjangoCheckpointer
 
     thread, first = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
     Run.objects.filter(pk=first.pk).update(status=Run.Status.SUCCEEDED)

@@ -16,8 +16,8 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test import Client
 
-from portal import broadcast
-from portal.routing import origin_allowed
+from portal.notify import broadcast
+from portal.web.routing import origin_allowed
 from tests.factories import make_thread
 
 needs_db = pytest.mark.django_db(transaction=True)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from portal import services
 from portal.models import Checkpoint, Run, Thread
+from portal.reviews import services
 from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
 

@@ -7,15 +7,15 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from agents.checkpoint import CheckpointWrite, ThreadStatus
-from portal import services
-from portal.checkpointer import DjangoCheckpointer, ThreadCancelled
-from portal.decisions import AlreadyDecided
 from portal.errors import (
     ThreadActionForbidden,
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
 from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews import services
+from portal.reviews.decisions import AlreadyDecided
+from portal.runs.checkpointer import DjangoCheckpointer, ThreadCancelled
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("test_agents")]
@@ -214,7 +214,7 @@ def test_retries_and_cancellations_are_in_the_audit_trail(support_agent):
 
 
 def test_cancelling_answers_whoever_waits_for_the_threads_work(support_agent, monkeypatch):
-    from portal import waiting
+    from portal.models import waiting
 
     told: list[str] = []
     monkeypatch.setattr(waiting, "changed", told.append)
@@ -232,7 +232,7 @@ def test_a_run_left_queued_on_a_cancelled_thread_does_nothing_and_keeps_it_cance
 ):
     # Belt and braces: no service queues one, but a worker that finds one runs nothing
     # and does not mark the thread running again.
-    from portal.worker import Worker
+    from portal.runs.worker import Worker
 
     thread = make_thread(agent="marker", owner=support_agent)
     services.thread_abort(thread=thread, user=support_agent)

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection, transaction
 
-from portal import services
 from portal.api import api_token_create
-from portal.decisions import InvalidDecision, decision_submit
 from portal.errors import InputError
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.worker import Worker
+from portal.reviews import services
+from portal.reviews.decisions import InvalidDecision, decision_submit
+from portal.runs.worker import Worker
 from tests.factories import make_interrupt
 from tests.loopback import CountingServer
 

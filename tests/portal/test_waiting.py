@@ -1,5 +1,5 @@
 """Waiting for a row to change across processes: the API's waiting GET and
-``portal.waiting`` itself. Workers and deciders are separate processes on the test
+``portal.models.waiting`` itself. Workers and deciders are separate processes on the test
 database; on PostgreSQL the wake-up is LISTEN/NOTIFY, on SQLite polling."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from portal import waiting
 from portal.api import WAIT_MAX_SECONDS
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import Decision, Interrupt, Run, Thread, waiting
 from tests.factories import make_interrupt
 from tests.portal.test_api import api_for
 from tests.portal.test_worker_processes import DECIDE_IN_A_NEW_PROCESS, finish
@@ -107,7 +106,7 @@ def test_a_waiting_get_for_a_thread_you_cannot_see_is_404_at_once(
 def test_a_waiter_on_a_request_wakes_when_another_process_decides_it(
     spawn, support_agent, reviewer, no_safety_net
 ):
-    from portal import services
+    from portal.reviews import services
 
     thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
     finish(spawn("run_worker", "--once", "--id", "first"))

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from agents.state import Message
-from portal.checkpointer import DjangoCheckpointer
+from portal.runs.checkpointer import DjangoCheckpointer
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal import decisions, services
-from portal.checkpointer import DjangoCheckpointer
 from portal.models import Checkpoint, Interrupt, Run, Thread
-from portal.worker import Worker
+from portal.reviews import decisions, services
+from portal.runs.checkpointer import DjangoCheckpointer
+from portal.runs.worker import Worker
 from tests.portal.conftest import wait_for
 from tests.portal.testagents import read_effects
 
@@ -148,7 +148,7 @@ def workers_kept_dying(run: Run, settings) -> None:
 def test_two_workers_given_one_name_never_finish_each_others_runs(support_agent, status):
     """One --id in a deployment's template starts several workers with one name. The one
     whose lease another of that name took over records nothing of the run."""
-    from portal.worker import RELEASE, Outcome
+    from portal.runs.worker import RELEASE, Outcome
 
     _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
     first = Worker(name="worker")
@@ -312,7 +312,7 @@ def test_runs_of_one_thread_execute_one_at_a_time_in_order(support_agent):
 def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
     transactional_db, support_agent
 ):
-    from portal.worker import start_embedded_worker, stop_embedded_worker
+    from portal.runs.worker import start_embedded_worker, stop_embedded_worker
 
     worker = start_embedded_worker()
     try:
@@ -340,7 +340,7 @@ async def test_a_send_from_the_embedded_workers_thread_wakes_in_memory_consumers
 
     from channels.layers import channel_layers
 
-    from portal import broadcast
+    from portal.notify import broadcast
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     channel_layers.backends.clear()
@@ -440,7 +440,7 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
     """Fail closed: once another worker owns the run, the old one must not go on."""
     import time
 
-    from portal.worker import LEASE_LOST, RELEASE
+    from portal.runs.worker import LEASE_LOST, RELEASE
 
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
@@ -468,8 +468,8 @@ def test_a_lease_lost_before_a_graph_that_cannot_be_stopped_starts_gives_the_run
 ):
     """Inside the test's transaction (as on SQLite) the graph runs through async_to_sync,
     where nothing can cancel it: a lease lost before it starts must keep it from starting."""
-    from portal import registry
-    from portal.worker import LEASE_LOST, RELEASE
+    from portal.runs import registry
+    from portal.runs.worker import LEASE_LOST, RELEASE
 
     thread, run = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
     worker = Worker(name="late")
@@ -502,7 +502,7 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
 
     from django.db import connections
 
-    from portal import worker as worker_module
+    from portal.runs import worker as worker_module
 
     thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="hiccup", lease_seconds=0.6)  # heartbeat every 0.2 s
@@ -567,7 +567,7 @@ def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
 def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypatch):
     """A worker whose clock runs an hour ahead must not take over a live lease, and the
     lease it sets itself must not be an hour long."""
-    from portal import worker as worker_module
+    from portal.runs import worker as worker_module
 
     run = held_by_a_live_worker(support_agent)
     ahead = timezone.now() + timedelta(hours=1)
@@ -724,7 +724,7 @@ def test_a_run_that_did_not_fail_is_finished_and_settled_in_one_statement(suppor
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from portal.worker import Outcome
+    from portal.runs.worker import Outcome
 
     thread, run = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
     worker = Worker(name="one-statement")
@@ -751,7 +751,7 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
     support_agent, monkeypatch, watched
 ):
     """Nobody subscribed: no chunk, status or queue change is rendered or sent."""
-    from portal import broadcast
+    from portal.notify import broadcast
 
     sent, rendered = [], []
 
@@ -817,8 +817,8 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
 
     from django.db import connection, connections
 
-    from portal import services as services_module
-    from portal.worker import Outcome
+    from portal.reviews import services as services_module
+    from portal.runs.worker import Outcome
 
     thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
     worker = Worker(name="finisher")

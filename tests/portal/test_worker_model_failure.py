@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from agents.testing.fake_openai import FakeOpenAI
-from portal import services
-from portal.checkpointer import DjangoCheckpointer
 from portal.models import Checkpoint, Run, Thread
-from portal.worker import Worker
+from portal.reviews import services
+from portal.runs.checkpointer import DjangoCheckpointer
+from portal.runs.worker import Worker
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("test_agents")]
 

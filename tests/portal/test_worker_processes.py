@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 from django.contrib.auth import get_user_model
 
-from portal import services
 from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews import services
 from tests.portal.conftest import output, wait_for
 from tests.portal.testagents import read_effects
 
@@ -41,7 +41,7 @@ def run_status(run: Run) -> str:
 
 DECIDE_IN_A_NEW_PROCESS = """
 from django.contrib.auth import get_user_model
-from portal.decisions import decision_submit
+from portal.reviews.decisions import decision_submit
 from portal.models import Interrupt
 pending = list(Interrupt.objects.filter(status="pending").order_by("created_at"))
 print("PENDING", " ".join(i.pk for i in pending))

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from portal import loops
-from portal.notifier import Notifier
+from portal.notify.notifier import Notifier
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """``manage.py run_worker``: execute queued agent runs until stopped (SIGTERM or Ctrl-C
 finish the current run first). Exits with status 75 when the run it was executing may be
 another worker's now (its lease was taken, or could not be renewed), so none of that run's
-calls still running can act (see ``portal.worker``)."""
+calls still running can act (see ``portal.runs.worker``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal import loops
-from portal.worker import Worker
+from portal.runs.worker import Worker
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.setup import ensure_demo_subscription, ensure_demo_threads, ensure_demo_users
+from portal.accounts.setup import ensure_demo_subscription, ensure_demo_threads, ensure_demo_users
 
 
 class Command(BaseCommand):

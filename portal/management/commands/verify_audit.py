@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit import APPROVALS, EVENTS, verify_chain
+from portal.audit.chains import APPROVALS, EVENTS, verify_chain
 from portal.models import Approval, AuditEvent, Decision
 
 

@@ -1,0 +1,476 @@
+"""The decision history, and the audit trail of other actions: for each, one filtered
+queryset shared by the page and the exports.
+
+``HistoryFilter`` validates what the auditor asks for; ``filtered(...)`` turns it into a
+queryset of plain rows (``values()``, one join to the interrupt, one to the reviewer);
+``page(...)`` and ``iter_rows(...)`` read it by keyset on ``(created_at, id)``, newest first,
+so page 20 000 costs what page 1 costs and an export of a million rows holds one batch in
+memory at a time. ``COLUMNS`` is the one list of columns the page, the CSV and the JSON Lines
+export all show.
+
+Full-text search on PostgreSQL matches ``to_tsvector('simple', message || payload)``
+against a ``websearch_to_tsquery``, served by a GIN expression index over decided requests
+(migrations 0003 and 0011); on SQLite it is a plain case-insensitive substring match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta
+from typing import Any, TypeVar
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField, Value
+from django.db.models.functions import Cast
+from django.http import Http404, HttpRequest
+from django.utils import timezone
+
+from portal.accounts import access, roles
+from portal.inputs import DayField
+from portal.models import AuditEvent, Decision, paging, summary_beside, tool_calls_in
+from portal.models.paging import Cursor
+
+PAGE_SIZE = 50
+EXPORT_BATCH = 2000
+
+# Read straight from the database by the page and the exports (one query per page/batch).
+_VALUES = (
+    "id",
+    "created_at",
+    "thread_id",
+    "interrupt_id",
+    "interrupt__agent",
+    "interrupt__reason",
+    "interrupt__node",
+    "interrupt__message",
+    "interrupt__summary",
+    "interrupt__value",
+    "interrupt__tool",
+    "interrupt__created_at",
+    "value",
+    "original_args",
+    "executed_args",
+    "note",
+    "outcome",
+    "reviewer__username",
+    "reviewer_id",
+    "thread__owner_id",
+    "hash",
+)
+
+# (key, heading): the columns of the page and of both exports, in order.
+COLUMNS = [
+    ("decision_id", "Decision"),
+    ("decided_at", "Decided at"),
+    ("thread_id", "Thread"),
+    ("agent", "Agent"),
+    ("reason", "Reason"),
+    ("tools", "Tools"),
+    ("node", "Node"),
+    ("message", "Message"),
+    ("summary", "Summary"),
+    ("payload", "Payload"),
+    ("value", "Submitted value"),
+    ("requested_args", "Requested arguments"),
+    ("executed_args", "Executed arguments"),
+    ("note", "Note"),
+    ("outcome", "Outcome"),
+    ("decided_by", "Decided by"),
+    ("requested_at", "Requested at"),
+    ("time_to_decision_seconds", "Time to decision (s)"),
+    ("interrupt_id", "Interrupt"),
+    ("hash", "Chain hash"),
+]
+SYSTEM = roles.SYSTEM  # shown (and filterable) when no person decided: expiry, cancellation
+
+
+def tool_names(payload: Any, tool: str = "") -> list[str]:
+    """Names of the tools a request is about: the tool that raised it (``tool``, for an
+    ``interrupt()`` inside a tool), or the calls a tool approval lists
+    (``value["tool_calls"]``)."""
+    names = [tool] if tool else []
+    for call in tool_calls_in(payload):
+        if call.name and call.name not in names:
+            names.append(call.name)
+    return names
+
+
+def row_from(values: dict[str, Any]) -> dict[str, Any]:
+    """One decision as the page and the exports show it."""
+    decided, requested = values["created_at"], values["interrupt__created_at"]
+    waited = (decided - requested).total_seconds() if decided and requested else None
+    return {
+        "decision_id": values["id"],
+        "decided_at": decided,
+        "thread_id": values["thread_id"],
+        "agent": values["interrupt__agent"],
+        "reason": values["interrupt__reason"],
+        "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
+        "node": values["interrupt__node"],
+        "message": values["interrupt__message"],
+        "summary": values["interrupt__summary"],
+        # Shown beside the message only when it says more than the message does.
+        "summary_line": summary_beside(values["interrupt__summary"], values["interrupt__message"]),
+        "payload": values["interrupt__value"],
+        "value": values["value"],
+        # Keyed by tool call id: what the model asked for, and what ran (after an edit).
+        "requested_args": values["original_args"],
+        "executed_args": values["executed_args"],
+        "note": values["note"],
+        "outcome": values["outcome"],
+        "decided_by": values["reviewer__username"] or SYSTEM,
+        "requested_at": requested,
+        "time_to_decision_seconds": round(waited, 3) if waited is not None else None,
+        "interrupt_id": values["interrupt_id"],
+        "hash": values["hash"],
+        # The requester took the request back: shown as such, never as a reviewer's no.
+        "withdrawn": values["outcome"] == Decision.Outcome.CANCELLED
+        and values["reviewer_id"] is not None
+        and values["reviewer_id"] == values["thread__owner_id"],
+    }
+
+
+# --- who may look ---------------------------------------------------------------------
+
+
+def require_history_access(request: HttpRequest) -> None:
+    if not roles.can_view_history(request.user):
+        raise PermissionDenied("Decision history is for reviewers and auditors.")
+
+
+def require_export_access(request: HttpRequest) -> None:
+    if not roles.can_export_history(request.user):
+        raise PermissionDenied("Exporting the decision history needs the export permission.")
+
+
+def require_metrics_access(request: HttpRequest) -> None:
+    if not roles.can_view_metrics(request.user):
+        raise PermissionDenied("The metrics page needs the metrics permission.")
+
+
+def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
+    """The decision if its thread is visible to the user (404 otherwise); 403 for a user who
+    may see the thread but not the history (a support agent on their own thread)."""
+    try:
+        related = Decision.objects.select_related("interrupt", "thread", "reviewer")
+        decision = access.in_visible_threads(related, request.user).get(pk=decision_id)
+    except Decision.DoesNotExist:
+        raise Http404("No such decision") from None
+    require_history_access(request)
+    return decision
+
+
+# --- filters --------------------------------------------------------------------------
+
+
+class KeysetFilter(forms.Form):
+    """Days and a page cursor; the history's and the audit trail's filters add theirs."""
+
+    date_from = DayField(required=False, label="From")
+    date_to = DayField(required=False, label="To")
+    after = forms.CharField(required=False, max_length=200)
+
+    def clean_after(self) -> Cursor | None:
+        text = self.cleaned_data.get("after") or ""
+        if not text:
+            return None
+        cursor = Cursor.decode(text, int)
+        if cursor is None:
+            raise forms.ValidationError("This page link is damaged; start from the first page.")
+        return cursor
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("date_from"), data.get("date_to")
+        if start and end and start > end:
+            raise forms.ValidationError("“From” is after “To”.")
+        return data
+
+    def criteria(self) -> dict[str, Any]:
+        """The valid filters (invalid ones are dropped; the page shows their errors)."""
+        data = getattr(self, "cleaned_data", {}) if self.is_bound else {}
+        return {k: v for k, v in data.items() if v not in (None, "") and k != "after"}
+
+    def cursor(self) -> Cursor | None:
+        return (getattr(self, "cleaned_data", None) or {}).get("after")
+
+    def query_string(self, **extra: str) -> str:
+        """The current filters as a query string (for page links and export links)."""
+        from urllib.parse import urlencode
+
+        pairs = {k: str(v) for k, v in self.criteria().items()}
+        pairs.update(extra)
+        return urlencode(pairs)
+
+
+class HistoryFilter(KeysetFilter):
+    agent = forms.CharField(required=False, max_length=64)
+    reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
+    reason = forms.CharField(required=False, max_length=64)
+    tool = forms.CharField(required=False, max_length=128)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+
+
+def _day_start(day: Any) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+QS = TypeVar("QS", QuerySet[Decision], QuerySet[AuditEvent])
+
+
+def _between_days(qs: QS, criteria: dict[str, Any]) -> QS:
+    """``qs`` created from the start of ``date_from`` to the end of ``date_to`` (either may
+    be missing)."""
+    if day := criteria.get("date_from"):
+        qs = qs.filter(created_at__gte=_day_start(day))
+    if day := criteria.get("date_to"):
+        qs = qs.filter(created_at__lt=_day_start(day + timedelta(days=1)))
+    return qs
+
+
+class _FullText(Func):
+    """``message`` and ``payload`` match the web-search style query (PostgreSQL).
+
+    The document expression must stay the same as the GIN index in migration 0003: the
+    planner picks an expression index only when the expressions are equal.
+    """
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (message, p1), (payload, p2), (query, p3) = (
+            compiler.compile(e) for e in self.get_source_expressions()
+        )
+        sql = (
+            f"to_tsvector('simple'::regconfig, COALESCE({message}, '') || ' ' || "
+            f"COALESCE({payload}, '')) @@ websearch_to_tsquery('simple'::regconfig, {query})"
+        )
+        return sql, (*p1, *p2, *p3)
+
+
+class _HasToolCall(Func):
+    """SQLite: the payload's ``tool_calls`` array has an element named ``name``."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (payload, p1), (name, p2) = (compiler.compile(e) for e in self.get_source_expressions())
+        # Both pieces are compiled expressions; the name travels as a parameter.
+        sql = (
+            f"EXISTS (SELECT 1 FROM json_each({payload}, '$.tool_calls') AS call "  # noqa: S608
+            f"WHERE json_extract(call.value, '$.name') = {name})"
+        )
+        return sql, (*p1, *p2)
+
+
+# Every decision's request is marked decided; saying so lets PostgreSQL use the search
+# index, which holds only such requests (migration 0011).
+_DECIDED = Q(interrupt__decided=True)
+
+
+def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
+    if connection.vendor == "postgresql":
+        payload_text = Cast("interrupt__value", TextField())
+        return qs.filter(_DECIDED, _FullText(F("interrupt__message"), payload_text, Value(text)))
+    return qs.filter(Q(interrupt__message__icontains=text) | Q(interrupt__value__icontains=text))
+
+
+def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
+    by_node = Q(interrupt__tool=name) | Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
+    if connection.vendor == "postgresql":
+        # jsonb containment: an element of tool_calls whose name is `name`. (No index
+        # serves it: with the OR, the other conditions select the rows; migration 0010.)
+        calls = Q(interrupt__value__contains={"tool_calls": [{"name": name}]})
+        return qs.filter(calls | by_node)
+    return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
+
+
+def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
+    """Decisions matching ``criteria`` (``HistoryFilter.criteria()``) on threads ``viewer``
+    may see (as a decision's own page does), newest first."""
+    qs = _between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
+    if agent := criteria.get("agent"):
+        qs = qs.filter(interrupt__agent=agent)
+    if who := criteria.get("reviewer"):
+        qs = (
+            qs.filter(reviewer__isnull=True) if who == SYSTEM else qs.filter(reviewer__username=who)
+        )
+    if outcome := criteria.get("outcome"):
+        qs = qs.filter(outcome=outcome)
+    if reason := criteria.get("reason"):
+        qs = qs.filter(interrupt__reason=reason)
+    if tool := criteria.get("tool"):
+        qs = _tool(qs, tool)
+    if text := criteria.get("q"):
+        qs = _search(qs, text)
+    return qs.order_by("-created_at", "-id")
+
+
+def _keyset(qs: QuerySet[Any], cursor: Cursor | None, size: int) -> tuple[list[Any], bool]:
+    return paging.page(qs, cursor, field="created_at", descending=True, size=size)
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: Cursor | None
+
+
+def _page_of(
+    qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], cursor: Cursor | None, size: int
+) -> Page:
+    values, more = _keyset(qs, cursor, size)
+    rows = [to_row(v) for v in values]
+    return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
+
+
+def _walk(
+    qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], batch_size: int
+) -> Iterator[dict[str, Any]]:
+    cursor = None
+    while True:
+        batch, more = _keyset(qs, cursor, batch_size)
+        for values in batch:
+            yield to_row(values)
+        if not more:
+            return
+        cursor = Cursor.of(batch[-1], "created_at")
+        del batch
+
+
+def page(
+    criteria: dict[str, Any],
+    cursor: Cursor | None = None,
+    *,
+    viewer: Any,
+    size: int | None = None,
+) -> Page:
+    """One page of rows after ``cursor``: a single query whatever the page number."""
+    qs = filtered(criteria, viewer).values(*_VALUES)
+    return _page_of(qs, row_from, cursor, size or PAGE_SIZE)
+
+
+def iter_rows(
+    criteria: dict[str, Any], *, viewer: Any, batch_size: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every matching row, newest first, reading ``batch_size`` rows per query."""
+    qs = filtered(criteria, viewer).values(*_VALUES)
+    return _walk(qs, row_from, batch_size or EXPORT_BATCH)
+
+
+def filter_choices() -> dict[str, list[str]]:
+    """Suggestions for the filter inputs, from small tables and settings only (never a
+    scan of the decision table)."""
+    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
+    return {
+        "agents": sorted(getattr(settings, "PORTAL_AGENTS", {})),
+        "reviewers": [*reviewers, SYSTEM],
+        "reasons": ["tool_approval", "breakpoint", "input_required", "uncertain_outcome"],
+        "outcomes": [value for value, _ in Decision.Outcome.choices],
+    }
+
+
+# --- the audit trail of actions -------------------------------------------------------
+# The same shape as the decisions above: one filter form, one queryset of plain rows, read
+# by keyset on (created_at, id) by the page and both exports.
+
+EVENT_COLUMNS = [
+    ("event_id", "Event"),
+    ("at", "At"),
+    ("action", "Action"),
+    ("actor", "By"),
+    ("target_type", "Target kind"),
+    ("target_id", "Target"),
+    ("detail", "Detail"),
+    ("hash", "Chain hash"),
+]
+_EVENT_VALUES = (
+    "id",
+    "created_at",
+    "action",
+    "actor_name",
+    "target_type",
+    "target_id",
+    "detail",
+    "hash",
+)
+
+
+def require_audit_trail_access(request: HttpRequest) -> None:
+    if not roles.can_view_audit_trail(request.user):
+        raise PermissionDenied("The audit trail of actions is for auditors.")
+
+
+def require_audit_trail_export(request: HttpRequest) -> None:
+    require_audit_trail_access(request)
+    require_export_access(request)
+
+
+class EventFilter(KeysetFilter):
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=150, label="By")
+    target_type = forms.CharField(required=False, max_length=32, label="Target kind")
+    target_id = forms.CharField(required=False, max_length=64, label="Target")
+
+
+def event_row(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event_id": values["id"],
+        "at": values["created_at"],
+        "action": values["action"],
+        "action_label": _ACTION_LABELS.get(values["action"], values["action"]),
+        "actor": values["actor_name"] or SYSTEM,
+        "target_type": values["target_type"],
+        "target_id": values["target_id"],
+        "detail": values["detail"],
+        "hash": values["hash"],
+    }
+
+
+def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
+    """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
+    qs = _between_days(AuditEvent.objects.all(), criteria)
+    if action := criteria.get("action"):
+        # "interrupt." (ending in a dot) is every action on requests.
+        qs = (
+            qs.filter(action__startswith=action)
+            if action.endswith(".")
+            else qs.filter(action=action)
+        )
+    if who := criteria.get("actor"):
+        qs = qs.filter(actor_name="") if who == SYSTEM else qs.filter(actor_name=who)
+    if kind := criteria.get("target_type"):
+        qs = qs.filter(target_type=kind)
+    if ident := criteria.get("target_id"):
+        qs = qs.filter(target_id=ident)
+    return qs.order_by("-created_at", "-id")
+
+
+def events_page(
+    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
+) -> Page:
+    qs = events_filtered(criteria).values(*_EVENT_VALUES)
+    return _page_of(qs, event_row, cursor, size or PAGE_SIZE)
+
+
+def iter_event_rows(
+    criteria: dict[str, Any], *, batch_size: int | None = None
+) -> Iterator[dict[str, Any]]:
+    qs = events_filtered(criteria).values(*_EVENT_VALUES)
+    return _walk(qs, event_row, batch_size or EXPORT_BATCH)
+
+
+_ACTION_LABELS = dict(AuditEvent.Action.choices)
+
+
+def event_filter_choices() -> dict[str, list[str]]:
+    """Suggestions for the event filters: the known actions and target kinds."""
+    return {
+        "actions": sorted(_ACTION_LABELS),
+        "target_types": ["apitoken", "interrupt", "subscription", "thread", "user"],
+    }

@@ -1,1 +1,0 @@
-"""Views, one module per area of the portal so each stays small."""

@@ -1,0 +1,16 @@
+from django.http import HttpRequest
+
+from portal.accounts import roles
+
+
+def role_flags(request: HttpRequest) -> dict[str, object]:
+    user = request.user
+    return {
+        "can_start": roles.can_start(user),
+        "can_decide": roles.can_decide(user),
+        "can_view_all": roles.can_view_all(user),
+        "can_view_history": roles.can_view_history(user),
+        "can_export_history": roles.can_export_history(user),
+        "can_view_metrics": roles.can_view_metrics(user),
+        "can_view_audit_trail": roles.can_view_audit_trail(user),
+    }

@@ -1,0 +1,176 @@
+"""The reviewers' queue: pending interrupts, filtered, sorted by age, keyset-paginated.
+
+A page costs the same few queries whether ten or a million interrupts are pending: rows
+come from one ``LIMIT`` query that starts at the cursor (the last row's ``created_at``
+and ``id``) on the partial index of pending rows, never from an OFFSET, and the count is
+capped. The open page stays current over ``/ws/queue/`` (see static/portal/live.js).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
+
+from portal.accounts import roles
+from portal.models import Approval, ExternalRequest, Interrupt, paging
+from portal.models.paging import Cursor
+from portal.reviews.assignments import assigned_to
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+PAGE_SIZE = 25
+COUNT_CAP = 1000
+# The reasons the runtime raises; a reason outside this list still filters correctly.
+KNOWN_REASONS = [
+    "tool_approval",
+    "transfer_approval",
+    "breakpoint",
+    "input_required",
+    "uncertain_outcome",
+]
+SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
+
+
+def encode_cursor(item: Interrupt) -> str:
+    return Cursor.of(item, "created_at").encode()
+
+
+@dataclass
+class QueuePage:
+    items: list[Interrupt]
+    next_cursor: str | None
+    prev_cursor: str | None
+    is_first: bool
+
+
+def pending_queryset(
+    *, agent: str = "", reason: str = "", assigned_to_user: Any = None
+) -> QuerySet[Interrupt]:
+    qs = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
+    if agent:
+        qs = qs.filter(agent=agent)
+    if reason:
+        qs = qs.filter(reason=reason)
+    if assigned_to_user is not None:
+        qs = qs.filter(assigned_to(assigned_to_user))
+    return qs
+
+
+def queue_page(
+    qs: QuerySet[Interrupt],
+    *,
+    newest_first: bool = False,
+    after: str | None = None,
+    before: str | None = None,
+    size: int = PAGE_SIZE,
+) -> QueuePage:
+    """One page of ``qs`` in age order, starting after ``after`` (or ending before
+    ``before``); a single query."""
+    # The votes on requests that need several reviewers, for the whole page at once.
+    votes = Approval.objects.select_related("reviewer").order_by("id")
+    qs = qs.select_related("thread__owner", "claimed_by").prefetch_related(
+        Prefetch("approvals", queryset=votes)
+    )
+    back = Cursor.decode(before)
+    if back:
+        # Walk the other way from the cursor, then put the rows back in display order.
+        rows, more_before = paging.page(
+            qs, back, field="created_at", descending=not newest_first, size=size
+        )
+        items = list(reversed(rows))
+        return QueuePage(
+            items=items,
+            next_cursor=encode_cursor(items[-1]) if items else None,
+            prev_cursor=encode_cursor(items[0]) if items and more_before else None,
+            is_first=not more_before,
+        )
+    cursor = Cursor.decode(after)
+    items, more = paging.page(qs, cursor, field="created_at", descending=newest_first, size=size)
+    return QueuePage(
+        items=items,
+        next_cursor=encode_cursor(items[-1]) if more else None,
+        prev_cursor=encode_cursor(items[0]) if cursor and items else None,
+        is_first=cursor is None,
+    )
+
+
+# The most outside agents the filter lists (the rest are still reachable by ?agent=).
+OUTSIDE_AGENTS_MAX = 50
+
+
+def _outside_agents_waiting() -> set[str]:
+    # Agents outside the portal (portal/reviews/external.py) have no settings entry; those with a
+    # request in the queue are offered too. Read from the external requests' side, so a
+    # queue of the portal's own agents' requests costs nothing here.
+    waiting = ExternalRequest.objects.filter(interrupt__status=Interrupt.Status.PENDING)
+    return set(waiting.values_list("interrupt__agent", flat=True).distinct()[:OUTSIDE_AGENTS_MAX])
+
+
+@require_GET
+@login_required
+def queue(request: HtmxRequest) -> HttpResponse:
+    if not roles.can_decide(request.user):
+        raise PermissionDenied("The review queue is for reviewers.")
+    agents = sorted(set(settings.PORTAL_AGENTS) | _outside_agents_waiting())
+    agent = request.GET.get("agent", "")
+    reason = request.GET.get("reason", "")
+    sort = request.GET.get("sort", "oldest")
+    if sort not in SORTS:
+        sort = "oldest"
+    assigned = "me" if request.GET.get("assigned") == "me" else ""
+    mine = request.user if assigned else None
+    qs = pending_queryset(agent=agent, reason=reason, assigned_to_user=mine)
+    page = queue_page(
+        qs,
+        newest_first=sort == "newest",
+        after=request.GET.get("after"),
+        before=request.GET.get("before"),
+    )
+    # Capped, so the page stays as cheap at a million pending rows as at ten.
+    count = qs.order_by()[: COUNT_CAP + 1].count()
+    filtered = bool(agent or reason or assigned)
+    total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if filtered else count
+    reasons = KNOWN_REASONS + ([reason] if reason and reason not in KNOWN_REASONS else [])
+    context: dict[str, Any] = {
+        "page": page,
+        "agents": agents,
+        "reasons": reasons,
+        "sorts": SORTS,
+        "agent": agent,
+        "reason": reason,
+        "assigned": assigned,
+        "sort": sort,
+        "count": min(count, COUNT_CAP),
+        "count_capped": count > COUNT_CAP,
+        # Every pending request, whatever the filters: the tab title and the live count.
+        "total": min(total, COUNT_CAP),
+        "total_capped": total > COUNT_CAP,
+        "filtered": filtered,
+        # live.js re-fetches the table this often as a backstop for missed broadcasts.
+        "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,
+        "filter_qs": urlencode(
+            {k: v for k, v in (("agent", agent), ("reason", reason), ("assigned", assigned)) if v}
+            | {"sort": sort}
+        ),
+    }
+    template = "portal/queue.html"
+    if request.htmx and not request.htmx.boosted:
+        template += "#queue-table"
+    return render(request, template, context)
+
+
+urlpatterns = [path("queue/", queue, name="queue")]
