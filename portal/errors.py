@@ -24,7 +24,7 @@ class ThreadNotRetryable(Refused):
 
 
 class ThreadNotCancellable(Refused):
-    """``thread_abort`` on a thread that already finished or was cancelled."""
+    """``thread_cancel`` on a thread that already finished or was cancelled."""
 
 
 class ThreadActionForbidden(Refused):

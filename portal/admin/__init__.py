@@ -9,8 +9,8 @@ same form, validation and errors as the dashboard, and needs what the dashboard 
 (``roles.can_decide``, on a thread the user may see): the admin's view permission only
 lets staff read; and the bulk actions, each through the service its page uses, offered
 only to those who hold its permission: expire requests (``interrupt_expire``, which checks
-what a decision would), withdraw requests (``thread_cancel``, cancel_thread), cancel
-threads (``thread_abort``, cancel_thread) and retry failed threads (``thread_retry``,
+what a decision would), withdraw requests (``interrupt_withdraw``, cancel_thread), cancel
+threads (``thread_cancel``, cancel_thread) and retry failed threads (``thread_retry``,
 retry_thread). Each selected row is done on its own; what was refused is listed with the
 reason.
 """
@@ -185,7 +185,7 @@ class ThreadAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda t: services.thread_abort(thread=t, user=request.user),
+            lambda t: services.thread_cancel(thread=t, user=request.user),
             "Cancelled",
         )
 
@@ -284,7 +284,7 @@ class InterruptAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda i: services.thread_cancel(interrupt=i, user=request.user),
+            lambda i: services.interrupt_withdraw(interrupt=i, user=request.user),
             "Withdrawn",
         )
 

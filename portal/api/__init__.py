@@ -86,7 +86,7 @@ from portal.reviews.decisions import (
     interrupt_claim,
     interrupt_unclaim,
 )
-from portal.reviews.services import thread_abort, thread_cancel, thread_retry, thread_start
+from portal.reviews.services import interrupt_withdraw, thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.registry import UnknownAgentError
 
@@ -1270,7 +1270,7 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
             "reviewers reject it instead (POST /api/threads/{thread_id}/resume).",
         )
     try:
-        run = thread_cancel(interrupt=interrupt, user=user)
+        run = interrupt_withdraw(interrupt=interrupt, user=user)
     except InterruptNotPending as exc:
         raise ApiProblem(409, f"Not withdrawn: {exc}.") from None
     return Status(
@@ -1418,7 +1418,7 @@ def cancel_thread(request: HttpRequest, thread_id: str) -> Any:
     is done with nothing queued."""
     thread = _thread_or_404(request, thread_id)
     try:
-        stopped = thread_abort(thread=thread, user=_user(request))
+        stopped = thread_cancel(thread=thread, user=_user(request))
     except ThreadActionForbidden as exc:
         raise ApiProblem(403, str(exc)) from None
     except ThreadNotCancellable as exc:

@@ -45,7 +45,7 @@ class Thread(models.Model):
         INTERRUPTED = "interrupted"
         DONE = "done"
         FAILED = "failed"
-        # Stopped for good by a person (``services.thread_abort``); nothing runs again.
+        # Stopped for good by a person (``services.thread_cancel``); nothing runs again.
         CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -67,7 +67,7 @@ class Thread(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     # The newest checkpoint's seq; 0 while the thread has none.
     last_seq = models.PositiveIntegerField(default=0)
-    # Set once, by ``services.thread_abort``. The checkpointer's compare-and-swap refuses
+    # Set once, by ``services.thread_cancel``. The checkpointer's compare-and-swap refuses
     # every write to a thread that has it, so a worker still holding one of its runs
     # cannot record a tool call, and a tool runs only after its call is recorded. A
     # column of its own, not the status, which workers rewrite as runs come and go.

@@ -48,7 +48,7 @@ __all__ = [
     "ThreadNotCancellable",
     "ThreadNotRetryable",
     "UnknownAgentError",
-    "thread_abort",
+    "interrupt_withdraw",
     "thread_cancel",
     "thread_continue",
     "thread_retry",
@@ -116,16 +116,16 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     return thread, run
 
 
-def thread_cancel(*, interrupt: Interrupt, user: Any) -> Run | None:
+def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
     """Withdraw a pending request: the thread resumes with ``None`` (the tool declines)
-    and goes on. (``thread_abort`` stops the whole thread instead.)
+    and goes on. (``thread_cancel`` stops the whole thread instead.)
 
     Raises ``InterruptNotPending`` when it was already decided, cancelled or expired.
     """
     with transaction.atomic():
         # Row lock: a reviewer's decision and this cancellation may arrive together; the
         # second to take the lock sees the first one's status and is refused. Only the
-        # request's row (of=self): thread_abort locks the thread, then its requests.
+        # request's row (of=self): thread_cancel locks the thread, then its requests.
         locked = (
             Interrupt.objects.select_for_update(of=("self",))
             .select_related("thread")
@@ -223,7 +223,7 @@ def _when(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def thread_abort(*, thread: Thread, user: Any) -> Thread:
+def thread_cancel(*, thread: Thread, user: Any) -> Thread:
     """Cancel ``thread`` for good, failing closed: its queued and running runs are
     cancelled, its pending request leaves the queue as a cancelled decision (the thread is
     not resumed), and it is marked ``cancelled`` with who did it and when.

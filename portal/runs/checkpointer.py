@@ -74,7 +74,7 @@ def thread_pk(thread_id: str) -> uuid.UUID:
 
 
 class ThreadCancelled(CheckpointConflict):
-    """The thread was cancelled (``services.thread_abort``): none of its steps is written
+    """The thread was cancelled (``services.thread_cancel``): none of its steps is written
     again, so a tool call that was about to be recorded never runs."""
 
     def __init__(self, thread_id: str, expected: int | None) -> None:

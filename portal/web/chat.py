@@ -173,7 +173,7 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
         )
     else:
         try:
-            services.thread_cancel(interrupt=pending, user=request.user)
+            services.interrupt_withdraw(interrupt=pending, user=request.user)
         except InterruptNotPending as exc:  # a reviewer decided a moment earlier
             messages.warning(request, f"Not withdrawn: {exc}.")
         else:

@@ -1,6 +1,6 @@
 """Recovering a thread from its page: retry a failed one from its last checkpoint, or
 cancel one for good. Both go through the services the API and the admin's bulk actions
-use (``services.thread_retry`` and ``services.thread_abort``); the owner may act on their
+use (``services.thread_retry`` and ``services.thread_cancel``); the owner may act on their
 own thread, others need ``retry_thread`` or ``cancel_thread``. (Not in ``threads.py``:
 ``portal.notify.broadcast`` renders from there, and the services broadcast.)"""
 
@@ -62,7 +62,7 @@ def thread_cancel_view(request: HttpRequest, thread_id: str) -> HttpResponse:
         context = {"thread": thread, "back": request.POST.get("back", ""), "back_url": back}
         return render(request, "portal/thread_cancel_confirm.html", context)
     try:
-        services.thread_abort(thread=thread, user=request.user)
+        services.thread_cancel(thread=thread, user=request.user)
     except (ThreadNotCancellable, ThreadActionForbidden) as exc:
         messages.warning(request, f"Not cancelled: {exc}.")
     else:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from portal.audit import chains as audit
 from portal.models import Decision, ImmutableRecordError, Interrupt
-from portal.reviews.services import thread_cancel
+from portal.reviews.services import interrupt_withdraw
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def three_decisions(reviewer, support_agent):
 
     make_decision(interrupt=make_tool_approval(), reviewer=reviewer)
     cancelled = make_interrupt(owner=support_agent)
-    thread_cancel(interrupt=cancelled, user=support_agent)
+    interrupt_withdraw(interrupt=cancelled, user=support_agent)
     expiring = make_interrupt()
     Interrupt.objects.filter(pk=expiring.pk).update(
         expires_at=timezone.now() - timedelta(minutes=1)

@@ -15,7 +15,7 @@ from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews import external
 from portal.reviews.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
 from portal.reviews.external import RequestSpec, external_request_create
-from portal.reviews.services import ThreadNotCancellable, thread_abort, thread_start
+from portal.reviews.services import ThreadNotCancellable, thread_cancel, thread_start
 from portal.runs.worker import Worker
 from tests.factories import make_user
 
@@ -249,7 +249,7 @@ def test_cancelling_an_external_request_while_it_is_being_decided_refuses_the_ca
     def cancel() -> None:
         try:
             assert locked.wait(timeout=30)
-            results["cancel"] = thread_abort(thread=thread, user=operator)
+            results["cancel"] = thread_cancel(thread=thread, user=operator)
         except Exception as exc:
             results["cancel"] = exc
         finally:

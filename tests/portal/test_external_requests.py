@@ -905,12 +905,12 @@ def test_an_expired_request_says_so_in_its_webhook(hooked):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_thread_tells_its_agent_by_webhook(hooked, admin_user):
-    from portal.reviews.services import thread_abort
+    from portal.reviews.services import thread_cancel
 
     agent, receiver, client = hooked
     body = _raise(agent, callback_url=receiver.url)
 
-    thread_abort(thread=Thread.objects.get(pk=body["thread_id"]), user=admin_user)
+    thread_cancel(thread=Thread.objects.get(pk=body["thread_id"]), user=admin_user)
     _deliver_due()
 
     headers, raw = receiver.requests[0]

@@ -91,7 +91,7 @@ def test_an_expiry_is_announced():
 def test_the_owner_withdrawing_a_request_is_announced_as_a_withdrawal(support_agent):
     interrupt = make_interrupt(owner=support_agent)
 
-    services.thread_cancel(interrupt=interrupt, user=support_agent)
+    services.interrupt_withdraw(interrupt=interrupt, user=support_agent)
 
     assert kinds() == ["request.created", "request.withdrawn"]
 

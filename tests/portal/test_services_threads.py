@@ -122,7 +122,7 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
     monkeypatch.setattr(broadcast, "publish_queue_change", lambda **kw: published.append(kw))
 
     with django_capture_on_commit_callbacks(execute=True):
-        run = services.thread_cancel(interrupt=request, user=reviewer)
+        run = services.interrupt_withdraw(interrupt=request, user=reviewer)
 
     request.refresh_from_db()
     assert request.status == Interrupt.Status.CANCELLED
@@ -136,10 +136,10 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
 
 def test_cancelling_a_request_that_is_no_longer_pending_is_refused(support_agent, reviewer):
     request = make_interrupt(owner=support_agent)
-    services.thread_cancel(interrupt=request, user=reviewer)
+    services.interrupt_withdraw(interrupt=request, user=reviewer)
 
     with pytest.raises(InterruptNotPending) as refused:
-        services.thread_cancel(interrupt=request, user=reviewer)
+        services.interrupt_withdraw(interrupt=request, user=reviewer)
     assert "already cancelled" in str(refused.value)
     assert Decision.objects.count() == 1
     assert Run.objects.filter(kind="resume").count() == 1

@@ -35,7 +35,7 @@ def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_ca
     assert run.status == Run.Status.RUNNING
     seq = Thread.objects.get(pk=thread.pk).last_seq
 
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
     (effects / "hold_turn").unlink()  # the model answers now: "call refund(A-1)"
 
     wait_for(lambda: "outcome dropped" in output(worker), timeout=60, what="the worker to stop")
@@ -61,7 +61,7 @@ def test_a_thread_cancelled_mid_call_leaves_its_worker_running(spawn, support_ag
     )
     worker = held_at(spawn, effects, "before", "holder", PORTAL_RUN_LEASE_SECONDS="1")
 
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
     wait_for(
         lambda: "lease ended: the run was cancelled" in output(worker),
         timeout=10,

@@ -86,7 +86,7 @@ def test_cancelling_a_paused_thread_records_who_and_takes_its_request_out_of_the
     request = make_interrupt(owner=support_agent)
     thread = request.thread
 
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
 
     thread.refresh_from_db()
     request.refresh_from_db()
@@ -112,7 +112,7 @@ def test_cancelling_a_thread_cancels_its_queued_and_running_runs(support_agent):
     )
     running = Run.objects.create(thread=thread, kind=Run.Kind.CONTINUE, status=Run.Status.RUNNING)
 
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
 
     for run in (queued, running):
         run.refresh_from_db()
@@ -123,14 +123,14 @@ def test_cancelling_a_thread_cancels_its_queued_and_running_runs(support_agent):
 
 def test_a_cancelled_thread_takes_no_retry_no_follow_up_and_no_second_cancel(support_agent):
     thread = _failed(support_agent)
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
 
     with pytest.raises(ThreadNotRetryable):
         services.thread_retry(thread=thread, user=support_agent)
     with pytest.raises(ThreadNotRetryable):
         services.thread_message(thread=thread, text="hello?", user=support_agent)
     with pytest.raises(ThreadNotCancellable) as refused:
-        services.thread_abort(thread=thread, user=support_agent)
+        services.thread_cancel(thread=thread, user=support_agent)
     assert "already cancelled by sam-support at" in str(refused.value)
 
 
@@ -139,7 +139,7 @@ def test_a_finished_thread_with_nothing_queued_has_nothing_to_cancel(support_age
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.DONE)
 
     with pytest.raises(ThreadNotCancellable) as refused:
-        services.thread_abort(thread=thread, user=support_agent)
+        services.thread_cancel(thread=thread, user=support_agent)
 
     assert "nothing to cancel" in str(refused.value)
 
@@ -150,10 +150,10 @@ def test_only_the_owner_or_the_cancel_permission_may_cancel(
     thread = make_interrupt(owner=support_agent).thread
     for user in (other_support_agent, reviewer):
         with pytest.raises(ThreadActionForbidden) as refused:
-            services.thread_abort(thread=thread, user=user)
+            services.thread_cancel(thread=thread, user=user)
         assert "portal.cancel_thread" in str(refused.value)
 
-    services.thread_abort(thread=thread, user=_grant(reviewer, "cancel_thread"))
+    services.thread_cancel(thread=thread, user=_grant(reviewer, "cancel_thread"))
 
     thread.refresh_from_db()
     assert thread.cancelled_by == reviewer
@@ -163,7 +163,7 @@ def test_the_checkpointer_records_no_step_of_a_cancelled_thread(support_agent):
     # A worker that still holds one of its runs writes the step before each tool call;
     # that write is refused, so the call never runs.
     thread = make_thread(agent="echo", owner=support_agent)
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
     thread.refresh_from_db()
 
     with pytest.raises(ThreadCancelled) as refused:
@@ -182,7 +182,7 @@ def test_a_cancelled_thread_with_no_checkpoint_yet_records_no_first_step():
     thread, _ = services.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=owner
     )
-    services.thread_abort(thread=thread, user=owner)
+    services.thread_cancel(thread=thread, user=owner)
 
     with pytest.raises(ThreadCancelled):
         DjangoCheckpointer().put_sync(
@@ -198,7 +198,7 @@ def test_retries_and_cancellations_are_in_the_audit_trail(support_agent):
     failed = _failed(support_agent)
     run = services.thread_retry(thread=failed, user=support_agent)
     request = make_interrupt(owner=support_agent)
-    services.thread_abort(thread=request.thread, user=support_agent)
+    services.thread_cancel(thread=request.thread, user=support_agent)
 
     events = list(AuditEvent.objects.order_by("id").values("action", "actor_name", "target_id"))
     assert {
@@ -222,7 +222,7 @@ def test_cancelling_answers_whoever_waits_for_the_threads_work(support_agent, mo
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=support_agent
     )
 
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
 
     assert waiting.thread_key(thread.pk) in told
 
@@ -235,7 +235,7 @@ def test_a_run_left_queued_on_a_cancelled_thread_does_nothing_and_keeps_it_cance
     from portal.runs.worker import Worker
 
     thread = make_thread(agent="marker", owner=support_agent)
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
     stray = Run.objects.create(
         thread=thread, kind=Run.Kind.START, input={"messages": [{"role": "user", "content": "x"}]}
     )

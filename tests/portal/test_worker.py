@@ -209,7 +209,7 @@ def test_a_run_that_gave_up_keeps_the_cancellation_that_came_after_its_claim(
     def cancelled_meanwhile(worker: Worker, claimed: Run) -> str:
         # The user cancels the thread between the claim and the run's failure.
         def cancel() -> None:
-            services.thread_abort(thread=thread, user=support_agent)
+            services.thread_cancel(thread=thread, user=support_agent)
             connections.close_all()
 
         canceller = threading.Thread(target=cancel)
@@ -866,7 +866,7 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
             return interrupts.objects
 
     monkeypatch.setattr(services_module, "Interrupt", FinishMeanwhile())
-    services.thread_abort(thread=thread, user=support_agent)
+    services.thread_cancel(thread=thread, user=support_agent)
     finisher.join(timeout=20)
 
     assert results == {"finish": "ok"}
