@@ -79,7 +79,7 @@ from portal.models import (
     policies,
     waiting,
 )
-from portal.reviews.assignments import assigned_to
+from portal.notify.assignments import assigned_to
 from portal.reviews.decisions import (
     DecisionRefused,
     decision_submit_for_thread,

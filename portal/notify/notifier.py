@@ -26,8 +26,7 @@ from django.utils import timezone
 
 from portal import loops
 from portal.models import Delivery, Notification, Subscription, WorkerHeartbeat, waiting
-from portal.notify import outbox
-from portal.reviews import assignments
+from portal.notify import assignments, outbox
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from django_htmx.middleware import HtmxDetails
 from portal.accounts import roles
 from portal.models import Approval, ExternalRequest, Interrupt, paging
 from portal.models.paging import Cursor
-from portal.reviews.assignments import assigned_to
+from portal.notify.assignments import assigned_to
 
 
 class HtmxRequest(HttpRequest):

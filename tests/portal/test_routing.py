@@ -24,8 +24,8 @@ from portal.models import (
     Subscription,
 )
 from portal.notify import outbox
+from portal.notify.assignments import requests_remind_and_escalate
 from portal.notify.notifier import Notifier, outbox_dispatch
-from portal.reviews.assignments import requests_remind_and_escalate
 from tests.factories import make_interrupt, make_user
 
 ROUTED = {
@@ -188,10 +188,10 @@ def test_requests_already_reminded_do_not_crowd_out_those_still_due(db, monkeypa
     # Under a policy with no escalation, a reminded request stays pending (and a candidate)
     # until decided; a sweep that looked only at its first few candidates found nothing to
     # do there, sweep after sweep, and the rest were never reminded.
-    import portal.reviews.assignments
+    import portal.notify.assignments
 
     settings.PORTAL_POLICIES = {"refunds:*": {"expires_after": 3600, "remind_before": 3000}}
-    monkeypatch.setattr(portal.reviews.assignments, "SWEEP_LIMIT", 2)
+    monkeypatch.setattr(portal.notify.assignments, "SWEEP_LIMIT", 2)
     made = [make_interrupt(agent="refunds", message=f"r{i}").pk for i in range(5)]
     last = max(Interrupt.objects.filter(pk__in=made).values_list("expires_at", flat=True))
     now = last - timedelta(seconds=3000)
