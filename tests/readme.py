@@ -1,5 +1,5 @@
-"""The README's production section, read as the commands it tells an operator to run, so
-the tests that follow it cannot drift from it."""
+"""The production section of docs/deployment.md (moved there from the README), read as the
+commands it tells an operator to run, so the tests that follow it cannot drift from it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ def _exports(block: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for line in block.splitlines():
         words = shlex.split(line)
-        assert words[0] == "export", f"not an export line in the README: {line!r}"
+        assert words[0] == "export", f"not an export line in docs/deployment.md: {line!r}"
         for word in words[1:]:
             name, _, value = word.partition("=")
             env[name] = value
@@ -38,7 +38,7 @@ def production_steps() -> ProductionSteps:
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
     sql = [body for lang, body in blocks if lang == "sql"]
     sh = [body for lang, body in blocks if lang == "sh"]
-    assert len(sql) == 1 and len(sh) == 4, "the README's production section changed shape"
+    assert len(sql) == 1 and len(sh) == 4, "deployment.md's production section changed shape"
     env, local, setup, start = sh
     return ProductionSteps(
         sql=[s.strip() for s in sql[0].split(";") if s.strip()],

@@ -1,9 +1,9 @@
-"""The README's production section, followed as written on a fresh copy of the project:
-real processes (migrate as the owner role, grant_app_role, collectstatic, daphne with
-DEBUG=0, a worker) and real Chromium, which loads pages with their styles and scripts and
-gets a live update over the websocket.
+"""The production section of docs/deployment.md (once the README's), followed as written
+on a fresh copy of the project: real processes (migrate as the owner role, grant_app_role,
+collectstatic, daphne with DEBUG=0, a worker) and real Chromium, which loads pages with
+their styles and scripts and gets a live update over the websocket.
 
-Only names are changed from the README: the roles, the database, the port and the channel
+Only names are changed from the page: the roles, the database, the port and the channel
 prefix get this run's own (several test runs share the servers), and createsuperuser runs
 without its prompts."""
 
