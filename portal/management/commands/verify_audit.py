@@ -19,8 +19,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit.chains import APPROVALS, EVENTS, verify_chain
+from portal.audit.chains import verify_chain
 from portal.models import Approval, AuditEvent, Decision
+from portal.models.chain import APPROVALS, EVENTS
 
 
 class Command(BaseCommand):
