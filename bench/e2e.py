@@ -178,8 +178,8 @@ def setup_ours() -> None:
     from django.contrib.auth.models import Group
     from django.core.management import call_command
 
+    from portal.accounts.groups import ensure_roles
     from portal.accounts.roles import REVIEWER, SUPPORT
-    from portal.accounts.setup import ensure_roles
     from portal.api import api_token_create
 
     call_command("migrate", verbosity=0, interactive=False)

@@ -246,7 +246,7 @@ def _ensure_data() -> tuple[Any, float | None]:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from portal.accounts.setup import ensure_roles
+    from portal.accounts.groups import ensure_roles
     from portal.models import Decision
 
     groups = {g.name: g for g in ensure_roles()}

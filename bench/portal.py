@@ -129,7 +129,7 @@ FROM generate_series(%(first)s, %(first)s + %(n)s - 1) AS i
 def _reviewers() -> tuple[Any, list[int]]:
     from django.contrib.auth import get_user_model
 
-    from portal.accounts.setup import ensure_roles
+    from portal.accounts.groups import ensure_roles
 
     groups = {g.name: g for g in ensure_roles()}
     ids = []

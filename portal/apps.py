@@ -7,10 +7,10 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Connects the receivers that close a user's sockets when their rights change, and
-        # those that record logins in the audit trail.
+        # Connects the receivers that close a user's sockets when their rights change,
+        # those that record logins in the audit trail, and those that revoke API tokens.
         from portal import checks  # noqa: F401  (registers the system checks)
-        from portal.accounts import logins, roles  # noqa: F401
+        from portal.accounts import logins, roles, tokens  # noqa: F401
         from portal.web import signals  # noqa: F401
 
         roles.guard_usernames()

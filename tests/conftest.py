@@ -24,7 +24,7 @@ def _stop_listening():
 
 @pytest.fixture
 def roles(db):
-    from portal.accounts.setup import ensure_roles
+    from portal.accounts.groups import ensure_roles
 
     return {g.name: g for g in ensure_roles()}
 

@@ -70,7 +70,7 @@ def make_user(username: str | None = None, *, role: str | None = None, password=
         username=username, password=password or "pw-" + username, **extra
     )
     if role is not None:
-        from portal.accounts.setup import ensure_roles
+        from portal.accounts.groups import ensure_roles
 
         ensure_roles()
         user.groups.add(Group.objects.get(name=role))

@@ -1,34 +1,10 @@
-"""Who may do what: one permission and one function per capability.
+"""Who may do what: one permission and one ``can_...`` function per capability.
 
 Roles are Django groups holding permissions; code asks these functions, never group names
-and never ``is_staff``, so an admin can grant a single capability without inventing a role.
-``is_staff`` only opens the Django admin's door: inside it a staff member still sees only
-what their model permissions allow, and deciding there asks ``can_decide`` like everywhere
-else. Superusers hold every permission (Django's ``has_perm``), so they keep everything.
-
-Capabilities (all in the app ``portal``):
-
-=====================  ====================================================  =============
-permission             lets the user                                         groups
-=====================  ====================================================  =============
-``start_thread``       start conversations and send follow-ups in their own  support
-``decide_interrupt``   decide requests; open the review queue and its feed   reviewer
-``claim_interrupt``    claim and release requests                            reviewer
-``take_over_claim``    take over or release a claim someone else holds       (none)
-``view_all_threads``   read every thread, not only their own                 reviewer, auditor
-``view_history``       browse the decision history                           reviewer, auditor
-``export_history``     download the history as CSV or JSON Lines             reviewer, auditor
-``view_metrics``       open the metrics page, read /metrics/prometheus      reviewer, auditor
-``view_audit_trail``   browse and (with ``export_history``) export the       auditor
-                       audit trail of actions (claims, logins, tokens...)
-``retry_thread``       retry anyone's failed thread (owners retry their own) (none)
-``cancel_thread``      cancel anyone's thread (owners cancel their own)      (none)
-``raise_request``      raise approval requests over the API (external        agent
-                       agents' service users)
-=====================  ====================================================  =============
-
-Whatever the permissions, the policies (``portal.models.policies``) still refuse a decider who
-wrote into the thread, and only a thread's owner may post into it.
+and never ``is_staff`` (it only opens the admin's door). Superusers hold every permission.
+The capabilities and the groups holding them: docs/architecture.md, "accounts". Whatever
+the permissions, the policies (``portal.models.policies``) still refuse a decider who wrote
+into the thread.
 """
 
 from __future__ import annotations

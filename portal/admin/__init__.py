@@ -31,6 +31,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from portal.accounts import access, roles
+from portal.accounts.tokens import api_token_delete
 from portal.errors import Refused
 from portal.models import (
     ApiToken,
@@ -48,7 +49,6 @@ from portal.models import (
     Run,
     Subscription,
     Thread,
-    api_token_delete,
 )
 from portal.notify import outbox
 from portal.reviews import services

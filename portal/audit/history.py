@@ -6,11 +6,7 @@ queryset of plain rows (``values()``, one join to the interrupt, one to the revi
 ``page(...)`` and ``iter_rows(...)`` read it by keyset on ``(created_at, id)``, newest first,
 so page 20 000 costs what page 1 costs and an export of a million rows holds one batch in
 memory at a time. ``COLUMNS`` is the one list of columns the page, the CSV and the JSON Lines
-export all show.
-
-Full-text search on PostgreSQL matches ``to_tsvector('simple', message || payload)``
-against a ``websearch_to_tsquery``, served by a GIN expression index over decided requests
-(migrations 0003 and 0011); on SQLite it is a plain case-insensitive substring match.
+export all show. Full-text search: docs/architecture.md, "audit".
 """
 
 from __future__ import annotations

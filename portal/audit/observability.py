@@ -36,8 +36,8 @@ from portal.models import (
     Notification,
     Run,
     WorkerHeartbeat,
+    outbox_backlog,
 )
-from portal.notify.outbox import outbox_backlog
 
 __all__ = ["CONTENT_TYPE_LATEST", "Health", "health", "metrics_text", "token_matches"]
 

@@ -609,12 +609,3 @@ def send(delivery: Delivery) -> int | None:
     if not 200 <= status < 300:
         raise SendError(f"the receiver answered {status} {reason}", status)
     return status
-
-
-def outbox_backlog() -> dict[str, int]:
-    """Counts the admin and metrics show: notifications not fanned out, deliveries due."""
-    return {
-        "undispatched": Notification.objects.filter(dispatched_at__isnull=True).count(),
-        "pending": Delivery.objects.filter(status=Delivery.Status.PENDING).count(),
-        "failed": Delivery.objects.filter(status=Delivery.Status.FAILED).count(),
-    }

@@ -48,7 +48,6 @@ from agents.interrupt import Interrupt as RuntimeInterrupt
 from agents.schema import json_problem, text_problem
 from agents.state import new_id
 from portal.accounts import roles
-from portal.audit import chains as audit
 from portal.errors import Refused
 from portal.models import (
     ApiToken,
@@ -58,6 +57,7 @@ from portal.models import (
     Interrupt,
     Thread,
     audit_record,
+    chain,
 )
 from portal.notify import broadcast, outbox
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -132,7 +132,7 @@ class RequestSpec:
 
     def fingerprint(self) -> str:
         fields = {k: v for k, v in self.__dict__.items() if k != "idempotency_key"}
-        return hashlib.sha256(audit.canonical(fields).encode()).hexdigest()
+        return hashlib.sha256(chain.canonical(fields).encode()).hexdigest()
 
 
 def _text(errors: list[str], name: str, value: str, limit: int, *, required: bool = False) -> None:

@@ -15,8 +15,9 @@ from channels.layers import channel_layers
 from channels.testing import ApplicationCommunicator
 from django.conf import settings as django_settings
 
+from portal.accounts.tokens import api_tokens_revoke
 from portal.api import api_token_create
-from portal.models import Thread, api_tokens_revoke
+from portal.models import Thread
 from portal.notify import broadcast
 from portal.reviews.decisions import interrupt_claim
 from tests.factories import make_interrupt, make_thread
@@ -319,7 +320,8 @@ async def test_a_carriage_return_in_a_thread_cannot_forge_an_event(
 async def test_a_stream_ends_when_its_token_is_deleted_in_the_admin(
     application, layer, support_agent, admin_user
 ):
-    from portal.models import ApiToken, api_token_delete
+    from portal.accounts.tokens import api_token_delete
+    from portal.models import ApiToken
 
     thread = await sync_to_async(make_thread)(owner=support_agent)
     token = await sync_to_async(_token)(support_agent)

@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from portal.audit import chains as audit
-from portal.models import Decision, ImmutableRecordError, Interrupt
+from portal.audit.chains import verify_chain
+from portal.models import Decision, ImmutableRecordError, Interrupt, chain
 from portal.reviews.services import interrupt_withdraw
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
@@ -61,7 +61,7 @@ def verify_fails() -> str:
 def test_every_path_that_records_a_decision_links_it_to_the_previous_one(three_decisions):
     first, second, third = three_decisions
     assert [d.outcome for d in three_decisions] == ["approved", "cancelled", "expired"]
-    assert first.prev_hash == audit.GENESIS
+    assert first.prev_hash == chain.GENESIS
     assert second.prev_hash == first.hash
     assert third.prev_hash == second.hash
     assert len({d.hash for d in three_decisions}) == 3
@@ -71,24 +71,24 @@ def test_every_path_that_records_a_decision_links_it_to_the_previous_one(three_d
 def test_the_hash_covers_the_previous_hash_the_fields_and_the_payload(three_decisions):
     decision = three_decisions[1]
     interrupt = decision.interrupt
-    payload = audit.payload_hash({f: getattr(interrupt, f) for f in audit.PAYLOAD_FIELDS})
+    payload = chain.payload_hash({f: getattr(interrupt, f) for f in chain.PAYLOAD_FIELDS})
     assert decision.payload_hash == payload
-    fields = {f: getattr(decision, f) for f in audit.DECISION_FIELDS}
-    assert decision.hash == audit.decision_hash(
+    fields = {f: getattr(decision, f) for f in chain.DECISION_FIELDS}
+    assert decision.hash == chain.decision_hash(
         fields, prev_hash=decision.prev_hash, payload=payload
     )
     changed = {**fields, "note": fields["note"] + "!"}
-    assert decision.hash != audit.decision_hash(
+    assert decision.hash != chain.decision_hash(
         changed, prev_hash=decision.prev_hash, payload=payload
     )
 
 
 def test_canonical_json_is_the_same_before_and_after_a_database_round_trip():
     assert (
-        audit.canonical({"b": 1.0, "a": [1e16, 0.5, "é"]})
+        chain.canonical({"b": 1.0, "a": [1e16, 0.5, "é"]})
         == '{"a":[10000000000000000,0.5,"é"],"b":1}'
     )
-    assert audit.canonical({"b": 1, "a": [10000000000000000, 0.5, "é"]}) == audit.canonical(
+    assert chain.canonical({"b": 1, "a": [10000000000000000, 0.5, "é"]}) == chain.canonical(
         {"a": [1e16, 0.5, "é"], "b": 1.0}
     )
 
@@ -98,7 +98,7 @@ def test_a_large_integral_float_hashes_as_the_integer_a_database_gives_back(numb
     # jsonb keeps the number's text exactly and returns 1e23 as 10**23, not int(1e23).
     from decimal import Decimal
 
-    assert audit.canonical({"n": number}) == audit.canonical({"n": int(Decimal(repr(number)))})
+    assert chain.canonical({"n": number}) == chain.canonical({"n": int(Decimal(repr(number)))})
 
 
 @pytest.mark.postgres
@@ -119,7 +119,7 @@ def test_the_chain_verifies_after_an_answer_with_a_large_number(reviewer, amount
         interrupt=later, reviewer=reviewer, value={"amount": 5}, resume_interrupt_id=later.pk
     )
 
-    report = audit.verify_chain(Decision.objects.all())
+    report = verify_chain(Decision.objects.all())
     assert report.ok, report.broken
 
 
@@ -148,8 +148,8 @@ def test_an_edited_outcome_is_detected_even_with_its_hash_recomputed_in_place(th
     first, second, _ = three_decisions
     # A careful forger rewrites the outcome and the row's own hash; the next row still
     # points at the old hash.
-    fields = {f: getattr(first, f) for f in audit.DECISION_FIELDS} | {"outcome": "rejected"}
-    forged = audit.decision_hash(fields, prev_hash=first.prev_hash, payload=first.payload_hash)
+    fields = {f: getattr(first, f) for f in chain.DECISION_FIELDS} | {"outcome": "rejected"}
+    forged = chain.decision_hash(fields, prev_hash=first.prev_hash, payload=first.payload_hash)
     with tampering() as cursor:
         cursor.execute(
             "UPDATE portal_decision SET outcome = 'rejected', hash = %s WHERE id = %s",
@@ -255,7 +255,7 @@ def test_verify_audit_given_an_older_head_accepts_the_decisions_recorded_since(
 def test_verify_audit_given_the_genesis_head_of_an_empty_chain_accepts_any_chain(
     three_decisions, capsys
 ):
-    call_command("verify_audit", "--expect-head", audit.GENESIS)
+    call_command("verify_audit", "--expect-head", chain.GENESIS)
     assert capsys.readouterr().out.startswith("ok: 3 decisions verified")
 
 

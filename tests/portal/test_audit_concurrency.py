@@ -8,7 +8,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from portal.audit import chains as audit
+from portal.audit.chains import verify_chain
 from portal.models import Decision, Interrupt
 from tests.factories import make_interrupt
 
@@ -53,6 +53,6 @@ def test_decisions_committed_at_the_same_moment_form_one_unbroken_chain():
     decisions = list(Decision.objects.order_by("id"))
     assert len(decisions) == WRITERS
     assert len({d.prev_hash for d in decisions}) == WRITERS, "two decisions share a prev_hash"
-    report = audit.verify_chain(Decision.objects.all())
+    report = verify_chain(Decision.objects.all())
     assert report.ok, report.broken
     assert report.count == WRITERS

@@ -8,8 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from portal.audit import chains as audit
-from portal.models import AuditEvent, ImmutableRecordError, audit_record
+from portal.models import AuditEvent, ImmutableRecordError, audit_record, chain
 from tests.factories import make_interrupt, make_user
 
 pytestmark = pytest.mark.django_db
@@ -51,12 +50,12 @@ def verify_fails() -> str:
 
 def test_each_event_is_linked_to_the_one_before(three_events):
     first, second, third = three_events
-    assert first.prev_hash == audit.GENESIS
+    assert first.prev_hash == chain.GENESIS
     assert second.prev_hash == first.hash
     assert third.prev_hash == second.hash
     stored = AuditEvent.objects.get(pk=second.pk)
-    fields = {name: getattr(stored, name) for name in audit.EVENT_FIELDS}
-    assert audit.event_hash(fields, prev_hash=stored.prev_hash) == stored.hash
+    fields = {name: getattr(stored, name) for name in chain.EVENT_FIELDS}
+    assert chain.event_hash(fields, prev_hash=stored.prev_hash) == stored.hash
 
 
 def test_an_event_names_its_actor_and_target(three_events, reviewer):

@@ -149,7 +149,7 @@ MUTATING = {
 
 
 def _personas() -> dict[str, Any]:
-    from portal.accounts.setup import ensure_roles
+    from portal.accounts.groups import ensure_roles
 
     groups = {g.name: g for g in ensure_roles()}
 

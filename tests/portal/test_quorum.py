@@ -14,8 +14,7 @@ from django.db import connection
 from django.test import Client
 
 from portal.api import api_token_create
-from portal.audit import chains as audit
-from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, policies
+from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, chain, policies
 from portal.reviews.decisions import (
     AlreadyDecided,
     AlreadyVoted,
@@ -270,11 +269,11 @@ def test_each_vote_is_in_the_approval_hash_chain(two_of_n, panel, capsys):
     answer(first, panel[1])
 
     votes = list(Approval.objects.order_by("id"))
-    assert votes[0].prev_hash == audit.GENESIS
+    assert votes[0].prev_hash == chain.GENESIS
     assert [v.prev_hash for v in votes[1:]] == [v.hash for v in votes[:-1]]
-    fields = {f: getattr(votes[0], f) for f in audit.APPROVAL_FIELDS}
-    assert votes[0].hash == audit.approval_hash(
-        fields, prev_hash=audit.GENESIS, payload=votes[0].payload_hash
+    fields = {f: getattr(votes[0], f) for f in chain.APPROVAL_FIELDS}
+    assert votes[0].hash == chain.approval_hash(
+        fields, prev_hash=chain.GENESIS, payload=votes[0].payload_hash
     )
     call_command("verify_audit")
     out = capsys.readouterr().out

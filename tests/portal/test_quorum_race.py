@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from agents.examples import refunds
-from portal.audit import chains as audit
-from portal.models import Approval, Decision, Interrupt, Run, Thread
+from portal.audit.chains import verify_chain
+from portal.models import Approval, Decision, Interrupt, Run, Thread, chain
 from portal.reviews.decisions import AlreadyDecided, AlreadyVoted, decision_submit
 from portal.reviews.services import thread_start
 from portal.runs.worker import Worker
@@ -76,7 +76,7 @@ def test_m_reviewers_approving_at_once_resume_the_run_exactly_once(roles, suppor
     assert Decision.objects.filter(interrupt=interrupt).count() == 1
     assert Run.objects.filter(thread=thread, kind=Run.Kind.RESUME).count() == 1
     # The chain did not fork: each vote points at the one recorded before it.
-    report = audit.verify_chain(Approval.objects.all(), chain=audit.APPROVALS)
+    report = verify_chain(Approval.objects.all(), chain=chain.APPROVALS)
     assert report.ok and report.count == M, report
 
     run_queued_work()

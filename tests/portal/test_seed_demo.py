@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from portal.accounts.setup import DEMO_USERS
+from portal.accounts.groups import DEMO_USERS
 from portal.models import Thread
 
 pytestmark = pytest.mark.django_db

@@ -1,9 +1,14 @@
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.accounts.setup import ensure_demo_subscription, ensure_demo_threads, ensure_demo_users
+from portal.accounts.groups import ensure_demo_users
+from portal.models import Subscription, Thread
+from portal.notify import outbox
+from portal.reviews.services import thread_start
+from portal.runs.registry import agents_info
 
 
 class Command(BaseCommand):
@@ -54,3 +59,47 @@ class Command(BaseCommand):
             "in as reviewer (another browser or a private window), open the queue row asked "
             "by support, approve it, and watch the chat finish.\n"
         )
+
+
+DEMO_SUBSCRIPTION = "Demo: every event, by email"
+
+
+def ensure_demo_subscription() -> bool:
+    """Subscribe the demo to every event by email, so ``make run`` shows notifications
+    (the console email backend prints them in the server's output). Created once; an
+    existing one, perhaps edited in the admin, is left alone. True when it was created."""
+    if Subscription.objects.filter(name=DEMO_SUBSCRIPTION).exists():
+        return False
+    outbox.subscription_save(
+        subscription=Subscription(
+            name=DEMO_SUBSCRIPTION,
+            channel=Subscription.Channel.EMAIL,
+            target="reviewers@example.com",
+        ),
+        user=None,
+    )
+    return True
+
+
+def ensure_demo_threads(*, username: str = "support2") -> list[str]:
+    """On first run (the demo user has no threads yet), start one conversation per agent
+    that has a ``DEMO`` message (see ``portal.runs.registry``). Only their runs are queued here;
+    the worker (embedded in ``make run``) takes them to their approval requests, so the
+    queue is not empty when a newcomer first looks. They belong to ``support2``, not to
+    ``support`` whom the README has a newcomer play, and their messages differ from the
+    chat's examples: the newcomer's own request is the only one of its kind in the queue.
+    Returns the agents started."""
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None or Thread.objects.filter(owner=user).exists():
+        return []
+    started = []
+    for info in agents_info():
+        if not info.demo:
+            continue
+        thread_start(
+            agent=info.name,
+            input={"messages": [{"role": "user", "content": info.demo}]},
+            user=user,
+        )
+        started.append(info.name)
+    return started

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from portal.accounts.setup import ensure_roles
+from portal.accounts.groups import ensure_roles
 
 
 class Command(BaseCommand):

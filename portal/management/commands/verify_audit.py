@@ -1,15 +1,8 @@
-"""``manage.py verify_audit``: walk the decision hash chain, the approvals' (each
-reviewer's vote on a request that needs several), then the audit trail's
-(every other action), and report the first broken link of each.
-
-Exit status 0 and ``ok: N decisions verified`` when the chain is intact; otherwise a
-non-zero status and ``first broken link: decision <id>: <reason>``. The head hash it prints
-is worth recording somewhere else: a chain that lost its newest rows, or was rewritten
-from some row to the end, is consistent with itself, and only a head recorded earlier
-shows it. Pass that head back with ``--expect-head HASH``: the check then also fails
-unless a decision still has that hash. ``--expect-event-head HASH`` does the same for the
-audit trail's chain, whose head is printed on the second line, and
-``--expect-approval-head HASH`` for the approvals' (the third).
+"""``manage.py verify_audit``: walk the decisions' hash chain, the audit trail's and the
+approvals', and report the first broken link of each (exit status 2), or ``ok: N ...
+verified (head H)`` per chain. Record the heads elsewhere and pass them back with
+``--expect-head``, ``--expect-event-head`` and ``--expect-approval-head``: only a head
+recorded earlier shows a chain that lost its newest rows (docs/architecture.md, "audit").
 """
 
 from __future__ import annotations
@@ -19,8 +12,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit.chains import APPROVALS, EVENTS, verify_chain
+from portal.audit.chains import verify_chain
 from portal.models import Approval, AuditEvent, Decision
+from portal.models.chain import APPROVALS, EVENTS
 
 
 class Command(BaseCommand):

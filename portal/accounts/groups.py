@@ -1,4 +1,5 @@
-"""Roles and demo users. Idempotent: safe to run on every start."""
+"""The role groups and their permissions, and the demo users. Idempotent: safe to run on
+every start."""
 
 from __future__ import annotations
 
@@ -59,54 +60,3 @@ def ensure_demo_users() -> list[tuple[str, str, str | None]]:
         known = created or user.check_password(password)
         users.append((username, role or "admin", password if known else None))
     return users
-
-
-DEMO_SUBSCRIPTION = "Demo: every event, by email"
-
-
-def ensure_demo_subscription() -> bool:
-    """Subscribe the demo to every event by email, so ``make run`` shows notifications
-    (the console email backend prints them in the server's output). Created once; an
-    existing one, perhaps edited in the admin, is left alone. True when it was created."""
-    from portal.models import Subscription
-    from portal.notify import outbox
-
-    if Subscription.objects.filter(name=DEMO_SUBSCRIPTION).exists():
-        return False
-    outbox.subscription_save(
-        subscription=Subscription(
-            name=DEMO_SUBSCRIPTION,
-            channel=Subscription.Channel.EMAIL,
-            target="reviewers@example.com",
-        ),
-        user=None,
-    )
-    return True
-
-
-def ensure_demo_threads(*, username: str = "support2") -> list[str]:
-    """On first run (the demo user has no threads yet), start one conversation per agent
-    that has a ``DEMO`` message (see ``portal.runs.registry``). Only their runs are queued here;
-    the worker (embedded in ``make run``) takes them to their approval requests, so the
-    queue is not empty when a newcomer first looks. They belong to ``support2``, not to
-    ``support`` whom the README has a newcomer play, and their messages differ from the
-    chat's examples: the newcomer's own request is the only one of its kind in the queue.
-    Returns the agents started."""
-    from portal.models import Thread
-    from portal.reviews.services import thread_start
-    from portal.runs.registry import agents_info
-
-    user = get_user_model().objects.filter(username=username).first()
-    if user is None or Thread.objects.filter(owner=user).exists():
-        return []
-    started = []
-    for info in agents_info():
-        if not info.demo:
-            continue
-        thread_start(
-            agent=info.name,
-            input={"messages": [{"role": "user", "content": info.demo}]},
-            user=user,
-        )
-        started.append(info.name)
-    return started

@@ -1,0 +1,82 @@
+"""API tokens' lifecycle: revoking a user's tokens for good, deleting one in the admin,
+and the receivers that revoke them when their user is deactivated or changes password
+(connected by ``PortalConfig.ready``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_save, pre_save
+from django.dispatch import receiver
+from django.utils import timezone
+
+from portal.models import ApiToken, AuditEvent, audit_record, password_fingerprint
+
+
+def api_tokens_revoke(*, user: Any, reason: str, by: Any = None) -> int:
+    """Revoke every live token of ``user`` for good, recording each in the audit trail
+    (``by``: who did it; None for the system); returns how many."""
+    with transaction.atomic():
+        # Row locks: two revocations at once (a deactivation and a password change saved
+        # together) would otherwise both record the same token as revoked by them.
+        live = list(
+            ApiToken.objects.select_for_update()
+            .filter(user=user, revoked_at__isnull=True)
+            .values_list("pk", "name")
+        )
+        if not live:
+            return 0
+        ApiToken.objects.filter(pk__in=[pk for pk, _ in live]).update(
+            revoked_at=timezone.now(), revoked_reason=reason
+        )
+        for pk, name in live:
+            audit_record(
+                action=AuditEvent.Action.TOKEN_REVOKE,
+                actor=by,
+                target=("apitoken", pk),
+                detail={"user": user.get_username(), "name": name, "reason": reason},
+            )
+    return len(live)
+
+
+def api_token_delete(*, token: ApiToken, by: Any) -> None:
+    """Delete a token (the admin's way to revoke one), recording who did it."""
+    with transaction.atomic():
+        audit_record(
+            action=AuditEvent.Action.TOKEN_REVOKE,
+            actor=by,
+            target=token,
+            detail={
+                "user": token.user.get_username(),
+                "name": token.name,
+                "reason": "deleted in the admin",
+            },
+        )
+        token.delete()
+
+
+@receiver(pre_save, sender=settings.AUTH_USER_MODEL)
+def _note_password_rehash(sender: Any, instance: Any, update_fields: Any = None, **_: Any) -> None:
+    # Django re-hashes a password on login when its hasher settings changed (set_password,
+    # then _password cleared, then save(update_fields=["password"])): the same password, so
+    # tokens made under the old hash stay valid. Only those: remember the old hash.
+    if update_fields and "password" in update_fields and getattr(instance, "_password", 0) is None:
+        old = sender.objects.filter(pk=instance.pk).values_list("password", flat=True).first()
+        instance._portal_rehashed_from = old
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+def _revoke_tokens_on_user_change(sender: Any, instance: Any, **_: Any) -> None:
+    if not instance.is_active:
+        api_tokens_revoke(user=instance, reason="its user was deactivated")
+    elif getattr(instance, "_password", None) is not None:  # set_password(), then save()
+        api_tokens_revoke(user=instance, reason="its user's password changed")
+    else:
+        old = instance.__dict__.pop("_portal_rehashed_from", None)
+        if old is not None and old != instance.password:
+            before = password_fingerprint(type(instance)(password=old))
+            ApiToken.objects.filter(user=instance, password_fingerprint=before).update(
+                password_fingerprint=password_fingerprint(instance)
+            )

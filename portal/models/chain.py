@@ -1,0 +1,192 @@
+"""Hash chains over ``Decision``, ``Approval`` and ``AuditEvent`` rows: the canonical JSON
+form, one ``Chain`` for each table, and ``sealing``, which fills in a row's hashes on insert
+under the chains' lock. It never imports a model; verifying a chain is
+``portal.audit.chains``'. The hashes and the canonical form: docs/architecture.md, "models".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import connections, router, transaction
+
+GENESIS = "0" * 64
+# pg_advisory_xact_lock key for "the chains' heads" (all three share it); any constant
+# works as long as nothing else in the database uses it ("portal" in ASCII).
+CHAIN_LOCK_KEY = 0x706F7274616C
+
+# An approval's own fields, in canonical order.
+APPROVAL_FIELDS = (
+    "interrupt_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "created_at",
+)
+# An audit event's own fields, in canonical order.
+EVENT_FIELDS = (
+    "created_at",
+    "action",
+    "actor_id",
+    "actor_name",
+    "target_type",
+    "target_id",
+    "detail",
+)
+# The decision's own fields, in the order they appear in the canonical form.
+DECISION_FIELDS = (
+    "interrupt_id",
+    "thread_id",
+    "reviewer_id",
+    "outcome",
+    "value",
+    "note",
+    "original_args",
+    "executed_args",
+    "created_at",
+)
+# The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
+# and resolution times change over an interrupt's life and are not part of it.
+PAYLOAD_FIELDS = (
+    "id",
+    "thread_id",
+    "agent",
+    "key",
+    "node",
+    "value",
+    "message",
+    "reason",
+    "response_schema",
+    "tool_call_id",
+    "created_at",
+)
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        # As a database's JSON gives it back: the integer its shortest text names. jsonb
+        # returns 1e23 as 10**23, which is not int(1e23) (the float only nears it).
+        return int(Decimal(repr(value)))
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if isinstance(value, Mapping):
+        return {str(k): _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    if isinstance(value, int | float | str):
+        return value
+    return str(value)  # UUIDs and other scalars the ORM hands back
+
+
+def canonical(value: Any) -> str:
+    """The canonical JSON text of ``value`` (see the module docstring)."""
+    return json.dumps(
+        _normalise(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def payload_hash(interrupt: Mapping[str, Any]) -> str:
+    """Hash of the interrupt payload; ``interrupt`` maps ``PAYLOAD_FIELDS`` to values."""
+    return _sha256(canonical({name: interrupt.get(name) for name in PAYLOAD_FIELDS}))
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One hash chain: the rows' own fields, and whether each row also seals the payload
+    of the interrupt it answers (``payload_hash``)."""
+
+    noun: str  # "decision", "approval", "event": for the reports
+    fields: tuple[str, ...]
+    payload: bool
+    edits: str  # what an edit of a row's fields could have changed, for the reports
+
+    def hash(self, fields: Mapping[str, Any], *, prev_hash: str, payload: str = "") -> str:
+        """The chain hash of one row from its own fields, the previous row's hash and (for
+        a chain with payloads) the payload's hash."""
+        own = canonical({name: fields.get(name) for name in self.fields})
+        return _sha256(prev_hash + own + payload)
+
+
+_ANSWER_EDITS = "a value, note, outcome, reviewer or time"
+DECISIONS = Chain("decision", DECISION_FIELDS, True, _ANSWER_EDITS)
+APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
+EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")
+
+
+def decision_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one decision from its own fields and its two neighbours' hashes."""
+    return DECISIONS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def approval_hash(fields: Mapping[str, Any], *, prev_hash: str, payload: str) -> str:
+    """The chain hash of one approval, as ``decision_hash`` is for a decision."""
+    return APPROVALS.hash(fields, prev_hash=prev_hash, payload=payload)
+
+
+def event_hash(fields: Mapping[str, Any], *, prev_hash: str) -> str:
+    """The chain hash of one audit event from its own fields and the previous event's."""
+    return EVENTS.hash(fields, prev_hash=prev_hash)
+
+
+def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names}
+
+
+def _lock_chain(using: str) -> None:
+    # One lock for every chain: an action that appends to two of them in one transaction
+    # (a vote that completes a request, a withdrawal) cannot take two locks in two orders.
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
+    # SQLite: the portal opens every transaction with BEGIN IMMEDIATE, which takes the
+    # database's write lock up front, so appends are already serialised there.
+
+
+@contextmanager
+def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[None]:
+    """Fill in the hashes of a row of ``chain`` and keep the chains locked until its
+    transaction ends.
+
+    The insert must happen inside the ``with`` block (``Decision.save``, ``Approval.save``
+    and ``AuditEvent.save`` do so).
+    """
+    model = type(record)
+    db = using or router.db_for_write(model, instance=record)
+    # No savepoint inside a caller's transaction: a failed insert fails it (or the
+    # caller's own savepoint) whole, and the lock is held to its end either way.
+    with transaction.atomic(using=db, savepoint=False):
+        # The race: two rows committed at the same moment would both read the same chain
+        # head and both store it as prev_hash, forking the chain. The transaction-level
+        # advisory lock is held from reading the head until this insert commits, so the
+        # second row waits and then reads the first one's hash.
+        _lock_chain(db)
+        heads = model._default_manager.using(db).order_by("-id")
+        head = heads.values_list("hash", flat=True).first()
+        record.prev_hash = head if head is not None else GENESIS
+        payload = ""
+        if chain.payload:
+            record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
+            payload = record.payload_hash
+        record.hash = chain.hash(
+            _fields_of(record, chain.fields), prev_hash=record.prev_hash, payload=payload
+        )
+        yield
