@@ -93,7 +93,7 @@ def ensure_demo_threads(*, username: str = "support2") -> list[str]:
     chat's examples: the newcomer's own request is the only one of its kind in the queue.
     Returns the agents started."""
     from portal.models import Thread
-    from portal.reviews.services import thread_start
+    from portal.reviews.threads import thread_start
     from portal.runs.registry import agents_info
 
     user = get_user_model().objects.filter(username=username).first()

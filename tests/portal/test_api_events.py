@@ -18,7 +18,7 @@ from django.conf import settings as django_settings
 from portal.api import api_token_create
 from portal.models import Thread, api_tokens_revoke
 from portal.notify import broadcast
-from portal.reviews.decisions import interrupt_claim
+from portal.reviews.claims import interrupt_claim
 from tests.factories import make_interrupt, make_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
