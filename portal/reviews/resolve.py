@@ -59,23 +59,18 @@ def resolve(
     original_args: dict[str, Any] | None = None,
     executed_args: dict[str, Any] | None = None,
     at: datetime | None = None,
-    thread: Thread | None = None,
     resume: bool = True,
 ) -> tuple[Decision, Run | None]:
     """Close the pending request ``locked`` with a decision; caller holds the row lock
-    (``select_for_update`` on the request, in the caller's transaction) and has checked
-    that it is pending and may be closed so.
+    (``select_for_update`` in its transaction) and has checked that it may close it.
 
-    Records the ``Decision`` (``by``: the person, None for the system), marks the request
-    ``status`` at ``at`` (now by default), queues the outbox event, then with ``resume``
-    queues the thread's resume with ``value`` (``thread_resume``), or without it (a
-    cancelled thread takes no more steps) only answers an outside agent; and announces
-    the request's change once the transaction commits. Returns the decision and the run
-    queued (None when there is none). ``DecisionClash`` when the request has a decision
-    already (the database's constraint, behind the row lock); the caller's transaction
-    is then unusable and rolls back.
+    Records the ``Decision`` (``by`` None: the system), marks the request ``status`` at
+    ``at`` (default now), queues the outbox event, resumes the thread with ``value`` or,
+    without ``resume``, only answers an outside agent; announces the change on commit.
+    Returns the decision and the queued run (or None). ``DecisionClash``: the request
+    has a decision already, and the caller's transaction must roll back.
     """
-    thread = thread if thread is not None else locked.thread
+    thread = locked.thread
     try:
         decision = Decision.objects.create(
             interrupt=locked,

@@ -294,7 +294,6 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
                 by=who_did,
                 note=f"The conversation was cancelled by {by_whom}.",
                 at=now,
-                thread=locked,
                 resume=False,
             )
         locked.status, locked.cancelled_at, locked.cancelled_by = (
