@@ -50,6 +50,7 @@ __all__ = [
     "interrupt_withdraw",
     "thread_cancel",
     "thread_continue",
+    "thread_message",
     "thread_retry",
     "thread_start",
 ]
