@@ -18,8 +18,8 @@ With 1 process, then with 4 OS processes each driving its own quarter of the thr
 (each process its own connections).
 
 Part 2 (the real queue). ``manage.py run_worker`` subprocesses (1, then 4) drain runs queued
-through ``portal.reviews.services.thread_start`` then
-``portal.reviews.decisions.thread_resume`` for the agent above, registered as ``bench``;
+through ``portal.reviews.threads.thread_start`` then
+``portal.reviews.resolve.thread_resume`` for the agent above, registered as ``bench``;
 and the queued->started latency of an idle worker
 (``Run.started_at - Run.created_at``, one run at a time).
 
@@ -670,7 +670,7 @@ def queue_latency(n: int) -> dict[str, Any]:
     from django.db import close_old_connections
 
     from portal.models import Run
-    from portal.reviews import services
+    from portal.reviews import threads
 
     finished = {Run.Status.INTERRUPTED, Run.Status.SUCCEEDED, Run.Status.FAILED}
     workers = Workers(1)
@@ -678,7 +678,7 @@ def queue_latency(n: int) -> dict[str, Any]:
     failed = 0
     try:
         for i in range(n + 5):
-            _thread, run = services.thread_start(agent=AGENT, input=_user_input(i), user=None)
+            _thread, run = threads.thread_start(agent=AGENT, input=_user_input(i), user=None)
             while True:
                 status = Run.objects.filter(pk=run.pk).values_list("status", flat=True).get()
                 if status in finished:
@@ -701,16 +701,14 @@ def drain(count: int, n: int) -> dict[str, Any]:
     from django.db import transaction
 
     from portal.models import Interrupt, Run, Thread
-    from portal.reviews import decisions, services
+    from portal.reviews.resolve import thread_resume
+    from portal.reviews.threads import thread_start
 
     workers = Workers(count)
     try:
         t0 = time.perf_counter()
         with transaction.atomic():
-            started = [
-                services.thread_start(agent=AGENT, input=_user_input(i), user=None)
-                for i in range(n)
-            ]
+            started = [thread_start(agent=AGENT, input=_user_input(i), user=None) for i in range(n)]
         t1 = time.perf_counter()
         _wait_runs([r.pk for _, r in started], {"interrupted", "succeeded", "failed"}, 600)
         t2 = time.perf_counter()
@@ -720,7 +718,7 @@ def drain(count: int, n: int) -> dict[str, Any]:
         ).values_list("thread_id", "id")
         with transaction.atomic():
             resumed = [
-                decisions.thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
+                thread_resume(thread=threads[tid], value=rt.RESUME, interrupt_id=iid)
                 for tid, iid in pending
             ]
         t3 = time.perf_counter()

@@ -638,7 +638,7 @@ def bench_tokens() -> None:
     _setup()
     from agents.testing.fake_openai import FakeOpenAI
     from portal.models import Run, Thread
-    from portal.reviews.services import thread_start
+    from portal.reviews.threads import thread_start
 
     reviewer, _ = _ensure_data()
     owner = reviewer

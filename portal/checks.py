@@ -66,7 +66,8 @@ def check_decision_table_role(
                     + ", which can disable the decision table's triggers, and change, "
                     "delete or truncate decisions.",
                     hint="Run migrate as the owner, and connect the portal as a role of its "
-                    "own given its rights by `manage.py grant_app_role` (docs/deployment.md, Production).",
+                    "own given its rights by `manage.py grant_app_role` "
+                    "(docs/deployment.md, Production).",
                     id="portal.W001",
                 )
             )

@@ -32,7 +32,7 @@ from django.utils.html import format_html
 
 from portal.accounts import access, roles
 from portal.accounts.tokens import api_token_delete
-from portal.errors import Refused
+from portal.errors import DecisionRefused, Refused
 from portal.models import (
     ApiToken,
     Approval,
@@ -51,8 +51,8 @@ from portal.models import (
     Thread,
 )
 from portal.notify import outbox
-from portal.reviews import services
-from portal.reviews.decisions import DecisionRefused, interrupt_expire
+from portal.reviews import threads
+from portal.reviews.expiry import interrupt_expire
 from portal.reviews.external import request_state, with_collection
 from portal.reviews.forms import DecisionForm
 from portal.reviews.words import recorded_words
@@ -175,7 +175,7 @@ class ThreadAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda t: services.thread_retry(thread=t, user=request.user),
+            lambda t: threads.thread_retry(thread=t, user=request.user),
             "Retried from their last checkpoint",
         )
 
@@ -185,7 +185,7 @@ class ThreadAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda t: services.thread_cancel(thread=t, user=request.user),
+            lambda t: threads.thread_cancel(thread=t, user=request.user),
             "Cancelled",
         )
 
@@ -284,7 +284,7 @@ class InterruptAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda i: services.interrupt_withdraw(interrupt=i, user=request.user),
+            lambda i: threads.interrupt_withdraw(interrupt=i, user=request.user),
             "Withdrawn",
         )
 

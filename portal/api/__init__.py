@@ -55,6 +55,7 @@ from portal.accounts import access, roles
 from portal.api import follow
 from portal.audit import history
 from portal.errors import (
+    DecisionRefused,
     InputError,
     InterruptNotPending,
     ThreadActionForbidden,
@@ -80,13 +81,9 @@ from portal.models import (
     waiting,
 )
 from portal.notify.assignments import assigned_to
-from portal.reviews.decisions import (
-    DecisionRefused,
-    decision_submit_for_thread,
-    interrupt_claim,
-    interrupt_unclaim,
-)
-from portal.reviews.services import interrupt_withdraw, thread_cancel, thread_retry, thread_start
+from portal.reviews.claims import interrupt_claim, interrupt_unclaim
+from portal.reviews.decisions import decision_submit_for_thread
+from portal.reviews.threads import interrupt_withdraw, thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.registry import UnknownAgentError
 

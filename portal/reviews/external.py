@@ -1,22 +1,10 @@
 """Approval requests from agents that run outside the portal.
 
-An external agent raises a request over the API (``external_request_create``). It becomes
-an ordinary pause: a ``Thread`` of its own (its agent is the name the request gives, its
-owner the token's user) whose one checkpoint, written by the checkpointer like any pause,
-puts an ``Interrupt`` in the queue in the same transaction. So the queue, the history, the
-metrics, the policies, the admin and ``decision_submit`` treat it like any other request,
-and the request is checked like an in-process one (``agents.interrupt.check_interrupt``).
-
-What differs:
-
-- The thread has no graph. Whatever answers it (a reviewer, the expiry, a withdrawal)
-  closes it: ``external_request_close`` writes its last checkpoint where an in-process
-  thread gets a queued resume, so nothing ever tries to run it.
-- The requester learns the answer by a signed webhook to its ``callback_url``, queued in
-  the outbox in the same transaction as the decision and retried until the receiver
-  takes it (the envelope's ``data`` is ``external_answer``), or by
-  reading it (``GET /api/requests/<id>``, which may wait for it). Either marks it
-  collected; a decided request nobody collected shows so in the admin.
+``external_request_create`` raises one as an ordinary pause (a thread of its own with one
+checkpoint), so the queue, history, policies and ``decision_submit`` treat it like any
+other request. Its thread has no graph: an answer closes it (``external_request_close``)
+and the requester hears by a signed webhook or by reading it. See docs/architecture.md,
+reviews.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ from django import forms
 from django.conf import settings
 
 from agents import inbox
+from portal.errors import DecisionRefused
 from portal.models import Approval, Decision, Interrupt
-from portal.reviews.decisions import DecisionRefused, decision_submit
+from portal.reviews.decisions import decision_submit
 from portal.reviews.schema_forms import SchemaLayout
 from portal.reviews.words import tool_words
 

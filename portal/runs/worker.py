@@ -80,7 +80,7 @@ from agents.checkpoint import CheckpointConflict
 from portal import loops
 from portal.models import Checkpoint, Interrupt, Run, Thread, WorkerHeartbeat, waiting
 from portal.notify import broadcast, outbox
-from portal.reviews.decisions import interrupts_expire
+from portal.reviews.expiry import interrupts_expire
 from portal.runs.checkpointer import ThreadCancelled
 from portal.runs.queue import NOTIFY_CHANNEL, wake
 

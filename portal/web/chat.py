@@ -22,7 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal.accounts import access, roles
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import Interrupt
-from portal.reviews import services
+from portal.reviews.threads import interrupt_withdraw, thread_message, thread_start
 from portal.runs.registry import UnknownAgentError, agent_info, agent_names, agents_info
 from portal.web.threads import transcript_context
 
@@ -91,7 +91,7 @@ def chat(request: HttpRequest) -> HttpResponse:
         form = ChatStartForm(request.POST)
         if form.is_valid():
             try:
-                thread, _run = services.thread_start(
+                thread, _run = thread_start(
                     agent=form.cleaned_data["agent"],
                     input={"messages": [{"role": "user", "content": form.cleaned_data["message"]}]},
                     user=request.user,
@@ -129,9 +129,7 @@ def chat_thread(request: HttpRequest, thread_id: str) -> HttpResponse:
         form = ChatReplyForm(request.POST)
         if form.is_valid():
             try:
-                services.thread_message(
-                    thread=thread, text=form.cleaned_data["message"], user=request.user
-                )
+                thread_message(thread=thread, text=form.cleaned_data["message"], user=request.user)
             except NotThreadOwner as exc:
                 raise PermissionDenied(str(exc)) from None
             except (InputError, ThreadNotRetryable) as exc:
@@ -173,7 +171,7 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
         )
     else:
         try:
-            services.interrupt_withdraw(interrupt=pending, user=request.user)
+            interrupt_withdraw(interrupt=pending, user=request.user)
         except InterruptNotPending as exc:  # a reviewer decided a moment earlier
             messages.warning(request, f"Not withdrawn: {exc}.")
         else:

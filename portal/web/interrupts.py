@@ -22,14 +22,11 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from portal.accounts import access, roles
+from portal.errors import DecisionRefused
 from portal.models import Checkpoint, Decision, Interrupt
 from portal.notify import broadcast
-from portal.reviews.decisions import (
-    DecisionRefused,
-    decision_forbidden,
-    interrupt_claim,
-    interrupt_unclaim,
-)
+from portal.reviews.checks import decision_forbidden
+from portal.reviews.claims import interrupt_claim, interrupt_unclaim
 from portal.reviews.forms import DecisionForm
 from portal.reviews.words import recorded_words
 from portal.web.threads import transcript

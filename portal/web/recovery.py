@@ -1,6 +1,6 @@
 """Recovering a thread from its page: retry a failed one from its last checkpoint, or
 cancel one for good. Both go through the services the API and the admin's bulk actions
-use (``services.thread_retry`` and ``services.thread_cancel``); the owner may act on their
+use (``threads.thread_retry`` and ``threads.thread_cancel``); the owner may act on their
 own thread, others need ``retry_thread`` or ``cancel_thread``. (Not in ``threads.py``:
 ``portal.notify.broadcast`` renders from there, and the services broadcast.)"""
 
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts import access, roles
 from portal.errors import ThreadActionForbidden, ThreadNotCancellable, ThreadNotRetryable
 from portal.models import Thread
-from portal.reviews import services
+from portal.reviews.threads import thread_cancel, thread_retry
 
 
 def _back(request: HttpRequest, thread: Thread) -> str:
@@ -38,7 +38,7 @@ def thread_retry_view(request: HttpRequest, thread_id: str) -> HttpResponse:
             "thread, can retry it."
         )
     try:
-        services.thread_retry(thread=thread, user=request.user)
+        thread_retry(thread=thread, user=request.user)
     except (ThreadNotRetryable, ThreadActionForbidden) as exc:
         messages.warning(request, f"Not retried: {exc}.")
     else:
@@ -62,7 +62,7 @@ def thread_cancel_view(request: HttpRequest, thread_id: str) -> HttpResponse:
         context = {"thread": thread, "back": request.POST.get("back", ""), "back_url": back}
         return render(request, "portal/thread_cancel_confirm.html", context)
     try:
-        services.thread_cancel(thread=thread, user=request.user)
+        thread_cancel(thread=thread, user=request.user)
     except (ThreadNotCancellable, ThreadActionForbidden) as exc:
         messages.warning(request, f"Not cancelled: {exc}.")
     else:

@@ -119,7 +119,7 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
         "working": working,
         "can_reply": can_reply,
         "reply_why": "" if can_reply else _why_no_reply(thread, pending, working),
-        # Something left to stop (services.thread_cancel refuses the rest).
+        # Something left to stop (threads.thread_cancel refuses the rest).
         "cancellable": thread.status != Thread.Status.CANCELLED
         and (thread.status != Thread.Status.DONE or working),
     }

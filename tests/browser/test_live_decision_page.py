@@ -81,7 +81,7 @@ def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
 def test_a_page_opened_while_someone_else_holds_the_claim_opens_when_it_is_released(
     live, login, reviewer, second_reviewer
 ):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     interrupt = make_interrupt()
     interrupt_claim(interrupt=interrupt, user=reviewer)

@@ -269,7 +269,7 @@ def test_after_a_dropped_connection_a_pending_decision_page_catches_up(
 def test_after_a_dropped_connection_a_pending_page_shows_who_claimed_it_meanwhile(
     live, login, reviewer, second_reviewer
 ):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     interrupt, page = _pending_page_gone_away(login, reviewer)
     # Claimed by this process, whose broadcasts never reach the server: only the catch-up

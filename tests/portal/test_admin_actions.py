@@ -171,7 +171,7 @@ def test_a_reviewer_outside_the_required_group_cannot_expire_the_request(
 def test_a_reviewer_cannot_expire_a_request_someone_else_has_claimed(
     client, reviewer, second_reviewer
 ):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     request = make_interrupt()
     interrupt_claim(interrupt=request, user=second_reviewer)

@@ -340,7 +340,7 @@ def test_a_threads_pending_request_is_the_request_as_its_own_endpoint_shows_it(
     from django.contrib.auth.models import Group
 
     from portal.models import Approval, Assignment, RoutingEvent
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     plain, busy = make_interrupt(), make_interrupt()
     interrupt_claim(interrupt=busy, user=reviewer)
@@ -422,7 +422,7 @@ def test_resuming_with_a_stale_interrupt_id_is_409(client, reviewer):
 def test_a_claim_by_another_reviewer_is_403_but_not_for_an_admin(
     client, reviewer, second_reviewer, admin_user
 ):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     interrupt = make_interrupt()
     interrupt_claim(interrupt=interrupt, user=reviewer)

@@ -19,7 +19,7 @@ from portal.accounts.tokens import api_tokens_revoke
 from portal.api import api_token_create
 from portal.models import Assignment, RoutingEvent, Thread
 from portal.notify import broadcast
-from portal.reviews.decisions import interrupt_claim
+from portal.reviews.claims import interrupt_claim
 from portal.reviews.external import RequestSpec, external_request_create
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 from tests.portal.test_api_events import Stream

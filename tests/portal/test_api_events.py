@@ -19,7 +19,7 @@ from portal.accounts.tokens import api_tokens_revoke
 from portal.api import api_token_create
 from portal.models import Thread
 from portal.notify import broadcast
-from portal.reviews.decisions import interrupt_claim
+from portal.reviews.claims import interrupt_claim
 from tests.factories import make_interrupt, make_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)

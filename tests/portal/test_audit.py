@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from portal.audit.chains import verify_chain
 from portal.models import Decision, ImmutableRecordError, Interrupt, chain
-from portal.reviews.services import interrupt_withdraw
+from portal.reviews.threads import interrupt_withdraw
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def three_decisions(reviewer, support_agent):
     """One decision down each path that records decisions: a reviewer's answer, an owner's
     cancellation and an expiry."""
-    from portal.reviews.decisions import interrupts_expire
+    from portal.reviews.expiry import interrupts_expire
 
     make_decision(interrupt=make_tool_approval(), reviewer=reviewer)
     cancelled = make_interrupt(owner=support_agent)

@@ -10,8 +10,9 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from portal.api import api_token_create
+from portal.errors import ClaimConflict
 from portal.models import ApiToken, AuditEvent
-from portal.reviews.decisions import ClaimConflict, interrupt_claim, interrupt_unclaim
+from portal.reviews.claims import interrupt_claim, interrupt_unclaim
 from tests.factories import make_interrupt
 
 pytestmark = pytest.mark.django_db

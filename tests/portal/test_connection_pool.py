@@ -175,11 +175,11 @@ def test_a_pooled_connection_dropped_while_idle_is_replaced_before_a_request_get
 def test_waiting_requests_do_not_hold_pooled_connections_while_they_wait(
     daphne, support_agent, test_agents
 ):
-    from portal.reviews import services
+    from portal.reviews import threads
 
     base = daphne(PORTAL_DB_POOL_SIZE="2")
     headers = {"Authorization": f"Bearer {api_token_create(user=support_agent, name='w')[1]}"}
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="approve",
         input={"messages": [{"role": "user", "content": "pay 1"}]},
         user=support_agent,

@@ -217,7 +217,7 @@ async def test_a_new_interrupt_reaches_every_open_queue_as_one_rendered_row(
 
 
 async def test_a_claim_and_a_decision_reach_the_open_queue(application, reviewer, second_reviewer):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
     from tests.factories import make_decision
 
     interrupt = await sync_to_async(make_interrupt)()
@@ -259,7 +259,7 @@ async def test_an_expiry_reaches_every_open_page_about_it(application, reviewer)
     from django.utils import timezone
 
     from portal.models import Interrupt
-    from portal.reviews.decisions import interrupts_expire
+    from portal.reviews.expiry import interrupts_expire
 
     interrupt = await sync_to_async(make_interrupt)()
     past = timezone.now() - timedelta(seconds=1)
@@ -275,7 +275,7 @@ async def test_an_expiry_reaches_every_open_page_about_it(application, reviewer)
 
 
 async def test_a_release_says_who_released_it(application, reviewer, second_reviewer):
-    from portal.reviews.decisions import interrupt_claim, interrupt_unclaim
+    from portal.reviews.claims import interrupt_claim, interrupt_unclaim
 
     interrupt = await sync_to_async(make_interrupt)()
     await sync_to_async(interrupt_claim)(interrupt=interrupt, user=reviewer)

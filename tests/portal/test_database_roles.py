@@ -17,9 +17,9 @@ from tests.portal.testagents import read_effects
 
 START_IN_A_NEW_PROCESS = """
 from django.contrib.auth import get_user_model
-from portal.reviews import services
+from portal.reviews import threads
 user = get_user_model().objects.get(username="sam-support")
-thread, run = services.thread_start(
+thread, run = threads.thread_start(
     agent="approve", input={"messages": [{"role": "user", "content": "pay 42"}]}, user=user
 )
 print("STARTED", thread.pk)

@@ -7,16 +7,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews.decisions import (
+from portal.errors import (
     AlreadyDecided,
     DecisionForbidden,
     InvalidDecision,
     StaleDecision,
     ThreadNotPaused,
-    decision_submit,
-    decision_submit_for_thread,
 )
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews.decisions import decision_submit, decision_submit_for_thread
 from tests.factories import (
     make_interrupt,
     make_thread,
@@ -344,7 +343,7 @@ def test_nothing_is_written_when_queueing_the_resume_fails(reviewer, monkeypatch
     def broken(**kwargs):
         raise RuntimeError("queue down")
 
-    monkeypatch.setattr("portal.reviews.decisions.thread_resume", broken)
+    monkeypatch.setattr("portal.reviews.resolve.thread_resume", broken)
     with pytest.raises(RuntimeError):
         submit(interrupt, reviewer, {"approved": True})
 

@@ -11,9 +11,10 @@ from django.urls import reverse
 
 from agents.examples import refunds
 from portal.api import api_token_create
+from portal.errors import AlreadyDecided
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews.decisions import AlreadyDecided, decision_submit_for_thread
-from portal.reviews.services import thread_start
+from portal.reviews.decisions import decision_submit_for_thread
+from portal.reviews.threads import thread_start
 from portal.runs.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,7 +98,7 @@ def test_a_late_service_call_to_a_finished_thread_raises_already_decided(finishe
 
 
 def test_a_thread_that_never_paused_is_still_404_for_an_unknown_request_id(support_agent, reviewer):
-    from portal.reviews.decisions import ThreadNotPaused
+    from portal.errors import ThreadNotPaused
 
     thread, _ = thread_start(
         agent="refunds",

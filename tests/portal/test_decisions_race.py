@@ -11,11 +11,12 @@ from django.db import connection
 
 from agents.examples import refunds
 from portal.audit.chains import verify_chain
+from portal.errors import AlreadyDecided
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews import external
-from portal.reviews.decisions import AlreadyDecided, decision_submit, decision_submit_for_thread
+from portal.reviews.decisions import decision_submit, decision_submit_for_thread
 from portal.reviews.external import RequestSpec, external_request_create
-from portal.reviews.services import ThreadNotCancellable, thread_cancel, thread_start
+from portal.reviews.threads import ThreadNotCancellable, thread_cancel, thread_start
 from portal.runs.worker import Worker
 from tests.factories import make_user
 

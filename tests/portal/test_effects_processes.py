@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from agents.tools import OUTCOME_REASON
 from portal.models import Interrupt, Run, Thread
-from portal.reviews import services
+from portal.reviews import threads
 from portal.runs.worker import EXIT_FENCED
 from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
@@ -76,7 +76,7 @@ def last_words(thread: Thread) -> str:
 
 @pytest.mark.parametrize("point", ["before", "after", "saved"])
 def test_an_idempotent_tool_killed_at_any_point_pays_once(spawn, support_agent, effects, point):
-    thread, run = services.thread_start(
+    thread, run = threads.thread_start(
         agent="refunds", input=say("refund A-1 once"), user=support_agent
     )
     kill_at(spawn, effects, point)
@@ -93,9 +93,7 @@ def test_an_idempotent_tool_killed_at_any_point_pays_once(spawn, support_agent, 
 
 
 def test_a_tool_killed_after_its_result_was_saved_is_not_run_again(spawn, support_agent, effects):
-    thread, run = services.thread_start(
-        agent="refunds", input=say("refund A-1"), user=support_agent
-    )
+    thread, run = threads.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
     kill_at(spawn, effects, "saved")
     recover(spawn, run, Run.Status.SUCCEEDED)
 
@@ -133,9 +131,7 @@ def decide(client, reviewer, request: Interrupt, outcome: str) -> None:
 def test_a_tool_killed_before_its_result_was_saved_becomes_a_request_not_a_second_payment(
     spawn, client, support_agent, reviewer, effects, point, outcome, paid, words
 ):
-    thread, run = services.thread_start(
-        agent="refunds", input=say("refund A-1"), user=support_agent
-    )
+    thread, run = threads.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
     kill_at(spawn, effects, point)
     recover(spawn, run, Run.Status.INTERRUPTED)
 
@@ -177,9 +173,7 @@ def test_a_worker_whose_run_was_taken_over_mid_call_exits_before_the_call_can_ac
     # (or, the run out of attempts, failed it: the user may retry the thread).
     # Cancelling the run cannot stop a thread: the stale worker ends its process instead,
     # before the API answers and the call would pay.
-    thread, run = services.thread_start(
-        agent="refunds", input=say("refund A-1"), user=support_agent
-    )
+    thread, run = threads.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
     stalled = held_at(spawn, effects, "before", "stalled", **LEASE)
     taken = Run.objects.filter(pk=run.pk)
     taken.update(status=status, lease_expires_at=timezone.now() - timedelta(seconds=1))
@@ -210,7 +204,7 @@ def test_a_call_that_acts_after_its_run_was_taken_over_and_retried_is_refused_by
     # over and asks about the call, a reviewer says "retry", and the retry pays. When the
     # frozen worker wakes, its call goes out with the same key but an older fencing
     # token, which a target that fences refuses: one payment, not two.
-    thread, run = services.thread_start(
+    thread, run = threads.thread_start(
         agent="refunds", input=say("refund A-1 fenced"), user=support_agent
     )
     # A long lease: the frozen worker's heartbeat does not look again during the test.

@@ -22,6 +22,7 @@ from django.utils import timezone
 from agents import signing
 from agents.portal_client import PortalClient
 from portal.api import api_token_create
+from portal.errors import DecisionForbidden, InvalidDecision
 from portal.models import (
     ApiToken,
     AuditEvent,
@@ -34,8 +35,8 @@ from portal.models import (
     Thread,
 )
 from portal.notify import outbox
-from portal.reviews import decisions, external
-from portal.reviews.decisions import DecisionForbidden, decision_submit
+from portal.reviews import expiry, external
+from portal.reviews.decisions import decision_submit
 from portal.reviews.external import RequestInvalid, RequestSpec, external_request_create
 from tests.factories import make_user
 from tests.loopback import WebhookReceiver
@@ -187,7 +188,7 @@ def test_the_webhook_and_the_long_poll_give_a_decision_the_same_time(agent, revi
 def test_an_answer_that_breaks_the_schema_is_refused_and_nothing_is_recorded(agent, reviewer):
     body = _raise(agent)
 
-    with pytest.raises(decisions.InvalidDecision, match=r"\$\.approved: expected boolean"):
+    with pytest.raises(InvalidDecision, match=r"\$\.approved: expected boolean"):
         decision_submit(
             interrupt=body["id"],
             reviewer=reviewer,
@@ -253,7 +254,7 @@ def test_an_expired_request_resolves_as_expired_and_says_so(agent):
     interrupt = Interrupt.objects.get(pk=body["id"])
     assert interrupt.expires_at is not None
 
-    decisions.interrupts_expire(now=interrupt.expires_at)
+    expiry.interrupts_expire(now=interrupt.expires_at)
 
     answer = agent.get(body["id"]).json()
     assert answer["status"] == "expired"
@@ -278,7 +279,7 @@ def test_the_earlier_of_the_policy_and_the_requested_expiry_wins(agent, settings
 @pytest.mark.django_db
 def test_its_owner_cannot_write_into_an_external_requests_thread(agent, agent_user, reviewer):
     from portal.errors import ThreadNotRetryable
-    from portal.reviews.services import thread_message
+    from portal.reviews.threads import thread_message
 
     body = _raise(agent)
     decision_submit(
@@ -421,7 +422,7 @@ def test_a_catastrophic_pattern_is_matched_in_linear_time(agent, reviewer):
     body = agent.raise_(response_schema=schema).json()
 
     started = time.monotonic()
-    with pytest.raises(decisions.InvalidDecision, match="does not match"):
+    with pytest.raises(InvalidDecision, match="does not match"):
         decision_submit(
             interrupt=body["id"],
             reviewer=reviewer,
@@ -893,7 +894,7 @@ def test_an_expired_request_says_so_in_its_webhook(hooked):
     agent, receiver, client = hooked
     body = _raise(agent, callback_url=receiver.url, expires_in=60)
 
-    decisions.interrupts_expire(now=Interrupt.objects.get(pk=body["id"]).expires_at)
+    expiry.interrupts_expire(now=Interrupt.objects.get(pk=body["id"]).expires_at)
     _deliver_due()
 
     headers, raw = receiver.requests[0]
@@ -905,7 +906,7 @@ def test_an_expired_request_says_so_in_its_webhook(hooked):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_cancelled_thread_tells_its_agent_by_webhook(hooked, admin_user):
-    from portal.reviews.services import thread_cancel
+    from portal.reviews.threads import thread_cancel
 
     agent, receiver, client = hooked
     body = _raise(agent, callback_url=receiver.url)

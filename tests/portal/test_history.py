@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from portal.audit import history
 from portal.models import Decision, Interrupt
-from portal.reviews import services
+from portal.reviews import threads
 from portal.reviews.decisions import decision_submit
 from portal.runs.worker import Worker
 from tests.factories import make_decision, make_interrupt, make_tool_approval, make_user
@@ -145,7 +145,7 @@ def test_each_filter_keeps_exactly_the_matching_decisions(decisions, criteria, e
 def test_the_tool_filter_finds_a_request_the_runtime_raised_inside_a_tool(
     support_agent, reviewer, effects
 ):
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="approve",
         input={"messages": [{"role": "user", "content": "pay 42"}]},
         user=support_agent,

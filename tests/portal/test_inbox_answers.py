@@ -239,10 +239,10 @@ def test_the_agent_receives_the_typed_answer_and_acts_only_on_accept_or_edit(
     client, support_agent, reviewer, effects, data, given, result
 ):
     from portal.models import Interrupt
-    from portal.reviews import services
+    from portal.reviews import threads
     from tests.portal.testagents import read_effects
 
-    thread, _ = services.thread_start(agent="inbox", input=say("give 42"), user=support_agent)
+    thread, _ = threads.thread_start(agent="inbox", input=say("give 42"), user=support_agent)
     drain()
     request = Interrupt.objects.get(thread=thread)
     assert inbox.declared(request.response_schema).args == {"amount": 42.0}
@@ -260,10 +260,10 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
 ):
     from agents.examples import accounts
     from portal.models import Interrupt
-    from portal.reviews import services
+    from portal.reviews import threads
 
     accounts.DELETED.clear()
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="accounts", input=say("Please delete the account for user u-381."), user=support_agent
     )
     drain()
@@ -299,10 +299,10 @@ def test_the_accounts_breakpoint_takes_typed_answers_each_its_own_outcome_and_ru
 ):
     from agents.examples import accounts
     from portal.models import Interrupt
-    from portal.reviews import services
+    from portal.reviews import threads
 
     accounts.DELETED.clear()
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="accounts", input=say("Please delete the account for user u-381."), user=support_agent
     )
     drain()
@@ -326,7 +326,7 @@ def test_an_expired_request_that_declared_its_answers_resumes_with_no_answer():
 
     from django.utils import timezone
 
-    from portal.reviews.decisions import interrupts_expire
+    from portal.reviews.expiry import interrupts_expire
 
     interrupt = declaring("accept", "edit", "response", "ignore")
     interrupt.expires_at = timezone.now() - timedelta(seconds=1)
@@ -387,7 +387,8 @@ def test_a_schema_that_only_carries_the_marker_is_decided_and_expired_as_any_oth
     client, reviewer
 ):
     from portal.models import Interrupt
-    from portal.reviews.decisions import decision_submit, interrupts_expire
+    from portal.reviews.decisions import decision_submit
+    from portal.reviews.expiry import interrupts_expire
 
     # An agent's own schema with the marker on it, but not the shape the runtime builds.
     spoofed = make_interrupt(

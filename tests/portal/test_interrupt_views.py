@@ -61,7 +61,7 @@ def test_a_decided_request_that_nobody_claimed_shows_no_claim_section(client, re
 
 
 def test_a_decided_request_still_says_who_had_claimed_it(client, reviewer):
-    from portal.reviews.decisions import interrupt_claim
+    from portal.reviews.claims import interrupt_claim
 
     interrupt = make_interrupt()
     interrupt_claim(interrupt=interrupt, user=reviewer)
@@ -588,7 +588,8 @@ def test_a_pending_page_catches_up_with_the_votes_and_the_claim_made_while_it_wa
     # Two approvals needed. While this reviewer's socket was away another voted, then
     # claimed the request: the catch-up shows both, leaves the form alone (a half-typed
     # answer stays) and says this reviewer may no longer decide (live.js disables it).
-    from portal.reviews.decisions import decision_submit, interrupt_claim
+    from portal.reviews.claims import interrupt_claim
+    from portal.reviews.decisions import decision_submit
 
     settings.PORTAL_POLICIES = {"*:*": {}, "refunds:tool_approval": {"approvals_required": 2}}
     interrupt = make_interrupt()

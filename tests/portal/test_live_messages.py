@@ -10,8 +10,8 @@ from django.db import connection
 
 from portal.models import Interrupt, Run
 from portal.notify import broadcast
-from portal.reviews import services
 from portal.reviews.decisions import decision_submit
+from portal.reviews.threads import thread_start
 from portal.runs.worker import Worker
 
 pytestmark = pytest.mark.usefixtures("test_agents")
@@ -43,7 +43,7 @@ def watched(monkeypatch) -> list[str]:
 
 
 def _start(user):
-    return services.thread_start(
+    return thread_start(
         agent="approve", input={"messages": [{"role": "user", "content": "pay 7"}]}, user=user
     )
 

@@ -14,8 +14,8 @@ from agents.testing.fake_openai import FakeOpenAI
 from portal.models import Interrupt, Notification, Subscription, Thread
 from portal.notify import outbox
 from portal.notify.notifier import Notifier, outbox_dispatch
-from portal.reviews import services
-from portal.reviews.decisions import interrupts_expire
+from portal.reviews import threads
+from portal.reviews.expiry import interrupts_expire
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.worker import Worker
 from tests.factories import make_decision, make_interrupt, make_thread
@@ -91,7 +91,7 @@ def test_an_expiry_is_announced():
 def test_the_owner_withdrawing_a_request_is_announced_as_a_withdrawal(support_agent):
     interrupt = make_interrupt(owner=support_agent)
 
-    services.interrupt_withdraw(interrupt=interrupt, user=support_agent)
+    threads.interrupt_withdraw(interrupt=interrupt, user=support_agent)
 
     assert kinds() == ["request.created", "request.withdrawn"]
 
@@ -108,7 +108,7 @@ def failing_model(settings, monkeypatch, test_agents):
 
 @pytest.mark.django_db
 def test_a_failed_run_is_announced_with_its_error(failing_model, support_agent):
-    thread, run = services.thread_start(
+    thread, run = threads.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=support_agent
     )
 
@@ -134,7 +134,7 @@ def test_a_paused_agent_reaches_a_signed_webhook_through_the_notifier(support_ag
             ),
             user=None,
         )
-        thread, _ = services.thread_start(
+        thread, _ = threads.thread_start(
             agent="refunds",
             input={"messages": [{"role": "user", "content": "Refund $42.50 for order A-1001."}]},
             user=support_agent,

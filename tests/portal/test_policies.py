@@ -10,17 +10,12 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.utils import timezone
 
+from portal.errors import AlreadyDecided, ClaimConflict, DecisionForbidden
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.models.policies import expiry_names_agents, policy_for
-from portal.reviews.decisions import (
-    AlreadyDecided,
-    ClaimConflict,
-    DecisionForbidden,
-    decision_submit,
-    interrupt_claim,
-    interrupt_unclaim,
-    interrupts_expire,
-)
+from portal.reviews.claims import interrupt_claim, interrupt_unclaim
+from portal.reviews.decisions import decision_submit
+from portal.reviews.expiry import interrupts_expire
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db
@@ -212,19 +207,19 @@ def test_an_overdue_request_is_resolved_as_expired_and_resumed_with_a_decline():
 
 
 def test_a_request_that_cannot_be_expired_does_not_keep_the_others_pending(monkeypatch):
-    from portal.reviews import decisions
+    from portal.reviews import expiry
 
     broken, other = make_interrupt(), make_interrupt()
     expire(broken)
     expire(other)
-    decline = decisions._decline_value
+    decline = expiry._decline_value
 
     def failing_for_one(locked, now):
         if locked.pk == broken.pk:
             raise ValueError("this request's data cannot be read")
         return decline(locked, now)
 
-    monkeypatch.setattr(decisions, "_decline_value", failing_for_one)
+    monkeypatch.setattr(expiry, "_decline_value", failing_for_one)
     [decision] = interrupts_expire()
 
     assert decision.interrupt_id == other.pk
@@ -313,7 +308,7 @@ def test_the_expire_interrupts_command_expires_overdue_requests():
 def test_an_expired_refund_is_declined_by_the_agent_and_no_money_moves(settings, support_agent):
     """End to end: the worker pauses, the command expires, the worker resumes (fail closed)."""
     from agents.examples import refunds
-    from portal.reviews.services import thread_start
+    from portal.reviews.threads import thread_start
     from portal.runs.worker import Worker
 
     refunds.ISSUED.clear()
@@ -407,7 +402,7 @@ def test_an_auditor_cannot_claim(auditor):
 def test_an_idle_worker_expires_overdue_requests_without_the_command(settings, support_agent):
     """No cron job needed: the worker declines an overdue refund on its own (fail closed)."""
     from agents.examples import refunds
-    from portal.reviews.services import thread_start
+    from portal.reviews.threads import thread_start
     from portal.runs.worker import Worker
 
     refunds.ISSUED.clear()

@@ -13,7 +13,7 @@ from django.template.loader import render_to_string
 
 from portal.models import Interrupt, Thread
 from portal.notify import broadcast
-from portal.reviews.decisions import interrupt_claim
+from portal.reviews.claims import interrupt_claim
 from portal.templatetags.portal_live import css_string
 from tests.factories import make_interrupt
 

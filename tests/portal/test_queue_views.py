@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from portal.models import Interrupt
-from portal.reviews.decisions import interrupt_claim
+from portal.reviews.claims import interrupt_claim
 from portal.web.queue import PAGE_SIZE
 from tests.factories import make_decision, make_interrupt
 

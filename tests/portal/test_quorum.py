@@ -14,15 +14,10 @@ from django.db import connection
 from django.test import Client
 
 from portal.api import api_token_create
+from portal.errors import AlreadyDecided, AlreadyVoted, DecisionForbidden, InvalidDecision
 from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, chain, policies
-from portal.reviews.decisions import (
-    AlreadyDecided,
-    AlreadyVoted,
-    DecisionForbidden,
-    InvalidDecision,
-    decision_submit,
-    interrupt_claim,
-)
+from portal.reviews.claims import interrupt_claim
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,10 @@ from django.db import connection
 
 from agents.examples import refunds
 from portal.audit.chains import verify_chain
+from portal.errors import AlreadyDecided, AlreadyVoted
 from portal.models import Approval, Decision, Interrupt, Run, Thread, chain
-from portal.reviews.decisions import AlreadyDecided, AlreadyVoted, decision_submit
-from portal.reviews.services import thread_start
+from portal.reviews.decisions import decision_submit
+from portal.reviews.threads import thread_start
 from portal.runs.worker import Worker
 from tests.factories import make_user
 

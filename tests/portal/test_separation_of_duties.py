@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 
 from portal.errors import NotThreadOwner
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews import services
+from portal.reviews import threads
 from portal.runs.worker import Worker
 from tests.factories import make_user
 
@@ -126,7 +126,7 @@ def test_the_api_refuses_a_decider_who_wrote_into_the_thread(
 
 def test_the_follow_up_service_refuses_anyone_but_the_owner(finished_chat, support_reviewer):
     with pytest.raises(NotThreadOwner, match="Only the person who started"):
-        services.thread_message(
+        threads.thread_message(
             thread=finished_chat, text="Refund $5 for A-1", user=support_reviewer
         )
     assert Run.objects.filter(thread=finished_chat).count() == 1
@@ -158,10 +158,10 @@ def test_a_thread_started_through_the_api_records_its_author(client, support_age
 
 
 def test_a_retry_that_sends_a_failed_turn_again_keeps_its_author(support_agent):
-    thread, run = services.thread_start(agent="refunds", input=say("Hi"), user=support_agent)
+    thread, run = threads.thread_start(agent="refunds", input=say("Hi"), user=support_agent)
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FAILED)
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.FAILED)
-    retry = services.thread_continue(thread=thread, user=None)
+    retry = threads.thread_continue(thread=thread, user=None)
     assert (retry.input, retry.author) == (say("Hi"), support_agent)
 
 

@@ -9,7 +9,7 @@ from django.db import connection
 from portal.errors import InputError, InterruptNotPending, ThreadNotRetryable
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.notify import broadcast
-from portal.reviews import decisions, services
+from portal.reviews import resolve, threads
 from portal.runs import queue as runs
 from portal.runs.registry import UnknownAgentError
 from tests.factories import make_interrupt, make_thread
@@ -26,7 +26,7 @@ def test_starting_a_thread_creates_it_with_a_queued_run_and_wakes_workers_on_com
 ):
     runs.wake.clear()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        thread, run = services.thread_start(
+        thread, run = threads.thread_start(
             agent="echo", input=say("Where is my parcel?"), user=support_agent
         )
         assert not runs.wake.is_set()  # nothing is announced before the commit
@@ -42,7 +42,7 @@ def test_starting_a_thread_creates_it_with_a_queued_run_and_wakes_workers_on_com
 
 def test_a_long_first_message_makes_a_truncated_one_line_title(support_agent):
     text = "My order\n" + "word " * 100
-    thread, _ = services.thread_start(agent="echo", input=say(text), user=support_agent)
+    thread, _ = threads.thread_start(agent="echo", input=say(text), user=support_agent)
     assert len(thread.title) <= 80
     assert thread.title.startswith("My order word")
     assert thread.title.endswith("…")
@@ -50,7 +50,7 @@ def test_a_long_first_message_makes_a_truncated_one_line_title(support_agent):
 
 def test_an_unknown_agent_is_refused_naming_the_registered_ones(support_agent):
     with pytest.raises(UnknownAgentError) as refused:
-        services.thread_start(agent="nope", input=say("hi"), user=support_agent)
+        threads.thread_start(agent="nope", input=say("hi"), user=support_agent)
     assert "unknown agent 'nope'" in str(refused.value)
     assert "refunds" in str(refused.value)
     assert not Thread.objects.exists()
@@ -74,7 +74,7 @@ def test_an_unknown_agent_is_refused_naming_the_registered_ones(support_agent):
 )
 def test_malformed_input_is_refused_saying_what_is_wrong(support_agent, given, problem):
     with pytest.raises(InputError) as refused:
-        services.thread_start(agent="echo", input=given, user=support_agent)
+        threads.thread_start(agent="echo", input=given, user=support_agent)
     assert problem in str(refused.value)
     assert not Run.objects.exists()
 
@@ -82,14 +82,14 @@ def test_malformed_input_is_refused_saying_what_is_wrong(support_agent, given, p
 def test_input_over_the_size_limit_is_refused_naming_the_limit(support_agent, settings):
     settings.PORTAL_MAX_INPUT_BYTES = 1024
     with pytest.raises(InputError) as refused:
-        services.thread_start(agent="echo", input=say("x" * 2000), user=support_agent)
+        threads.thread_start(agent="echo", input=say("x" * 2000), user=support_agent)
     assert "over the limit of 1024 bytes" in str(refused.value)
     assert not Thread.objects.exists()
 
 
 def test_a_resume_is_queued_with_the_interrupt_it_answers(support_agent):
     thread = make_thread(agent="echo", owner=support_agent)
-    run = decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
+    run = resolve.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_1")
     assert (run.kind, run.status) == ("resume", "queued")
     assert run.input == {"resume": {"approved": True}, "resume_interrupt_id": "int_1"}
 
@@ -107,7 +107,7 @@ def test_on_postgresql_workers_hear_of_a_queued_run_at_commit_and_not_before(
     ) as listener:
         listener.execute(f"LISTEN {runs.NOTIFY_CHANNEL}")
         with transaction.atomic():
-            services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+            threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
             early = list(listener.notifies(timeout=0.1, stop_after=1))
         late = list(listener.notifies(timeout=2, stop_after=1))
     assert early == []
@@ -122,7 +122,7 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
     monkeypatch.setattr(broadcast, "publish_queue_change", lambda **kw: published.append(kw))
 
     with django_capture_on_commit_callbacks(execute=True):
-        run = services.interrupt_withdraw(interrupt=request, user=reviewer)
+        run = threads.interrupt_withdraw(interrupt=request, user=reviewer)
 
     request.refresh_from_db()
     assert request.status == Interrupt.Status.CANCELLED
@@ -136,10 +136,10 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
 
 def test_cancelling_a_request_that_is_no_longer_pending_is_refused(support_agent, reviewer):
     request = make_interrupt(owner=support_agent)
-    services.interrupt_withdraw(interrupt=request, user=reviewer)
+    threads.interrupt_withdraw(interrupt=request, user=reviewer)
 
     with pytest.raises(InterruptNotPending) as refused:
-        services.interrupt_withdraw(interrupt=request, user=reviewer)
+        threads.interrupt_withdraw(interrupt=request, user=reviewer)
     assert "already cancelled" in str(refused.value)
     assert Decision.objects.count() == 1
     assert Run.objects.filter(kind="resume").count() == 1
@@ -148,7 +148,7 @@ def test_cancelling_a_request_that_is_no_longer_pending_is_refused(support_agent
 def test_only_a_failed_thread_can_be_continued(support_agent):
     thread = make_thread(agent="echo", owner=support_agent)
     with pytest.raises(ThreadNotRetryable) as refused:
-        services.thread_continue(thread=thread, user=support_agent)
+        threads.thread_continue(thread=thread, user=support_agent)
     assert "only a failed thread can be retried" in str(refused.value)
 
 
@@ -156,22 +156,22 @@ def test_continuing_a_failed_thread_queues_one_run_from_its_last_checkpoint(supp
     thread = make_thread(agent="echo", owner=support_agent)
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.FAILED)
 
-    run = services.thread_continue(thread=thread, user=support_agent)
+    run = threads.thread_continue(thread=thread, user=support_agent)
 
     assert (run.kind, run.input) == ("continue", {"messages": []})
     with pytest.raises(ThreadNotRetryable) as refused:
-        services.thread_continue(thread=thread, user=support_agent)
+        threads.thread_continue(thread=thread, user=support_agent)
     assert "already has a run queued" in str(refused.value)
 
 
 def test_a_thread_that_failed_before_its_first_checkpoint_retries_its_first_turn(
     support_agent,
 ):
-    thread, _ = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+    thread, _ = threads.thread_start(agent="echo", input=say("hello"), user=support_agent)
     Run.objects.update(status=Run.Status.FAILED)
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.FAILED)
 
-    run = services.thread_continue(thread=thread, user=support_agent)
+    run = threads.thread_continue(thread=thread, user=support_agent)
 
     assert run.input == say("hello")
 
@@ -184,16 +184,16 @@ def test_a_later_turn_that_failed_before_any_of_its_steps_was_written_is_sent_ag
     from agents.checkpoint import CheckpointWrite, ThreadStatus
     from portal.runs.checkpointer import DjangoCheckpointer
 
-    thread, first = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+    thread, first = threads.thread_start(agent="echo", input=say("hello"), user=support_agent)
     Run.objects.filter(pk=first.pk).update(status=Run.Status.SUCCEEDED)
     DjangoCheckpointer(run=first).put_sync(
         str(thread.pk), CheckpointWrite(ThreadStatus.DONE, None), parent_seq=None
     )
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.DONE)
-    follow_up = services.thread_message(thread=thread, text="and my refund?", user=support_agent)
+    follow_up = threads.thread_message(thread=thread, text="and my refund?", user=support_agent)
     Run.objects.filter(pk=follow_up.pk).update(status=Run.Status.FAILED)
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.FAILED)
 
-    run = services.thread_continue(thread=thread, user=support_agent)
+    run = threads.thread_continue(thread=thread, user=support_agent)
 
     assert run.input == follow_up.input == say("and my refund?")

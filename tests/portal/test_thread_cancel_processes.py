@@ -12,7 +12,7 @@ import time
 import pytest
 
 from portal.models import Checkpoint, Run, Thread
-from portal.reviews import services
+from portal.reviews import threads
 from tests.portal.conftest import held_at, output, wait_for
 from tests.portal.testagents import read_effects
 
@@ -26,16 +26,14 @@ def say(text: str) -> dict:
 def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_call(
     spawn, support_agent, effects
 ):
-    thread, run = services.thread_start(
-        agent="refunds", input=say("refund A-1"), user=support_agent
-    )
+    thread, run = threads.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
     # A long lease: the worker's heartbeat, which would also notice, stays out of it.
     worker = held_at(spawn, effects, "turn", "holder", PORTAL_RUN_LEASE_SECONDS="60")
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     seq = Thread.objects.get(pk=thread.pk).last_seq
 
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
     (effects / "hold_turn").unlink()  # the model answers now: "call refund(A-1)"
 
     wait_for(lambda: "outcome dropped" in output(worker), timeout=60, what="the worker to stop")
@@ -56,12 +54,10 @@ def test_a_thread_cancelled_while_a_worker_holds_its_run_runs_no_pending_tool_ca
 def test_a_thread_cancelled_mid_call_leaves_its_worker_running(spawn, support_agent, effects):
     # A worker exits when another one takes its run over (test_effects_processes); a run
     # cancelled with its thread is nobody's to take over, so the worker goes on.
-    thread, run = services.thread_start(
-        agent="refunds", input=say("refund A-1"), user=support_agent
-    )
+    thread, run = threads.thread_start(agent="refunds", input=say("refund A-1"), user=support_agent)
     worker = held_at(spawn, effects, "before", "holder", PORTAL_RUN_LEASE_SECONDS="1")
 
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
     wait_for(
         lambda: "lease ended: the run was cancelled" in output(worker),
         timeout=10,
@@ -72,7 +68,7 @@ def test_a_thread_cancelled_mid_call_leaves_its_worker_running(spawn, support_ag
     assert "another worker" not in output(worker)  # an operator is not told of a takeover
     (effects / "hold_before").unlink()
 
-    _, later = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
+    _, later = threads.thread_start(agent="marker", input=say("hi"), user=support_agent)
     wait_for(
         lambda: Run.objects.get(pk=later.pk).status == Run.Status.SUCCEEDED,
         timeout=30,

@@ -8,13 +8,13 @@ from django.contrib.auth.models import Permission
 
 from agents.checkpoint import CheckpointWrite, ThreadStatus
 from portal.errors import (
+    AlreadyDecided,
     ThreadActionForbidden,
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews import services
-from portal.reviews.decisions import AlreadyDecided
+from portal.reviews import threads
 from portal.runs.checkpointer import DjangoCheckpointer, ThreadCancelled
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 
@@ -39,7 +39,7 @@ def _grant(user, codename: str):
 def test_the_owner_retries_a_failed_thread_from_its_last_checkpoint(support_agent):
     thread = _failed(support_agent)
 
-    run = services.thread_retry(thread=thread, user=support_agent)
+    run = threads.thread_retry(thread=thread, user=support_agent)
 
     assert (run.kind, run.status, run.input) == ("continue", "queued", {"messages": []})
 
@@ -50,7 +50,7 @@ def test_someone_else_may_not_retry_a_thread_without_the_permission(
     thread = _failed(support_agent)
     for user in (other_support_agent, reviewer, auditor):
         with pytest.raises(ThreadActionForbidden) as refused:
-            services.thread_retry(thread=thread, user=user)
+            threads.thread_retry(thread=thread, user=user)
         assert "portal.retry_thread" in str(refused.value)
     assert not Run.objects.filter(thread=thread).exists()
 
@@ -61,9 +61,9 @@ def test_the_retry_permission_or_a_superuser_retries_anyones_thread(
     thread = _failed(support_agent)
     operator = _grant(reviewer, "retry_thread")
 
-    services.thread_retry(thread=thread, user=operator)
+    threads.thread_retry(thread=thread, user=operator)
     Run.objects.filter(thread=thread).update(status=Run.Status.FAILED)
-    services.thread_retry(thread=thread, user=admin_user)
+    threads.thread_retry(thread=thread, user=admin_user)
 
     assert Run.objects.filter(thread=thread, kind=Run.Kind.CONTINUE).count() == 2
 
@@ -72,7 +72,7 @@ def test_a_thread_that_has_not_failed_is_not_retried(support_agent):
     thread = make_thread(agent="echo", owner=support_agent)
 
     with pytest.raises(ThreadNotRetryable) as refused:
-        services.thread_retry(thread=thread, user=support_agent)
+        threads.thread_retry(thread=thread, user=support_agent)
 
     assert "only a failed thread can be retried" in str(refused.value)
 
@@ -86,7 +86,7 @@ def test_cancelling_a_paused_thread_records_who_and_takes_its_request_out_of_the
     request = make_interrupt(owner=support_agent)
     thread = request.thread
 
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
 
     thread.refresh_from_db()
     request.refresh_from_db()
@@ -107,12 +107,12 @@ def test_cancelling_a_paused_thread_records_who_and_takes_its_request_out_of_the
 
 
 def test_cancelling_a_thread_cancels_its_queued_and_running_runs(support_agent):
-    thread, queued = services.thread_start(
+    thread, queued = threads.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=support_agent
     )
     running = Run.objects.create(thread=thread, kind=Run.Kind.CONTINUE, status=Run.Status.RUNNING)
 
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
 
     for run in (queued, running):
         run.refresh_from_db()
@@ -123,14 +123,14 @@ def test_cancelling_a_thread_cancels_its_queued_and_running_runs(support_agent):
 
 def test_a_cancelled_thread_takes_no_retry_no_follow_up_and_no_second_cancel(support_agent):
     thread = _failed(support_agent)
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
 
     with pytest.raises(ThreadNotRetryable):
-        services.thread_retry(thread=thread, user=support_agent)
+        threads.thread_retry(thread=thread, user=support_agent)
     with pytest.raises(ThreadNotRetryable):
-        services.thread_message(thread=thread, text="hello?", user=support_agent)
+        threads.thread_message(thread=thread, text="hello?", user=support_agent)
     with pytest.raises(ThreadNotCancellable) as refused:
-        services.thread_cancel(thread=thread, user=support_agent)
+        threads.thread_cancel(thread=thread, user=support_agent)
     assert "already cancelled by sam-support at" in str(refused.value)
 
 
@@ -139,7 +139,7 @@ def test_a_finished_thread_with_nothing_queued_has_nothing_to_cancel(support_age
     Thread.objects.filter(pk=thread.pk).update(status=Thread.Status.DONE)
 
     with pytest.raises(ThreadNotCancellable) as refused:
-        services.thread_cancel(thread=thread, user=support_agent)
+        threads.thread_cancel(thread=thread, user=support_agent)
 
     assert "nothing to cancel" in str(refused.value)
 
@@ -150,10 +150,10 @@ def test_only_the_owner_or_the_cancel_permission_may_cancel(
     thread = make_interrupt(owner=support_agent).thread
     for user in (other_support_agent, reviewer):
         with pytest.raises(ThreadActionForbidden) as refused:
-            services.thread_cancel(thread=thread, user=user)
+            threads.thread_cancel(thread=thread, user=user)
         assert "portal.cancel_thread" in str(refused.value)
 
-    services.thread_cancel(thread=thread, user=_grant(reviewer, "cancel_thread"))
+    threads.thread_cancel(thread=thread, user=_grant(reviewer, "cancel_thread"))
 
     thread.refresh_from_db()
     assert thread.cancelled_by == reviewer
@@ -163,7 +163,7 @@ def test_the_checkpointer_records_no_step_of_a_cancelled_thread(support_agent):
     # A worker that still holds one of its runs writes the step before each tool call;
     # that write is refused, so the call never runs.
     thread = make_thread(agent="echo", owner=support_agent)
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
     thread.refresh_from_db()
 
     with pytest.raises(ThreadCancelled) as refused:
@@ -179,10 +179,10 @@ def test_the_checkpointer_records_no_step_of_a_cancelled_thread(support_agent):
 
 def test_a_cancelled_thread_with_no_checkpoint_yet_records_no_first_step():
     owner = make_user("first-step", role="support")
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=owner
     )
-    services.thread_cancel(thread=thread, user=owner)
+    threads.thread_cancel(thread=thread, user=owner)
 
     with pytest.raises(ThreadCancelled):
         DjangoCheckpointer().put_sync(
@@ -196,9 +196,9 @@ def test_retries_and_cancellations_are_in_the_audit_trail(support_agent):
     from portal.models import AuditEvent
 
     failed = _failed(support_agent)
-    run = services.thread_retry(thread=failed, user=support_agent)
+    run = threads.thread_retry(thread=failed, user=support_agent)
     request = make_interrupt(owner=support_agent)
-    services.thread_cancel(thread=request.thread, user=support_agent)
+    threads.thread_cancel(thread=request.thread, user=support_agent)
 
     events = list(AuditEvent.objects.order_by("id").values("action", "actor_name", "target_id"))
     assert {
@@ -218,11 +218,11 @@ def test_cancelling_answers_whoever_waits_for_the_threads_work(support_agent, mo
 
     told: list[str] = []
     monkeypatch.setattr(waiting, "changed", told.append)
-    thread, _ = services.thread_start(
+    thread, _ = threads.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hi"}]}, user=support_agent
     )
 
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
 
     assert waiting.thread_key(thread.pk) in told
 
@@ -235,7 +235,7 @@ def test_a_run_left_queued_on_a_cancelled_thread_does_nothing_and_keeps_it_cance
     from portal.runs.worker import Worker
 
     thread = make_thread(agent="marker", owner=support_agent)
-    services.thread_cancel(thread=thread, user=support_agent)
+    threads.thread_cancel(thread=thread, user=support_agent)
     stray = Run.objects.create(
         thread=thread, kind=Run.Kind.START, input={"messages": [{"role": "user", "content": "x"}]}
     )

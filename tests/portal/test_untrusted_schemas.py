@@ -13,10 +13,10 @@ import pytest
 from django.db import connection, transaction
 
 from portal.api import api_token_create
-from portal.errors import InputError
+from portal.errors import InputError, InvalidDecision
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews import services
-from portal.reviews.decisions import InvalidDecision, decision_submit
+from portal.reviews import threads
+from portal.reviews.decisions import decision_submit
 from portal.runs.worker import Worker
 from tests.factories import make_interrupt
 from tests.loopback import CountingServer
@@ -38,7 +38,7 @@ def schema_server() -> Iterator[CountingServer]:
 
 def ask_with(user, **spec) -> tuple[Thread, Run]:
     text = json.dumps(spec)
-    return services.thread_start(
+    return threads.thread_start(
         agent="asker", input={"messages": [{"role": "user", "content": text}]}, user=user
     )
 
@@ -89,7 +89,7 @@ def test_a_request_that_cannot_be_stored_or_answered_safely_fails_its_run_cleanl
     assert not Interrupt.objects.filter(thread=thread).exists()
     # The thread is failed, not broken: it is still readable and can be retried.
     assert Thread.objects.get(pk=thread.pk).status == Thread.Status.FAILED
-    services.thread_continue(thread=thread, user=support_agent)
+    threads.thread_continue(thread=thread, user=support_agent)
 
 
 def test_answering_a_stored_request_whose_schema_points_at_a_url_never_fetches_it(
@@ -140,7 +140,7 @@ def test_services_refuse_what_the_http_layer_refuses_for_callers_that_skip_it(
 ):
     interrupt = make_interrupt(owner=support_agent)
     with pytest.raises(InputError, match="contains a NUL character"):
-        services.thread_start(
+        threads.thread_start(
             agent="refunds",
             input={"messages": [{"role": "user", "content": "a\x00b"}]},
             user=support_agent,

@@ -106,9 +106,9 @@ def test_a_waiting_get_for_a_thread_you_cannot_see_is_404_at_once(
 def test_a_waiter_on_a_request_wakes_when_another_process_decides_it(
     spawn, support_agent, reviewer, no_safety_net
 ):
-    from portal.reviews import services
+    from portal.reviews import threads
 
-    thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
     finish(spawn("run_worker", "--once", "--id", "first"))
     request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
     spawn("shell", "-c", DECIDE_IN_A_NEW_PROCESS)

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from portal.models import Checkpoint, Interrupt, Run, Thread
-from portal.reviews import decisions, services
+from portal.reviews import resolve, threads
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.worker import Worker
 from tests.portal.conftest import wait_for
@@ -33,7 +33,7 @@ def drain() -> int:
 def test_a_queued_start_runs_until_the_tool_asks_and_the_queue_shows_the_request(
     support_agent, effects
 ):
-    thread, run = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    thread, run = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
 
     assert drain() == 1
 
@@ -54,14 +54,12 @@ def test_a_queued_start_runs_until_the_tool_asks_and_the_queue_shows_the_request
 
 
 def test_a_resume_finishes_the_thread_and_runs_the_approved_tool_once(support_agent, effects):
-    thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
     drain()
     request = Interrupt.objects.get(thread=thread)
     request.status = Interrupt.Status.RESOLVED
     request.save()
-    resume = decisions.thread_resume(
-        thread=thread, value={"approved": True}, interrupt_id=request.pk
-    )
+    resume = resolve.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
 
     drain()
 
@@ -78,7 +76,7 @@ def test_a_resume_finishes_the_thread_and_runs_the_approved_tool_once(support_ag
 def test_a_run_for_an_unknown_agent_fails_readably_and_the_worker_goes_on(support_agent):
     ghost = Thread.objects.create(agent="no-such-agent")
     broken = Run.objects.create(thread=ghost, kind=Run.Kind.START, input=say("hi"))
-    _, fine = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+    _, fine = threads.thread_start(agent="echo", input=say("hello"), user=support_agent)
 
     assert drain() == 2
 
@@ -109,9 +107,9 @@ def test_a_run_with_bad_stored_input_fails_readably(stored):
 def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
     support_agent,
 ):
-    thread, _ = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
     drain()
-    run = decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_wrong")
+    run = resolve.thread_resume(thread=thread, value={"approved": True}, interrupt_id="int_wrong")
 
     drain()
 
@@ -124,7 +122,7 @@ def test_a_resume_the_runtime_refuses_fails_the_run_and_the_thread_stays_paused(
 
 def stalled_echo_run(user) -> tuple[Thread, Run]:
     """An echo run taken once by a worker that stalled: its lease has just expired."""
-    thread, run = services.thread_start(agent="echo", input=say("hi"), user=user)
+    thread, run = threads.thread_start(agent="echo", input=say("hi"), user=user)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         attempts=1,
@@ -150,7 +148,7 @@ def test_two_workers_given_one_name_never_finish_each_others_runs(support_agent,
     whose lease another of that name took over records nothing of the run."""
     from portal.runs.worker import RELEASE, Outcome
 
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    _, run = threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
     first = Worker(name="worker")
     claimed = first.claim()
     assert claimed is not None and claimed.pk == run.pk
@@ -180,7 +178,7 @@ def test_a_worker_name_too_long_for_its_leases_is_refused_at_start():
 
 
 def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    _, run = threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
     workers_kept_dying(run, settings)
 
     assert drain() == 0
@@ -202,14 +200,14 @@ def test_a_run_that_gave_up_keeps_the_cancellation_that_came_after_its_claim(
 
     from portal.models import Notification
 
-    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    thread, run = threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
     workers_kept_dying(run, settings)
     gave_up = Worker._gave_up
 
     def cancelled_meanwhile(worker: Worker, claimed: Run) -> str:
         # The user cancels the thread between the claim and the run's failure.
         def cancel() -> None:
-            services.thread_cancel(thread=thread, user=support_agent)
+            threads.thread_cancel(thread=thread, user=support_agent)
             connections.close_all()
 
         canceller = threading.Thread(target=cancel)
@@ -232,13 +230,11 @@ def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
     """The resume's workers kept dying before its answer reached the checkpoint: the
     request has left the queue, so the thread is failed, not paused on a request nobody
     can answer. A retry sends the answer again, and the tool runs once."""
-    thread, _ = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
     drain()
     request = Interrupt.objects.get(thread=thread)
     Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
-    resume = decisions.thread_resume(
-        thread=thread, value={"approved": True}, interrupt_id=request.pk
-    )
+    resume = resolve.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
     workers_kept_dying(resume, settings)
 
     assert drain() == 0
@@ -246,7 +242,7 @@ def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
     resume.refresh_from_db()
     thread.refresh_from_db()
     assert resume.status == Run.Status.FAILED and thread.status == Thread.Status.FAILED
-    retry = services.thread_continue(thread=thread, user=support_agent)
+    retry = threads.thread_continue(thread=thread, user=support_agent)
     assert retry.input == {"resume": {"approved": True}, "resume_interrupt_id": request.pk}
 
     assert drain() == 1
@@ -259,7 +255,7 @@ def test_an_answer_whose_run_gave_up_before_writing_it_is_sent_again_by_a_retry(
 
 def held_by_a_live_worker(user) -> Run:
     """A run that another worker is executing, its lease good for 30 more seconds."""
-    _, run = services.thread_start(agent="echo", input=say("hi"), user=user)
+    _, run = threads.thread_start(agent="echo", input=say("hi"), user=user)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         attempts=1,
@@ -278,7 +274,7 @@ def test_a_live_lease_is_not_taken_over(support_agent):
 def test_a_recovered_run_that_already_paused_is_marked_interrupted_without_running_again(
     support_agent, effects
 ):
-    thread, run = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+    thread, run = threads.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
     drain()
     # As if the worker died after the pause was checkpointed but before it recorded it.
     Run.objects.filter(pk=run.pk).update(
@@ -297,7 +293,7 @@ def test_a_recovered_run_that_already_paused_is_marked_interrupted_without_runni
 
 
 def test_runs_of_one_thread_execute_one_at_a_time_in_order(support_agent):
-    thread, first = services.thread_start(agent="echo", input=say("one"), user=support_agent)
+    thread, first = threads.thread_start(agent="echo", input=say("one"), user=support_agent)
     second = Run.objects.create(thread=thread, kind=Run.Kind.START, input=say("two"))
 
     w1 = Worker(name="w1")
@@ -317,7 +313,7 @@ def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
     worker = start_embedded_worker()
     try:
         assert start_embedded_worker() is worker  # one per process
-        _, run = services.thread_start(agent="echo", input=say("hello"), user=support_agent)
+        _, run = threads.thread_start(agent="echo", input=say("hello"), user=support_agent)
 
         def finished() -> bool:
             run.refresh_from_db()
@@ -376,11 +372,11 @@ def test_outside_a_transaction_runs_write_on_the_workers_own_connection(support_
             # A caller's transaction must see the run's writes: Django's connection then.
             assert worker._native_connection() is None
 
-        thread, _ = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+        thread, _ = threads.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
         assert worker.run_forever(once=True) == 1
         request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
         Interrupt.objects.filter(pk=request.pk).update(status=Interrupt.Status.RESOLVED)
-        decisions.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
+        resolve.thread_resume(thread=thread, value={"approved": True}, interrupt_id=request.pk)
         assert worker.run_forever(once=True) == 1
         assert worker._pg is None and conn.closed  # closed when the loop ended
     finally:
@@ -406,7 +402,7 @@ def test_a_worker_whose_connection_was_cut_while_idle_reconnects_before_the_next
         first = worker._native_connection()
         with connection.cursor() as cursor:  # as a database restart would
             cursor.execute("SELECT pg_terminate_backend(%s)", [first.info.backend_pid])
-        thread, _ = services.thread_start(agent="approve", input=say("pay 3"), user=support_agent)
+        thread, _ = threads.thread_start(agent="approve", input=say("pay 3"), user=support_agent)
         second = worker._native_connection()
         assert second is not None and second is not first and first.closed
         assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
@@ -442,7 +438,7 @@ def test_a_worker_that_loses_its_lease_stops_the_run_before_its_next_step(suppor
 
     from portal.runs.worker import LEASE_LOST, RELEASE
 
-    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="loser", lease_seconds=0.6)  # heartbeat every 0.2 s
     runner, outcome = executing(worker, worker.claim())
     wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
@@ -471,7 +467,7 @@ def test_a_lease_lost_before_a_graph_that_cannot_be_stopped_starts_gives_the_run
     from portal.runs import registry
     from portal.runs.worker import LEASE_LOST, RELEASE
 
-    thread, run = services.thread_start(agent="marker", input=say("hi"), user=support_agent)
+    thread, run = threads.thread_start(agent="marker", input=say("hi"), user=support_agent)
     worker = Worker(name="late")
     compile_agent = registry.compile_agent
 
@@ -504,7 +500,7 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
 
     from portal.runs import worker as worker_module
 
-    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="hiccup", lease_seconds=0.6)  # heartbeat every 0.2 s
     claimed = worker.claim()
     unreachable = threading.Event()
@@ -548,7 +544,7 @@ def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
     from portal import loops
     from portal.models import WorkerHeartbeat
 
-    services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="busy", lease_seconds=0.6)  # a renewal every 0.2 s
     loops.beat(worker.name)
     before = WorkerHeartbeat.objects.get(name="busy").beat_at
@@ -591,7 +587,7 @@ def test_a_connection_cut_mid_run_gives_the_run_back_and_it_finishes(support_age
 
     from django.db import connection, connections
 
-    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="cut-mid-run")
 
     def drain_in_thread() -> None:
@@ -694,8 +690,8 @@ def test_on_postgresql_a_claim_is_one_statement_that_also_marks_the_thread_runni
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    older, _ = services.thread_start(agent="approve", input=say("pay 1"), user=support_agent)
-    services.thread_start(agent="approve", input=say("pay 2"), user=support_agent)
+    older, _ = threads.thread_start(agent="approve", input=say("pay 1"), user=support_agent)
+    threads.thread_start(agent="approve", input=say("pay 2"), user=support_agent)
     worker = Worker(name="one-trip")
 
     with CaptureQueriesContext(connection) as queries:
@@ -726,7 +722,7 @@ def test_a_run_that_did_not_fail_is_finished_and_settled_in_one_statement(suppor
 
     from portal.runs.worker import Outcome
 
-    thread, run = services.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
+    thread, run = threads.thread_start(agent="approve", input=say("pay 5"), user=support_agent)
     worker = Worker(name="one-statement")
     try:
         claimed = worker.claim()
@@ -768,7 +764,7 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
         broadcast, "group_send", lambda group, message: sent.append((group, message["type"]))
     )
     monkeypatch.setattr(broadcast, "render_interrupt_change", render)
-    thread, _ = services.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
     worker = Worker(name="watched")
     try:
         assert worker.execute(worker.claim()).status == Run.Status.INTERRUPTED
@@ -792,7 +788,7 @@ def test_on_postgresql_a_run_costs_its_claim_and_its_finish_on_djangos_connectio
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    thread, _ = services.thread_start(agent="approve", input=say("pay 4"), user=support_agent)
+    thread, _ = threads.thread_start(agent="approve", input=say("pay 4"), user=support_agent)
     worker = Worker(name="two-statements")
     try:
         worker._native_connection()  # opened once for the worker's life, not per run
@@ -817,10 +813,9 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
 
     from django.db import connection, connections
 
-    from portal.reviews import services as services_module
     from portal.runs.worker import Outcome
 
-    thread, run = services.thread_start(agent="echo", input=say("hi"), user=support_agent)
+    thread, run = threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
     worker = Worker(name="finisher")
     claimed = worker.claim()
     assert claimed is not None
@@ -844,7 +839,7 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
             return int(cursor.fetchone()[0])
 
     finisher = threading.Thread(target=finish)
-    interrupts = services_module.Interrupt
+    interrupts = threads.Interrupt
 
     looks: list[int] = []
 
@@ -865,8 +860,8 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
                     time.sleep(0.02)
             return interrupts.objects
 
-    monkeypatch.setattr(services_module, "Interrupt", FinishMeanwhile())
-    services.thread_cancel(thread=thread, user=support_agent)
+    monkeypatch.setattr(threads, "Interrupt", FinishMeanwhile())
+    threads.thread_cancel(thread=thread, user=support_agent)
     finisher.join(timeout=20)
 
     assert results == {"finish": "ok"}

@@ -8,7 +8,7 @@ import pytest
 
 from agents.testing.fake_openai import FakeOpenAI
 from portal.models import Checkpoint, Run, Thread
-from portal.reviews import services
+from portal.reviews import threads
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.worker import Worker
 
@@ -26,7 +26,7 @@ def fake(settings, monkeypatch):
 
 def test_a_failing_model_fails_the_run_readably_and_continue_retries_it(fake, support_agent):
     fake.queue_error(500, times=2, message="upstream exploded")  # both attempts (see echo)
-    thread, run = services.thread_start(
+    thread, run = threads.thread_start(
         agent="echo", input={"messages": [{"role": "user", "content": "hello"}]}, user=support_agent
     )
 
@@ -46,7 +46,7 @@ def test_a_failing_model_fails_the_run_readably_and_continue_retries_it(fake, su
     assert [m["content"] for m in snapshot.messages] == ["hello"]
 
     fake.queue_text("Hello again, the model is back.")
-    retry = services.thread_continue(thread=thread, user=support_agent)
+    retry = threads.thread_continue(thread=thread, user=support_agent)
     Worker(name="w").run_forever(once=True)
 
     retry.refresh_from_db()

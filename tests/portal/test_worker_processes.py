@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from portal.models import Decision, Interrupt, Run, Thread
-from portal.reviews import services
+from portal.reviews import threads
 from tests.portal.conftest import output, wait_for
 from tests.portal.testagents import read_effects
 
@@ -55,7 +55,7 @@ print("DECIDED", pending[0].pk)
 def test_a_thread_paused_by_one_process_is_resumed_by_a_brand_new_one(
     spawn, support_agent, reviewer, effects
 ):
-    thread, run = services.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+    thread, run = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
 
     # Process 1 runs the thread until the tool asks for approval, then exits.
     finish(spawn("run_worker", "--once", "--id", "first"))
@@ -89,7 +89,7 @@ def test_a_worker_killed_inside_a_slow_tool_is_finished_by_another_after_its_lea
     (with the same idempotency key). A tool that is not idempotent would become a request
     to a reviewer instead (test_effects_processes.py).
     """
-    thread, run = services.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     lease = {"PORTAL_RUN_LEASE_SECONDS": "1"}
     doomed = spawn("run_worker", "--id", "doomed", "--poll", "0.1", **lease)
     wait_for(lambda: read_effects(effects, "slow_started"), timeout=30, what="the slow tool")
@@ -141,13 +141,13 @@ def test_an_idle_worker_starts_a_queued_run_within_fifty_milliseconds_at_the_med
 ):
     worker = spawn("run_worker", "--id", "listener")
     # Warm up: the first run also imports the agent.
-    _, first = services.thread_start(agent="echo", input=say("warm up"), user=support_agent)
+    _, first = threads.thread_start(agent="echo", input=say("warm up"), user=support_agent)
     wait_for(lambda: run_status(first) == Run.Status.SUCCEEDED, timeout=30, what="warm-up")
 
     delays = []
     for n in range(15):
         time.sleep(0.05)  # let the worker go idle again (LISTEN)
-        _, run = services.thread_start(agent="echo", input=say(f"hi {n}"), user=support_agent)
+        _, run = threads.thread_start(agent="echo", input=say(f"hi {n}"), user=support_agent)
         wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=10)
         delays.append((run.started_at - run.created_at).total_seconds())
     worker.terminate()

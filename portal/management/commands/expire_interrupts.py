@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from portal.reviews.decisions import interrupts_expire
+from portal.reviews.expiry import interrupts_expire
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from portal.accounts.groups import ensure_demo_users
 from portal.models import Subscription, Thread
 from portal.notify import outbox
-from portal.reviews.services import thread_start
+from portal.reviews.threads import thread_start
 from portal.runs.registry import agents_info
 
 

@@ -1,14 +1,12 @@
-"""Workflows across models. The only writers: views, the admin and the API call these.
+"""Threads: start one, write into it, retry it, cancel it; and withdraw one request.
 
-Every function is keyword-only and named ``<thing>_<verb>``. Write paths run in one
-transaction, lock what they read-then-write, and leave side effects (waking workers,
-broadcasts) to ``transaction.on_commit`` so nothing is announced that was rolled back.
-Refusals raise the exceptions of ``portal.errors`` with readable messages.
+Every function is keyword-only and named ``<thing>_<verb>``; write paths lock what they
+read-then-write and leave waking workers and broadcasts to ``transaction.on_commit``.
+A request leaves the queue here through ``resolve``, as everywhere.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -22,6 +20,8 @@ from portal.errors import (
     ThreadActionForbidden,
     ThreadNotCancellable,
     ThreadNotRetryable,
+    when,
+    who,
 )
 from portal.inputs import check_input
 from portal.models import (
@@ -34,9 +34,8 @@ from portal.models import (
     audit_record,
     waiting,
 )
-from portal.notify import broadcast, outbox
-from portal.reviews import external
-from portal.reviews.decisions import thread_resume
+from portal.notify import broadcast
+from portal.reviews.resolve import resolve
 from portal.runs import queue as runs
 from portal.runs.registry import UnknownAgentError, get_agent_builder
 
@@ -51,6 +50,7 @@ __all__ = [
     "interrupt_withdraw",
     "thread_cancel",
     "thread_continue",
+    "thread_message",
     "thread_retry",
     "thread_start",
 ]
@@ -135,15 +135,14 @@ def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
             raise InterruptNotPending(
                 f"request {locked.pk} is already {locked.status}: there is nothing to cancel"
             )
-        locked.decided_as(Interrupt.Status.CANCELLED, timezone.now())
-        decision = Decision.objects.create(
-            interrupt=locked,
-            thread=locked.thread,
-            reviewer=_user_or_none(user),
-            value=None,
+        decision, run = resolve(
+            locked,
+            status=Interrupt.Status.CANCELLED,
             outcome=Decision.Outcome.CANCELLED,
+            value=None,
+            by=_user_or_none(user),
+            at=timezone.now(),
         )
-        outbox.notify_decision(decision, locked)
         audit_record(
             action=(
                 AuditEvent.Action.WITHDRAW
@@ -154,8 +153,6 @@ def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
             target=locked,
             detail={"thread": str(locked.thread_id), "decision": decision.pk},
         )
-        run = thread_resume(thread=locked.thread, value=None, interrupt_id=locked.pk)
-        broadcast.queue_change_on_commit(locked)
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return run
 
@@ -219,10 +216,6 @@ def thread_retry(*, thread: Thread, user: Any) -> Run:
     return run
 
 
-def _when(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def thread_cancel(*, thread: Thread, user: Any) -> Thread:
     """Cancel ``thread`` for good, failing closed: its queued and running runs are
     cancelled, its pending request leaves the queue as a cancelled decision (the thread is
@@ -241,7 +234,7 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
             "Only the person who started this conversation, or someone allowed to cancel "
             "any thread (portal.cancel_thread), can cancel it."
         )
-    who = _user_or_none(user)
+    who_did = _user_or_none(user)
     now = timezone.now()
 
     def pending_requests() -> list[Interrupt]:
@@ -269,9 +262,9 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
         # run, a second cancellation.
         locked = Thread.objects.select_for_update(no_key=True).get(pk=thread.pk)
         if locked.cancelled_at is not None:
-            by = locked.cancelled_by.get_username() if locked.cancelled_by else "the system"
             raise ThreadNotCancellable(
-                f"thread {locked.pk} was already cancelled by {by} at {_when(locked.cancelled_at)}"
+                f"thread {locked.pk} was already cancelled by {who(locked.cancelled_by)} "
+                f"at {when(locked.cancelled_at)}"
             )
         # The pending requests again, now that no step can be written: one a run paused
         # on since the first look. The race: a reviewer deciding one now. Who locks it
@@ -285,34 +278,29 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
             raise ThreadNotCancellable(
                 f"thread {locked.pk} is done and has nothing queued: there is nothing to cancel"
             )
-        by_whom = who.get_username() if who is not None else "the system"
+        by_whom = who(who_did)
         cancelled_runs = list(unfinished.values_list("pk", flat=True))
         Run.objects.filter(pk__in=cancelled_runs).update(
             status=Run.Status.CANCELLED,
             finished_at=now,
             lease_expires_at=None,
-            error=f"cancelled by {by_whom} at {_when(now)}",
+            error=f"cancelled by {by_whom} at {when(now)}",
         )
         for request in pending:
-            request.decided_as(Interrupt.Status.CANCELLED, now)
-            decision = Decision.objects.create(
-                interrupt=request,
-                thread=locked,
-                reviewer=who,
-                value=None,
+            resolve(
+                request,
+                status=Interrupt.Status.CANCELLED,
                 outcome=Decision.Outcome.CANCELLED,
+                value=None,
+                by=who_did,
                 note=f"The conversation was cancelled by {by_whom}.",
+                at=now,
+                resume=False,
             )
-            outbox.notify_decision(decision, request)
-            if external.is_external(request.pk):
-                # Its agent is told it was cancelled (the thread is not closed: a
-                # cancelled thread takes no more steps).
-                external.external_answer_queue(request.pk)
-            broadcast.queue_change_on_commit(request)
         locked.status, locked.cancelled_at, locked.cancelled_by = (
             Thread.Status.CANCELLED,
             now,
-            who,
+            who_did,
         )
         locked.save(update_fields=["status", "cancelled_at", "cancelled_by", "updated_at"])
         audit_record(

@@ -1,0 +1,83 @@
+"""Claims: a reviewer marks a request as theirs so others see who is on it.
+
+A claim coordinates reviewers; it does not block whoever may take claims over
+(``roles.can_take_over_claims``). ``decision_forbidden`` reads it under the row lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.accounts import roles
+from portal.errors import ClaimConflict, DecisionForbidden, when, who
+from portal.models import AuditEvent, Interrupt, audit_record
+from portal.notify import broadcast
+from portal.reviews.checks import already_decided
+
+__all__ = ["interrupt_claim", "interrupt_unclaim"]
+
+
+def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
+    """Mark ``interrupt`` as held by ``user`` so other reviewers see who is on it.
+
+    A claim held by someone else is refused (409) unless ``user`` may take claims over
+    (``roles.can_take_over_claims``). Claiming your own claim again is a no-op.
+    """
+    if not roles.can_claim(user):
+        raise DecisionForbidden("Your role can read this request but not claim it.")
+    with transaction.atomic():
+        # Row lock: two reviewers clicking "claim" together would both see it unclaimed.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("claimed_by")
+            .get(pk=interrupt.pk)
+        )
+        if locked.status != Interrupt.Status.PENDING:
+            raise already_decided(locked)
+        holder = locked.claimed_by
+        if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
+            raise ClaimConflict(
+                f"{who(holder)} already claimed this request at {when(locked.claimed_at)}."
+            )
+        if holder is None or holder.pk != user.pk:
+            locked.claimed_by, locked.claimed_at = user, timezone.now()
+            locked.save(update_fields=["claimed_by", "claimed_at"])
+            taken = {"taken_over_from": holder.get_username()} if holder is not None else {}
+            audit_record(action=AuditEvent.Action.CLAIM, actor=user, target=locked, detail=taken)
+            broadcast.queue_change_on_commit(locked)
+    interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
+    return interrupt
+
+
+def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
+    """Release a claim. Only its holder, or a user who may take claims over, may; releasing
+    nothing is a no-op."""
+    if not roles.can_claim(user):
+        raise DecisionForbidden("Your role can read this request but not release claims.")
+    with transaction.atomic():
+        # Row lock: a release racing a takeover must not clear the new holder's claim.
+        locked = (
+            Interrupt.objects.select_for_update(of=("self",))
+            .select_related("claimed_by")
+            .get(pk=interrupt.pk)
+        )
+        holder = locked.claimed_by
+        if holder is not None:
+            if holder.pk != user.pk and not roles.can_take_over_claims(user):
+                raise DecisionForbidden(
+                    f"{who(holder)} holds this claim; only they or an admin can release it."
+                )
+            locked.claimed_by, locked.claimed_at = None, None
+            locked.save(update_fields=["claimed_by", "claimed_at"])
+            audit_record(
+                action=AuditEvent.Action.RELEASE,
+                actor=user,
+                target=locked,
+                detail={"held_by": holder.get_username()},
+            )
+            broadcast.queue_change_on_commit(locked, by=user)
+    interrupt.claimed_by, interrupt.claimed_at = None, None
+    return interrupt

@@ -1,0 +1,99 @@
+"""Closing a request: the one place a ``Decision`` is recorded.
+
+``resolve`` is the write every closing path ends in (a decision, the vote that completes
+a quorum, the expiry, a withdrawal, a cancelled thread's requests, an outside agent's
+request). Its callers check first, then lock the request and call it; it records, takes
+the request out of the queue, notifies, resumes the run (or answers the outside agent)
+and announces the change on commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.inputs import check_input
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.notify import broadcast, outbox
+from portal.reviews import external
+from portal.runs.queue import notify_workers
+
+__all__ = ["DecisionClash", "resolve", "thread_resume"]
+
+
+class DecisionClash(IntegrityError):
+    """The decision's insert broke a unique constraint: the request has one already."""
+
+
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | None:
+    """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
+
+    Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
+    is the durable queue, and workers see it (and are woken) only once that commits. An
+    external agent's request has no graph to resume: its thread is closed instead and the
+    agent told (``portal.reviews.external``), and there is no run (None).
+    """
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    check_input(payload, "the decision")
+    if external.is_external(interrupt_id):
+        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
+        return None
+    # Part of the caller's transaction when there is one, without a savepoint of its own.
+    with transaction.atomic(savepoint=False):
+        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
+        notify_workers()
+    return run
+
+
+def resolve(
+    locked: Interrupt,
+    *,
+    status: str,
+    outcome: str,
+    value: Any,
+    by: Any,
+    note: str = "",
+    original_args: dict[str, Any] | None = None,
+    executed_args: dict[str, Any] | None = None,
+    at: datetime | None = None,
+    resume: bool = True,
+) -> tuple[Decision, Run | None]:
+    """Close the pending request ``locked`` with a decision; caller holds the row lock
+    (``select_for_update`` in its transaction) and has checked that it may close it.
+
+    Records the ``Decision`` (``by`` None: the system), marks the request ``status`` at
+    ``at`` (default now), queues the outbox event, resumes the thread with ``value`` or,
+    without ``resume``, only answers an outside agent; announces the change on commit.
+    Returns the decision and the queued run (or None). ``DecisionClash``: the request
+    has a decision already, and the caller's transaction must roll back.
+    """
+    thread = locked.thread
+    try:
+        decision = Decision.objects.create(
+            interrupt=locked,
+            thread=thread,
+            reviewer=by,
+            value=value,
+            note=note,
+            outcome=outcome,
+            original_args=original_args,
+            executed_args=executed_args,
+        )
+    except IntegrityError as exc:
+        # No savepoint to recover in (a round trip each way, for a clash the row lock
+        # all but rules out): the transaction rolls back and the refusal is read after.
+        raise DecisionClash(*exc.args) from None
+    locked.decided_as(status, at if at is not None else timezone.now())
+    outbox.notify_decision(decision, locked)
+    run = None
+    if resume:
+        run = thread_resume(thread=thread, value=value, interrupt_id=locked.pk)
+    elif external.is_external(locked.pk):
+        # Its agent is told it was cancelled (the thread is not closed: a cancelled
+        # thread takes no more steps).
+        external.external_answer_queue(locked.pk)
+    broadcast.queue_change_on_commit(locked)
+    return decision, run
