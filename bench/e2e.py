@@ -180,7 +180,7 @@ def setup_ours() -> None:
 
     from portal.accounts.roles import REVIEWER, SUPPORT
     from portal.accounts.setup import ensure_roles
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     call_command("migrate", verbosity=0, interactive=False)
     ensure_roles()

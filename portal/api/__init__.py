@@ -26,9 +26,7 @@ Lists cap their page at ``API_PAGE_MAX``; threads and decisions page by keyset
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import base64
-import hashlib
 import math
-import secrets
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -36,7 +34,7 @@ from typing import Any, Literal
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, Prefetch, Q, QuerySet, Window, prefetch_related_objects
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -52,6 +50,7 @@ from pydantic import ConfigDict
 from agents import inbox
 from agents.checkpoint import ThreadStatus
 from portal.accounts import access, roles
+from portal.accounts.tokens import hash_token
 from portal.api import follow
 from portal.audit import history
 from portal.errors import (
@@ -66,16 +65,13 @@ from portal.models import (
     ApiToken,
     Approval,
     Assignment,
-    AuditEvent,
     Checkpoint,
     Decision,
     Interrupt,
     RoutingEvent,
     Run,
     Thread,
-    audit_record,
     paging,
-    password_fingerprint,
     policies,
     waiting,
 )
@@ -90,64 +86,12 @@ from portal.reviews.services import interrupt_withdraw, thread_cancel, thread_re
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.registry import UnknownAgentError
 
-TOKEN_PREFIX = "prt_"
-WEBHOOK_SECRET_PREFIX = "whsec_"
-ALL_SCOPES = tuple(ApiToken.Scope.values)
 # The most requests one page of a list endpoint returns.
 API_PAGE_MAX = 100
 # How precisely a token's last_used_at is kept: it is written when older than this.
 TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # The longest a waiting GET holds its answer back.
 WAIT_MAX_SECONDS = 30
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def api_token_create(
-    *,
-    user: Any,
-    name: str = "",
-    scopes: Iterable[str] = ALL_SCOPES,
-    expires_at: datetime | None = None,
-    by: Any = None,
-) -> tuple[ApiToken, str]:
-    """A new token for ``user``: (the stored row, the token itself). The token is not
-    stored, so this is the only time it can be shown. ``scopes`` defaults to all of them;
-    the token never does more than its user may. A token with the ``request`` scope gets
-    a webhook secret (``row.webhook_secret``) that signs the answers sent to its
-    requests' callback URLs. ``by``: who created it (None: an operator at the command
-    line), for the audit trail."""
-    scopes = sorted(set(scopes))
-    unknown = set(scopes) - set(ALL_SCOPES)
-    if unknown:
-        raise ValueError(f"unknown scopes {sorted(unknown)}; choose from {list(ALL_SCOPES)}")
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    # The key the answers to this token's requests are signed with, shown once with it.
-    secret = WEBHOOK_SECRET_PREFIX + secrets.token_urlsafe(32)
-    with transaction.atomic():
-        row = ApiToken.objects.create(
-            user=user,
-            name=name,
-            token_hash=hash_token(token),
-            scopes=scopes,
-            expires_at=expires_at,
-            password_fingerprint=password_fingerprint(user),
-            webhook_secret=secret if ApiToken.Scope.REQUEST in scopes else "",
-        )
-        audit_record(
-            action=AuditEvent.Action.TOKEN_CREATE,
-            actor=by,
-            target=row,
-            detail={
-                "user": user.get_username(),
-                "name": name,
-                "scopes": scopes,
-                "expires_at": expires_at,
-            },
-        )
-    return row, token
 
 
 class ApiProblem(HttpError):

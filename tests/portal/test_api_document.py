@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from jsonschema import Draft202012Validator
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Assignment, RoutingEvent, Thread, api_tokens_revoke
 from portal.notify import broadcast
 from portal.reviews.decisions import interrupt_claim

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from agents.examples import refunds
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews.decisions import AlreadyDecided, decision_submit_for_thread
 from portal.reviews.services import thread_start

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.audit import chains as audit
 from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, policies
 from portal.reviews.decisions import (
