@@ -180,7 +180,7 @@ def setup_ours() -> None:
 
     from portal.accounts.groups import ensure_roles
     from portal.accounts.roles import REVIEWER, SUPPORT
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     call_command("migrate", verbosity=0, interactive=False)
     ensure_roles()
@@ -874,10 +874,10 @@ WEB_PHASES = [
     ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
     ("live updates on commit (rendering partials, Redis)", "portal/notify/broadcast.py"),
-    ("POST resume: decision_submit", "_resume (portal/api.py"),
-    ("POST start: thread_start", "_start (portal/api.py"),
-    ("?wait: looks while waiting", "_thread_busy (portal/api.py"),
-    ("?wait: the thread's checkpoint read + JSON", "_thread_data (portal/api.py"),
+    ("POST resume: decision_submit", "_resume (portal/api/threads.py"),
+    ("POST start: thread_start", "_start (portal/api/threads.py"),
+    ("?wait: looks while waiting", "_thread_busy (portal/api/threads.py"),
+    ("?wait: the thread's checkpoint read + JSON", "_thread_data (portal/api/threads.py"),
     ("?wait: the wait itself (event loop)", "await_until (portal/models/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
     ("daphne + asyncio (HTTP, event loop)", ""),

@@ -166,7 +166,7 @@ MIDDLEWARE = [
     # Before any view (and CSRF's view check) reads the body: see portal/inputs.py.
     "portal.inputs.refuse_bad_input",
     # Under /api/, a 404 or 405 answered as a page gets the API's JSON refusal body.
-    "portal.api.json_refusals",
+    "portal.api.errors.json_refusals",
     # --- logins: last, so it turns a lockout flagged during the view into its page ---
     "axes.middleware.AxesMiddleware",
 ]

@@ -1,42 +1,36 @@
-"""Following a thread without polling: its channel-layer events as server-sent events.
+"""``GET /api/threads/{id}/events``: following a thread without polling, as server-sent events.
 
-``GET /api/threads/{id}/events`` (``portal.api``) streams what the thread's pages get over
-their websocket, from the same groups and events (``portal.notify.broadcast``): it subscribes to
-the thread's group and to its user's group, then says where the thread stands, then
-forwards each event as it comes. Like the consumers it only subscribes and forwards.
-
-The stream, one SSE event per broadcast event (``data`` is JSON unless it says otherwise):
-
-- ``status``: ``{"thread_id", "status", "run_id", "run_status", "error"}``, first as a
-  snapshot once subscribed (``run_id`` and ``run_status`` null), then each time a run
-  changes the thread's status;
-- ``chunk``: ``{"chunk": StreamChunk.to_dict()}``, each streamed token or step;
-- ``html``: the out-of-band HTML swaps the pages apply (a finished transcript message, or
-  what became of one of the thread's requests), as text over one ``data`` line each;
-- ``closed``: ``{"detail"}`` when the token may no longer follow the thread (revoked,
-  expired, its user deactivated or no longer allowed to see it); the stream then ends.
-
-The right to follow is checked again on a ``user.revoke`` event and every
-``PORTAL_WS_RECHECK_SECONDS``, as the websockets do. A comment line every
-``KEEPALIVE_SECONDS`` keeps proxies from closing an idle stream.
+``follow_thread`` subscribes to the thread's and its user's channel-layer groups
+(``portal.notify.broadcast``), says where the thread stands, then forwards each event as
+``status``, ``chunk``, ``html`` or ``closed`` (``ThreadEvent``); like the consumers it only
+subscribes and forwards. docs/architecture.md (api) describes the stream.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Field, Router, Schema
 
+from portal.accounts import access
+from portal.api.errors import Problem
+from portal.api.lookups import thread_or_404
+from portal.api.schemas import THREAD_STATUSES
+from portal.models import ApiToken, Thread
 from portal.notify import broadcast
 
 KEEPALIVE_SECONDS = 15.0
+
+router = Router(tags=["threads"])
 
 
 def sse(event: str, data: Any) -> str:
@@ -115,3 +109,88 @@ async def follow_thread(
             receiving.cancel()
         for group in groups:
             await layer.group_discard(group, channel)
+
+
+# --- the endpoint ----------------------------------------------------------------------------
+
+
+class ThreadStatusData(Schema):
+    thread_id: str
+    status: str = Field(..., description=THREAD_STATUSES)
+    run_id: str | None = Field(None, description="The run that changed it (null: a snapshot).")
+    run_status: str | None = None
+    error: str = ""
+
+
+class ChunkData(Schema):
+    chunk: dict[str, Any] = Field(
+        ...,
+        description=(
+            "A streamed chunk: event (state, message, error, updates), message, state, "
+            "data, thread_id, run_id."
+        ),
+    )
+
+
+class ClosedData(Schema):
+    detail: str = Field(..., description="Why the stream ended.")
+
+
+class ThreadEvent(Schema):
+    """One server-sent event: its ``event:`` line and its ``data:`` (JSON, except for
+    ``html``, which is the HTML the pages swap in)."""
+
+    event: Literal["status", "chunk", "html", "closed"]
+    data: ThreadStatusData | ChunkData | ClosedData | str
+
+
+def _thread_status(thread_id: Any) -> dict[str, Any]:
+    status = Thread.objects.filter(pk=thread_id).values_list("status", flat=True).first()
+    return {
+        "thread_id": str(thread_id),
+        "status": status or "",
+        "run_id": None,
+        "run_status": None,
+        "error": "",
+    }
+
+
+def _may_still_follow(token_id: int, thread_id: Any) -> str | None:
+    """Why the token may no longer follow the thread (None: it may), read afresh."""
+    row = ApiToken.objects.select_related("user").filter(pk=token_id).first()
+    if row is None:
+        return "This token was deleted."
+    refusal = row.refusal()
+    if refusal is not None:
+        return refusal
+    if ApiToken.Scope.READ not in (row.scopes or []):
+        return "This token lacks the 'read' scope."
+    if not access.visible_threads(row.user).filter(pk=thread_id).exists():
+        return f"You can no longer see thread {thread_id}."
+    return None
+
+
+@router.get(
+    "/{thread_id}/events",
+    response={200: ThreadEvent, 404: Problem},
+    openapi_extra={"x-event-stream": True},
+)
+async def thread_events(request: HttpRequest, thread_id: str) -> Any:
+    """Follow a thread without polling: server-sent events (``text/event-stream``)
+    carrying what its pages get live. First a ``status`` snapshot, then ``status`` when a
+    run changes it, ``chunk`` for each streamed token or step, ``html`` for the pages'
+    swaps (a finished message, a request claimed, released or decided), and ``closed``
+    when the token may no longer follow (revoked, expired, access lost), after which the
+    stream ends. A comment line every 15 s keeps it open through proxies."""
+    thread = await sync_to_async(thread_or_404)(request, thread_id)
+    token = request.api_token  # type: ignore[attr-defined]
+    stream = follow_thread(
+        thread_id=thread.pk,
+        user_id=token.user_id,
+        refusal=lambda: _may_still_follow(token.pk, thread.pk),
+        snapshot=lambda: _thread_status(thread.pk),
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy must pass each event on at once
+    return response

@@ -16,7 +16,9 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
-from portal.api import WAIT_MAX_SECONDS, ApiProblem, BearerToken, Problem
+from portal.api.auth import BearerToken
+from portal.api.errors import ApiProblem, Problem
+from portal.api.schemas import WAIT_MAX_SECONDS
 from portal.models import ApiToken, ExternalRequest, waiting
 from portal.reviews import external
 

@@ -9,7 +9,7 @@ import time
 from playwright.sync_api import expect
 
 from agents.portal_client import PortalClient
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Decision
 from portal.notify import outbox
 from tests.browser.conftest import assert_not_reloaded, mark_page, wait_live

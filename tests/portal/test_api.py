@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from portal.api import api_token_create, hash_token
+from portal.accounts.tokens import api_token_create, hash_token
 from portal.models import ApiToken, Decision, Interrupt, Run, Thread
 from tests.factories import (
     make_decision,

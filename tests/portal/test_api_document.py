@@ -15,8 +15,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from jsonschema import Draft202012Validator
 
-from portal.accounts.tokens import api_tokens_revoke
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create, api_tokens_revoke
 from portal.models import Assignment, RoutingEvent, Thread
 from portal.notify import broadcast
 from portal.reviews.claims import interrupt_claim

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from portal.api import API_PAGE_MAX, api_token_create
+from portal.accounts.tokens import api_token_create
+from portal.api.pages import API_PAGE_MAX
 from portal.models import Decision, Interrupt, Run, Thread
 from tests.factories import make_decision, make_interrupt, make_thread, make_user
 from tests.portal.test_api import Api, api_for

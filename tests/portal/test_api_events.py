@@ -15,8 +15,7 @@ from channels.layers import channel_layers
 from channels.testing import ApplicationCommunicator
 from django.conf import settings as django_settings
 
-from portal.accounts.tokens import api_tokens_revoke
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create, api_tokens_revoke
 from portal.models import Thread
 from portal.notify import broadcast
 from portal.reviews.claims import interrupt_claim

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from tests.portal.conftest import output, wait_for
 from tests.portal.test_api_events import parse_event
 from tests.processes import free_port

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Interrupt, Run, Thread
 from tests.factories import make_interrupt, make_thread
 from tests.portal.test_api import Api, api_for

@@ -13,7 +13,7 @@ import pytest
 
 from agents.examples import contact
 from agents.testing.fake_openai import FakeOpenAI
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Decision, Interrupt, Thread
 from portal.runs.worker import Worker
 

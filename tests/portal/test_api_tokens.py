@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import ApiToken, Decision, Run, Thread
 from tests.factories import make_interrupt
 

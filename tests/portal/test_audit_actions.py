@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.errors import ClaimConflict
 from portal.models import ApiToken, AuditEvent
 from portal.reviews.claims import interrupt_claim, interrupt_unclaim

@@ -114,7 +114,7 @@ def _bodies(world):
 
 @pytest.mark.django_db
 def test_an_auditor_gets_403_from_every_write_endpoint_and_nothing_changes(auditor, world):
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     _, token = api_token_create(user=auditor, name="audit")
     client = Client()
@@ -167,7 +167,7 @@ def test_the_history_pages_take_no_writes_at_all(auditor, reviewer, admin_user, 
 
 @pytest.mark.django_db
 def test_no_api_route_updates_or_deletes_anything(admin_user, world):
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     _, token = api_token_create(user=admin_user, name="admin")
     client = Client()

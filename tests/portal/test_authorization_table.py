@@ -24,7 +24,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Thread
 from portal.reviews.external import RequestSpec, external_request_create
 from portal.web.routing import websocket_urlpatterns

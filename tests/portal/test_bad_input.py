@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.admin.utils import quote
 from django.test import AsyncClient, Client
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
 from tests.factories import make_interrupt, make_thread, make_user
 

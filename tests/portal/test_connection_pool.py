@@ -22,7 +22,7 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from tests.portal.conftest import ROOT
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from agents.examples import refunds
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.errors import AlreadyDecided
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews.decisions import decision_submit_for_thread

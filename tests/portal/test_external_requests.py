@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents import signing
 from agents.portal_client import PortalClient
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.errors import DecisionForbidden, InvalidDecision
 from portal.models import (
     ApiToken,

@@ -20,7 +20,7 @@ from agents.portal_langgraph import (
     resume_with,
 )
 from examples.langgraph_invoice import build
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import ExternalRequest, Interrupt
 from portal.notify import outbox
 from portal.reviews.decisions import decision_submit

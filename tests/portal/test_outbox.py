@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import signing
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Delivery, DeliveryAttempt, Notification, Subscription
 from portal.notify import outbox
 from portal.notify.notifier import Notifier, outbox_dispatch

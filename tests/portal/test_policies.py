@@ -151,7 +151,7 @@ def test_a_required_group_applies_only_where_the_policy_says(settings, reviewer)
 
 
 def test_a_required_group_refusal_reaches_the_api_as_403(client, settings, reviewer):
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     settings.PORTAL_POLICIES = {"*:*": {"required_group": "finance"}}
     interrupt = make_interrupt()

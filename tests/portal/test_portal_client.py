@@ -13,7 +13,7 @@ from django.db import connection
 
 from agents import signing
 from agents.portal_client import PortalClient, PortalError
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import Decision
 from portal.reviews.decisions import decision_submit
 from tests.factories import make_user

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.errors import AlreadyDecided, AlreadyVoted, DecisionForbidden, InvalidDecision
 from portal.models import Approval, Decision, ImmutableRecordError, Interrupt, Run, chain, policies
 from portal.reviews.claims import interrupt_claim

@@ -13,7 +13,7 @@ from django.core import mail
 from django.db import connection
 from django.utils import timezone
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.models import (
     Assignment,
     AuditEvent,

@@ -102,7 +102,7 @@ def test_a_decider_whose_words_reached_the_thread_cannot_approve_what_they_asked
 def test_the_api_refuses_a_decider_who_wrote_into_the_thread(
     client, finished_chat, support_reviewer
 ):
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     Run.objects.create(
         thread=finished_chat,
@@ -144,7 +144,7 @@ def test_every_human_message_records_its_author(client, support_agent, finished_
 
 
 def test_a_thread_started_through_the_api_records_its_author(client, support_agent):
-    from portal.api import api_token_create
+    from portal.accounts.tokens import api_token_create
 
     _, token = api_token_create(user=support_agent)
     response = client.post(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection, transaction
 
-from portal.api import api_token_create
+from portal.accounts.tokens import api_token_create
 from portal.errors import InputError, InvalidDecision
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews import threads

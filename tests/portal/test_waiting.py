@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from portal.api import WAIT_MAX_SECONDS
+from portal.api.schemas import WAIT_MAX_SECONDS
 from portal.models import Decision, Interrupt, Run, Thread, waiting
 from tests.factories import make_interrupt
 from tests.portal.test_api import api_for

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from portal.api import ALL_SCOPES, api_token_create
+from portal.accounts.tokens import ALL_SCOPES, api_token_create
 
 
 class Command(BaseCommand):

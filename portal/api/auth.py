@@ -1,0 +1,77 @@
+"""Who is calling: ``Authorization: Bearer <token>``, checked for the endpoint's scope.
+
+``BearerToken(scope)`` is an endpoint's ``auth``; ``token_user`` is the user it found.
+Tokens are made and hashed in ``portal.accounts.tokens``.
+"""
+
+# No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja.errors import HttpError
+from ninja.security import HttpBearer
+
+from portal.accounts.tokens import hash_token
+from portal.api.errors import ApiProblem
+from portal.models import ApiToken
+
+# How precisely a token's last_used_at is kept: it is written when older than this.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiDisabled(HttpError):
+    def __init__(self) -> None:
+        super().__init__(
+            403, "The JSON API is turned off on this server (PORTAL_API_ENABLED is false)."
+        )
+
+
+class BearerToken(HttpBearer):
+    """A valid token carrying ``scope``: checked before the body is read, so a token
+    without the scope gets 403 naming it whatever it sends."""
+
+    def __init__(self, scope: str = ApiToken.Scope.READ) -> None:
+        super().__init__()
+        self.scope = scope
+
+    def __call__(self, request: HttpRequest) -> Any:
+        # Checked before the token, so a disabled API says so even to a bad token.
+        if not settings.PORTAL_API_ENABLED:
+            raise ApiDisabled()
+        return super().__call__(request)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        if not token:
+            return None
+        row = (
+            ApiToken.objects.select_related("user")
+            .filter(token_hash=hash_token(token.strip()))
+            .first()
+        )
+        if row is None:
+            return None
+        refusal = row.refusal()
+        if refusal is not None:
+            raise ApiProblem(401, refusal)
+        if self.scope not in (row.scopes or []):
+            raise ApiProblem(
+                403,
+                f"This token lacks the '{self.scope}' scope; create one with "
+                f"manage.py create_api_token USER --scope {self.scope}.",
+            )
+        now = timezone.now()
+        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+            # At most one durable write per token and minute, not one per request: reads
+            # would otherwise each wait for the disk.
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        request.user = row.user
+        request.api_token = row  # type: ignore[attr-defined]
+        return row.user
+
+
+def token_user(request: HttpRequest) -> Any:
+    """The token's user (ninja puts what the auth returned on ``request.auth``)."""
+    return getattr(request, "auth", None)
