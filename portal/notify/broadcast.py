@@ -1,32 +1,11 @@
-"""Every channel-layer group and event type the portal uses, in one place.
+"""Every channel-layer group and event type the portal uses, and publishing to them.
 
-Writers (services, the checkpointer, the worker) publish here after their transaction
-commits, with ids and statuses; the rendering happens here, once per event, from the same
-template partials the pages use. Consumers (and the API's event stream, ``portal.api.follow``)
-subscribe to the same names and forward.
-Publishing is best effort: a channel layer that is down costs live updates, never a run
-or a decision, so failures are logged and swallowed.
-
-Groups and events:
-
-- ``thread_group(thread_id)``: everything about one thread and its requests.
-  ``thread.chunk`` ``{"chunk": StreamChunk.to_dict()}`` for each streamed token or step;
-  ``thread.html`` ``{"html"}``: out-of-band swaps, rendered once by the publisher from
-  the partials the pages use: a finished transcript message, or what became of one of
-  the thread's requests (claimed, released, decided, expired, withdrawn);
-  ``thread.status`` ``{"thread_id", "status", "run_id", "run_status", "error"}`` when a
-  run changes the thread's status (each page then fetches its own view).
-- ``QUEUE_GROUP``: the reviewers' queue.
-  ``queue.changed`` ``{"interrupt_id", "thread_id", "agent", "reason", "status", "html"}``
-  when an interrupt is added (status "pending"), claimed or released ("pending" again),
-  or leaves the queue (resolved/cancelled/expired). ``html`` is the out-of-band swaps
-  that show it: its row (replaced where shown, added where it belongs), the number
-  pending, and a sentence for screen readers.
-- ``user_group(user_id)``: every socket one user has open, whatever it watches.
-  ``user.revoke`` ``{"session_key"}`` when the user's right to their sockets may have
-  changed (logout, deactivation, password, groups or permissions): each socket checks
-  its session and permission again and closes if they no longer hold; with a
-  ``session_key`` (a logout) the sockets of that session close at once.
+Writers (services, the checkpointer, the worker) announce here after their transaction
+commits, with ids and statuses. The HTML an event carries comes from the renderer that
+``portal.web.live`` registers at start-up (``set_renderer``), once per event, in this
+module's announcer thread; without one, events go out without HTML. Publishing is best
+effort: failures are logged and swallowed. The groups and events are listed in
+docs/architecture.md (``## notify``).
 """
 
 from __future__ import annotations
@@ -38,7 +17,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -47,7 +26,6 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.db import close_old_connections, transaction
 from django.dispatch import receiver
-from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,6 +37,30 @@ THREAD_STATUS = "thread.status"
 THREAD_HTML = "thread.html"
 QUEUE_CHANGED = "queue.changed"
 USER_REVOKE = "user.revoke"
+
+
+class Renderer(Protocol):
+    """What turns events into HTML (``portal.web.live``): the same partials the pages use,
+    as out-of-band swaps; each returns '' (or []) when it cannot render."""
+
+    def render_interrupt_change(
+        self, interrupt_id: str, *, by: Any = None, news: str = ""
+    ) -> tuple[list[str], str]: ...
+
+    def render_queue_gone(self, interrupt_id: str) -> str: ...
+
+    async def render_transcript_message(
+        self, transcript: LiveTranscript, message: dict[str, Any]
+    ) -> str: ...
+
+
+_renderer: Renderer | None = None
+
+
+def set_renderer(renderer: Renderer | None) -> None:
+    """Register what renders events (``PortalConfig.ready`` does, in every process)."""
+    global _renderer
+    _renderer = renderer
 
 
 def thread_group(thread_id: object) -> str:
@@ -268,46 +270,20 @@ async def apublish_chunk(
 
 
 class LiveTranscript:
-    """One run's finished messages, rendered as the thread's page renders them: with the
-    thread (its owner's name on their messages) and who answered each tool call's request
-    (a declined result names the reviewer). Both are read once, for the first message
-    rendered: the answers a run's tool results report were given before the run began."""
+    """One run's finished messages, rendered as the thread's page renders them. What they
+    read besides themselves (``page``: the thread, who answered each tool call's request)
+    is read once, by the renderer, for the first message: the answers a run's tool results
+    report were given before the run began."""
 
     def __init__(self, thread_id: object) -> None:
         self.thread_id = thread_id
-        self._page: dict[str, Any] | None = None
+        self.page: dict[str, Any] | None = None
 
     async def render(self, message: dict[str, Any]) -> str:
         """``message`` as out-of-band swaps ('' when there is nothing to show, or it cannot
         be rendered)."""
-        from portal.web.threads import display_message
-
-        if message.get("role") == "system" or not message.get("id"):
-            return ""
-        if self._page is None:
-            # Not on the run's connection (nor in a caller's transaction around the run).
-            self._page = await _announcing(_read_page, self.thread_id)
-        try:
-            m = display_message(message, self._page["decided"])
-            return render_to_string(
-                "portal/partials/transcript_message_live.html",
-                {"m": m, "thread": self._page["thread"]},
-            )
-        except Exception:
-            log.warning("rendering message %s failed", message.get("id"), exc_info=True)
-            return ""
-
-
-def _read_page(thread_id: object) -> dict[str, Any]:
-    """``views.threads.live_transcript_context``, or none (read once per run: a failure is
-    not retried for each message)."""
-    from portal.web.threads import live_transcript_context
-
-    try:
-        return live_transcript_context(thread_id)
-    except Exception:
-        log.warning("reading thread %s for its live transcript failed", thread_id, exc_info=True)
-        return {"thread": None, "decided": {}}
+        renderer = _renderer
+        return "" if renderer is None else await renderer.render_transcript_message(self, message)
 
 
 def queue_changed(
@@ -321,10 +297,10 @@ def queue_changed(
 ) -> dict[str, Any]:
     """The ``queue.changed`` event: an interrupt entered (status "pending"), changed in,
     or left the reviewers' queue. ``html`` is the out-of-band swaps that show it (one
-    websocket frame each), rendered once by the publisher, not once per watcher; when a
+    websocket frame each), rendered once by the renderer, not once per watcher; when a
     caller has none for a request that left, it is the swap that removes its row."""
-    if not html and status != "pending":
-        html = render_to_string("portal/partials/queue_change.html", {"gone": interrupt_id})
+    if not html and status != "pending" and _renderer is not None:
+        html = _renderer.render_queue_gone(interrupt_id)
     return {
         "type": QUEUE_CHANGED,
         "interrupt_id": interrupt_id,
@@ -355,7 +331,12 @@ def publish_queue_change(
         # Nothing to render for: a page that opens its socket later fetches its own view
         # once it is subscribed (live.js catches up on open).
         return
-    queue_html, page_html = render_interrupt_change(interrupt_id, by=by, news=news)
+    renderer = _renderer
+    queue_html, page_html = (
+        renderer.render_interrupt_change(interrupt_id, by=by, news=news)
+        if renderer is not None
+        else ([], "")
+    )
     if queue_open:
         group_send(
             QUEUE_GROUP,
@@ -381,7 +362,7 @@ async def apublish_queue_change(**change: Any) -> None:
 async def apublish_queue_changes(changes: list[dict[str, Any]]) -> None:
     """``publish_queue_change`` for each of ``changes``, committed, from an async writer
     (a worker's checkpointer): in a thread of its own, since the rendering queries."""
-    await _announcing(_announce, changes)
+    await announcing(_announce, changes)
 
 
 _announcing_thread: list[ThreadPoolExecutor] = []  # one per process (see _announcer)
@@ -394,9 +375,9 @@ def _announcer() -> ThreadPoolExecutor:
     return _announcing_thread[0]
 
 
-async def _announcing(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in the announcer's thread, whose database connection is looked after
-    as a request's is (closed when too old or broken)."""
+async def announcing(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the announcer's thread (where events are rendered), whose database
+    connection is looked after as a request's is (closed when too old or broken)."""
 
     def call() -> T:
         close_old_connections()
@@ -430,98 +411,6 @@ def queue_change_on_commit(interrupt: Any, *, by: Any = None, news: str = "") ->
             news=news,
         ),
         robust=True,
-    )
-
-
-# --- rendering: the partials the pages use, as out-of-band swaps ------------------------
-
-
-def render_interrupt_change(
-    interrupt_id: str, *, by: Any = None, news: str = ""
-) -> tuple[list[str], str]:
-    """What an interrupt's change looks like, read after commit: the swaps for the open
-    queues, and those for the open pages about it ('' when they cannot be rendered: the
-    queues then catch up when they next re-fetch)."""
-    from portal.models import Decision, Interrupt
-
-    try:
-        item = (
-            Interrupt.objects.select_related("thread__owner", "claimed_by")
-            .filter(pk=interrupt_id)
-            .first()
-        )
-        if item is None:
-            return [], ""
-        pending = item.status == Interrupt.Status.PENDING
-        decision = (
-            None
-            if pending
-            else Decision.objects.select_related("reviewer").filter(interrupt=item).first()
-        )
-        news = news or _news(item, by)
-        context = {
-            "item": item if pending else None,
-            "gone": "" if pending else item.pk,
-            "pending_count": pending_count(),
-            "news": news,
-        }
-        return _queue_frames(context), render_interrupt_page(item, decision, news)
-    except Exception:
-        log.warning("rendering the change of %s failed", interrupt_id, exc_info=True)
-        return [], ""
-
-
-def render_interrupt_page(item: Any, decision: Any, news: str = "") -> str:
-    """The swaps that show an open page of ``item`` what became of it (``decision``, or
-    None while pending or when withdrawn); ``news`` says who did what."""
-    return render_to_string(
-        "portal/partials/interrupt_change.html",
-        {"interrupt": item, "decision": decision, "news": news or _news(item, None), "oob": True},
-    )
-
-
-def _news(item: Any, by: Any) -> str:
-    """Who did what to ``item``, in a sentence."""
-    message = item.message or "a request"
-    if getattr(item, "status", "pending") != "pending":
-        return f"{item.get_status_display()}: “{message}”"
-    if item.claimed_by is not None:
-        return f"{item.claimed_by.get_username()} claimed “{message}”"
-    if by is not None:
-        return f"{by.get_username()} released “{message}”"
-    return f"New request from {item.agent or 'an agent'}: “{message}”"
-
-
-def pending_count() -> int:
-    """How many requests wait for a decision (capped as the queue page caps it)."""
-    from portal.models import Interrupt
-    from portal.web.queue import COUNT_CAP
-
-    pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING).order_by()
-    return min(pending[: COUNT_CAP + 1].count(), COUNT_CAP)
-
-
-def _queue_frames(context: dict[str, Any]) -> list[str]:
-    # The row first, on its own: it replaces the row a page shows. The rest adds it
-    # where a page does not show it, and says so.
-    rest = render_to_string("portal/partials/queue_change.html", context)
-    if context.get("item") is None:
-        return [rest]
-    row = render_to_string("portal/queue.html#queue-row", {**context, "oob": True})
-    return [row, rest]
-
-
-def render_queue_row(interrupt_id: str) -> list[str]:
-    """The queue's swaps for an interrupt's current state ([] if it cannot be rendered)."""
-    return render_interrupt_change(interrupt_id)[0]
-
-
-def render_queue_item(item: Any) -> str:
-    """The queue's swaps for ``item``, a pending ``Interrupt`` that just entered the queue
-    (or as much of one as its row shows) with its thread and claimant at hand: no page
-    shows it yet, so they only add its row. It queries nothing."""
-    return render_to_string(
-        "portal/partials/queue_change.html", {"item": item, "news": _news(item, None)}
     )
 
 

@@ -1,21 +1,10 @@
 """Websocket consumers: authorize on connect, join one group, forward what is published.
 
-They never write and never render: ``portal.notify.broadcast`` renders each event once, as the
-out-of-band swaps the htmx websocket extension applies (or, for streamed tokens, JSON),
-and each consumer passes it on to its browser as it is.
-
-A refused connection is accepted and then closed with a reason code, because a browser
-only sees the code of a socket that was opened (a refused handshake is just "1006"):
-4401 when nobody is logged in, 4403 when the user may not see what was asked for (a
-thread that is not theirs, or the queue without the decide permission), 4404 for a path
-no consumer serves. The client stops reconnecting on these codes.
-
-A socket follows the session it was opened with. Each one also joins its user's group
-(``broadcast.user_group``); on a ``user.revoke`` event (``portal.web.signals`` sends one after
-a logout, a deactivation, a password change or a change of groups or permissions) it
-checks the session and its permission again, as on connect, and closes with 4401 or 4403
-when they no longer hold. The same check runs every ``PORTAL_WS_RECHECK_SECONDS``, for an
-event that was lost or a change made without signals.
+They never write and never render: ``portal.web.live`` renders each event once, for
+``portal.notify.broadcast``, and each consumer passes it on to its browser as it is.
+A refused socket is opened, then closed with 4401, 4403 or 4404; a socket follows the
+session it was opened with (``user.revoke``, ``PORTAL_WS_RECHECK_SECONDS``). More in
+docs/architecture.md (``## web``).
 """
 
 from __future__ import annotations

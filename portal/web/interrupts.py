@@ -24,11 +24,11 @@ from django_htmx.middleware import HtmxDetails
 from portal.accounts import access, roles
 from portal.errors import DecisionRefused
 from portal.models import Checkpoint, Decision, Interrupt
-from portal.notify import broadcast
 from portal.reviews.checks import decision_forbidden
 from portal.reviews.claims import interrupt_claim, interrupt_unclaim
 from portal.reviews.forms import DecisionForm
 from portal.reviews.words import recorded_words
+from portal.web import live
 from portal.web.threads import transcript
 
 
@@ -124,7 +124,7 @@ def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
     swaps beside an empty target. While the request is pending: who holds it now and the
     votes so far (the form is left alone, so a half-typed answer stays; live.js closes
     or opens it as the claim section now says). Once it is not: the swaps its decision
-    pushed (``broadcast.render_interrupt_page``)."""
+    pushed (``live.render_interrupt_page``)."""
     interrupt = access.get_interrupt_for_user(request, interrupt_id)
     html = '<div id="interrupt-catch-up" hidden></div>'
     if interrupt.is_pending:
@@ -132,7 +132,7 @@ def interrupt_catch_up(request: HttpRequest, interrupt_id: str) -> HttpResponse:
         html += render_to_string("portal/partials/claim_change.html", context, request=request)
     else:
         decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
-        html += broadcast.render_interrupt_page(interrupt, decision)
+        html += live.render_interrupt_page(interrupt, decision)
     return HttpResponse(html)
 
 

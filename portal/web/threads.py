@@ -73,7 +73,7 @@ def decisions_by_call(thread: Thread) -> dict[str, Decided]:
 
 def live_transcript_context(thread_id: Any) -> dict[str, Any]:
     """What a transcript message reads besides itself (its owner, who answered its tool
-    calls), for messages rendered outside a page (``broadcast.LiveTranscript``)."""
+    calls), for messages rendered outside a page (``live.render_transcript_message``)."""
     thread = Thread.objects.select_related("owner").get(pk=thread_id)
     return {"thread": thread, "decided": decisions_by_call(thread)}
 

@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 
 from portal.models import Interrupt, Thread
-from portal.notify import broadcast
 from portal.reviews.claims import interrupt_claim
 from portal.templatetags.portal_live import css_string
+from portal.web import live
 from tests.factories import make_interrupt
 
 CREATED = datetime(2026, 11, 30, 1, 7, 9, tzinfo=UTC)
@@ -116,7 +116,7 @@ def test_the_queue_page_shows_the_row_the_broadcast_sends(client, reviewer, seco
     for item in (unclaimed, claimed):
         page_row = row(Interrupt.objects.select_related("thread", "claimed_by").get(pk=item.pk))
         assert page_row in page
-        replace, insert = broadcast.render_queue_row(item.pk)
+        replace, insert = live.render_queue_row(item.pk)
         assert replace.replace(' hx-swap-oob="true"', "", 1) == page_row
         assert page_row in insert
     assert page.count('class="queue-row"') == 2
@@ -128,6 +128,6 @@ def test_the_broadcast_row_renders_without_a_query(second_reviewer, django_asser
     interrupt_claim(interrupt=claimed, user=second_reviewer)
     item = Interrupt.objects.select_related("thread", "claimed_by").get(pk=claimed.pk)
     with django_assert_num_queries(0):
-        html = broadcast.render_queue_item(item)
+        html = live.render_queue_item(item)
     assert 'data-claimant="rob-reviewer"' in html
     assert "rob-reviewer claimed" in html  # said to screen readers

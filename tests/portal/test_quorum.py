@@ -467,6 +467,7 @@ def test_a_vote_is_pushed_to_open_request_pages_from_the_same_partial(
     two_of_n, panel, client, django_capture_on_commit_callbacks, monkeypatch
 ):
     from portal.notify import broadcast
+    from portal.web import live
 
     request = make_interrupt()
     announced: list[dict] = []
@@ -478,13 +479,13 @@ def test_a_vote_is_pushed_to_open_request_pages_from_the_same_partial(
     assert change["news"].startswith("panel-0 approved “Approve a $42.50 refund")
     assert change["news"].endswith("; it needs 1 more approval")
 
-    _queue, page_html = broadcast.render_interrupt_change(request.pk)
+    _queue, page_html = live.render_interrupt_change(request.pk)
 
     assert 'id="decision-approvals"' in page_html
     assert "hx-swap-oob=" in page_html
     assert "Approvals: 1 of 2" in page_html and "<strong>panel-0</strong>" in page_html
     # Said as what happened, not as a new request or a release.
-    news = broadcast.render_interrupt_change(
+    news = live.render_interrupt_change(
         request.pk, news="panel-0 approved “x”; it needs 1 more approval"
     )[1]
     assert "panel-0 approved “x”; it needs 1 more approval" in news

@@ -748,6 +748,7 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
 ):
     """Nobody subscribed: no chunk, status or queue change is rendered or sent."""
     from portal.notify import broadcast
+    from portal.web import live
 
     sent, rendered = [], []
 
@@ -763,7 +764,7 @@ def test_a_worker_renders_and_sends_live_updates_only_when_someone_watches(
     monkeypatch.setattr(
         broadcast, "group_send", lambda group, message: sent.append((group, message["type"]))
     )
-    monkeypatch.setattr(broadcast, "render_interrupt_change", render)
+    monkeypatch.setattr(live, "render_interrupt_change", render)
     thread, _ = threads.thread_start(agent="approve", input=say("pay 7"), user=support_agent)
     worker = Worker(name="watched")
     try:

@@ -1,0 +1,161 @@
+"""The portal's notification events: their kinds, where they may go, and what they say.
+
+``outbox`` writes them, ``delivery`` sends them; both take the words from here (the
+request payload, the one-line summary, a webhook's JSON envelope, the headers).
+More in docs/architecture.md (``## notify``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from portal.models import Interrupt, Notification, Subscription
+
+EVENT_ID_HEADER = "Portal-Event-Id"
+EVENT_TYPE_HEADER = "Portal-Event-Type"
+
+REQUEST_CREATED = "request.created"
+REQUEST_DECIDED = "request.decided"
+REQUEST_EXPIRED = "request.expired"
+REQUEST_WITHDRAWN = "request.withdrawn"
+REQUEST_REMINDER = "request.reminder"
+REQUEST_ASSIGNED = "request.assigned"
+REQUEST_ESCALATED = "request.escalated"
+RUN_FAILED = "run.failed"
+KINDS = (
+    REQUEST_CREATED,
+    REQUEST_DECIDED,
+    REQUEST_EXPIRED,
+    REQUEST_WITHDRAWN,
+    REQUEST_REMINDER,
+    REQUEST_ASSIGNED,
+    REQUEST_ESCALATED,
+    RUN_FAILED,
+)
+# Events about people being asked: those also go to the assigned users' addresses.
+TO_ASSIGNEES = (REQUEST_ASSIGNED, REQUEST_REMINDER, REQUEST_ESCALATED)
+
+Channel = Subscription.Channel
+
+
+class TargetError(ValueError):
+    """A delivery target that cannot be used; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one notification goes, when its writer names it rather than subscriptions
+    choosing (an external agent's callback URL, say)."""
+
+    channel: str
+    target: str
+    secret: str = ""
+
+    @classmethod
+    def webhook(cls, url: str, *, secret: str) -> Target:
+        return cls(Channel.WEBHOOK, url, secret)
+
+    @classmethod
+    def slack(cls, url: str) -> Target:
+        return cls(Channel.SLACK, url)
+
+    @classmethod
+    def email(cls, *addresses: str) -> Target:
+        return cls(Channel.EMAIL, ", ".join(addresses))
+
+    def check(self) -> None:
+        """Raise ``TargetError`` unless this target can be delivered to."""
+        check_target(self.channel, self.target, self.secret)
+
+
+def check_target(channel: str, target: str, secret: str) -> None:
+    """Raise ``TargetError`` naming what is wrong with a delivery target."""
+    if channel not in Channel.values:
+        raise TargetError(f"unknown channel {channel!r}; use one of {', '.join(Channel.values)}")
+    if channel == Channel.EMAIL:
+        if any("@" not in a for a in addresses(target)):
+            raise TargetError(f"{target!r} is not a list of email addresses")
+        return
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetError(f"{target!r} is not an http(s) URL")
+    if channel == Channel.WEBHOOK and not secret:
+        # Fail closed: a receiver could not tell our webhook from anyone else's.
+        raise TargetError("a webhook needs a secret to sign its requests with")
+
+
+def addresses(target: str) -> list[str]:
+    return [a.strip() for a in target.split(",") if a.strip()]
+
+
+# --- what the portal's events say ------------------------------------------------------
+
+
+def request_payload(interrupt: Interrupt) -> dict[str, Any]:
+    """The part of every request event that describes the request."""
+    data: dict[str, Any] = {
+        "id": interrupt.pk,
+        "thread": str(interrupt.thread_id),
+        "agent": interrupt.agent,
+        "reason": interrupt.reason,
+        "tool": interrupt.tool,
+        "summary": interrupt.summary,
+        "message": interrupt.message,
+        "status": interrupt.status,
+        "created_at": iso(interrupt.created_at),
+        "expires_at": iso(interrupt.expires_at),
+    }
+    if settings.PORTAL_BASE_URL:
+        data["url"] = f"{settings.PORTAL_BASE_URL}/interrupts/{interrupt.pk}/"
+    return data
+
+
+def iso(moment: Any) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def summary(note: Notification) -> str:
+    """One line a person reads: the email subject, the Slack text's first line."""
+    return " ".join(_summary(note).split())[:300]  # a header: one line, no newline
+
+
+def _summary(note: Notification) -> str:
+    request = note.payload.get("request") or {}
+    what = (
+        request.get("summary")
+        or request.get("message")
+        or request.get("tool")
+        or request.get("reason")
+        or ""
+    )
+    who = note.agent or "an agent"
+    if note.kind == RUN_FAILED:
+        error = (note.payload.get("run") or {}).get("error", "")
+        return f"A run of {who} failed: {error}"
+    decision = note.payload.get("decision") or {}
+    titles = {
+        REQUEST_CREATED: f"New request from {who}",
+        REQUEST_DECIDED: f"Request from {who} {decision.get('outcome', 'decided')}"
+        + (f" by {decision['reviewer']}" if decision.get("reviewer") else ""),
+        REQUEST_EXPIRED: f"Request from {who} expired without a decision",
+        REQUEST_WITHDRAWN: f"Request from {who} withdrawn",
+        REQUEST_REMINDER: f"Reminder: a request from {who} expires at {request.get('expires_at')}",
+        REQUEST_ASSIGNED: f"Request from {who} assigned to you",
+        REQUEST_ESCALATED: f"Request from {who} escalated",
+    }
+    title = titles.get(note.kind, note.kind)
+    return f"{title}: {what}" if what else title
+
+
+def envelope(note: Notification) -> dict[str, Any]:
+    """The JSON body of a webhook: the event's id, kind, time and data."""
+    return {
+        "id": str(note.pk),
+        "type": note.kind,
+        "created_at": iso(note.created_at),
+        "data": note.payload,
+    }
