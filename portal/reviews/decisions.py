@@ -51,7 +51,7 @@ from portal.models import (
 )
 from portal.notify import broadcast, outbox
 from portal.reviews import external
-from portal.runs.queue import notify_workers
+from portal.runs.queue import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -381,8 +381,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | Non
         return None
     # Part of the caller's transaction when there is one, without a savepoint of its own.
     with transaction.atomic(savepoint=False):
-        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        notify_workers()
+        run = enqueue(thread=thread, kind=Run.Kind.RESUME, input=payload)
     return run
 
 
