@@ -224,8 +224,8 @@ class Ours(Impl):
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         # As the worker runs a graph: one event loop kept for the process's life, and the
         # checkpointer on its own autocommit async connection (portal.runs.worker).
+        from portal.models.db import aconnect
         from portal.runs.checkpointer import DjangoCheckpointer
-        from portal.runs.queue import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())
@@ -1001,8 +1001,8 @@ class ReactOurs(Ours):
 
     def open(self) -> tuple[Callable[[str], Any], Callable[[str, Any], None], Callable[[], None]]:
         from agents.examples.refunds import build_agent
+        from portal.models.db import aconnect
         from portal.runs.checkpointer import DjangoCheckpointer
-        from portal.runs.queue import aconnect
 
         loop = asyncio.new_event_loop()
         conn = loop.run_until_complete(aconnect())

@@ -30,9 +30,11 @@ application = ProtocolTypeRouter(
 
 if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1":
     from portal.notify.notifier import start_embedded_notifier
+    from portal.reviews.expiry import interrupts_expire
     from portal.runs.worker import start_embedded_worker
 
-    start_embedded_worker()
+    # Overdue requests expire as with run_worker: the worker declines them between runs.
+    start_embedded_worker(expire=interrupts_expire)
     start_embedded_notifier()
 
 # Everything imported and built above lives as long as the process, yet each full garbage

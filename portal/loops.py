@@ -138,19 +138,20 @@ def run_as_command(
 
 
 class Embedded(Generic[L]):
-    """One loop, run in a daemon thread of this process and restarted if it crashes."""
+    """One loop, run in a daemon thread of this process and restarted if it crashes.
+    ``make(**options)`` builds it, with the options of the first ``start``."""
 
-    def __init__(self, make: Callable[[], L], *, thread_name: str) -> None:
+    def __init__(self, make: Callable[..., L], *, thread_name: str) -> None:
         self._make = make
         self._thread_name = thread_name
         self._running: tuple[L, threading.Thread] | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> L:
+    def start(self, **options: Any) -> L:
         """Start the loop; idempotent: a second call returns the running one."""
         with self._lock:
             if self._running is None:
-                loop = self._make()
+                loop = self._make(**options)
                 thread = threading.Thread(
                     target=_keep_running, args=(loop,), name=self._thread_name, daemon=True
                 )

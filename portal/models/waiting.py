@@ -26,7 +26,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+from portal.models.db import connect_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +167,6 @@ def _ensure_listener() -> _Listener | None:
         return None
     with _lock:
         if _listener is None:
-            from portal.runs.queue import connect_kwargs
-
             _listener = _Listener(connect_kwargs())
             _listener.start()
         return _listener
@@ -182,8 +183,6 @@ class _Listener(threading.Thread):
         self._conn: Any = None
 
     def run(self) -> None:
-        import psycopg
-
         while not self._closed.is_set():
             try:
                 self._conn = psycopg.connect(**self.connect_kwargs, autocommit=True)

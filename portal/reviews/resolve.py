@@ -19,7 +19,7 @@ from portal.inputs import check_input
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.notify import broadcast, outbox
 from portal.reviews import external
-from portal.runs.queue import notify_workers
+from portal.runs.queue import enqueue
 
 __all__ = ["DecisionClash", "resolve", "thread_resume"]
 
@@ -43,8 +43,7 @@ def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | Non
         return None
     # Part of the caller's transaction when there is one, without a savepoint of its own.
     with transaction.atomic(savepoint=False):
-        run = Run.objects.create(thread=thread, kind=Run.Kind.RESUME, input=payload)
-        notify_workers()
+        run = enqueue(thread=thread, kind=Run.Kind.RESUME, input=payload)
     return run
 
 

@@ -36,7 +36,7 @@ from portal.models import (
 )
 from portal.notify import broadcast
 from portal.reviews.resolve import resolve
-from portal.runs import queue as runs
+from portal.runs.queue import enqueue
 from portal.runs.registry import UnknownAgentError, get_agent_builder
 
 __all__ = [
@@ -111,8 +111,7 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
             title=Thread.title_from(clean["messages"][0]["content"]),
             status=Thread.Status.IDLE,
         )
-        run = Run.objects.create(thread=thread, kind=Run.Kind.START, input=clean, author=author)
-        runs.notify_workers()
+        run = enqueue(thread=thread, kind=Run.Kind.START, input=clean, author=author)
     return thread, run
 
 
@@ -185,10 +184,7 @@ def thread_continue(*, thread: Thread, user: Any) -> Run:
             author = failed.author_id  # the messages sent again are still theirs
         else:
             payload, author = {"messages": []}, None
-        run = Run.objects.create(
-            thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author
-        )
-        runs.notify_workers()
+        run = enqueue(thread=locked, kind=Run.Kind.CONTINUE, input=payload, author_id=author)
     return run
 
 
@@ -357,6 +353,5 @@ def thread_message(*, thread: Thread, text: str, user: Any) -> Run:
         if busy:
             raise ThreadNotRetryable(f"thread {locked.pk} already has a run queued or running")
         # A new turn runs like the first one: its messages are the run's input.
-        run = Run.objects.create(thread=locked, kind=Run.Kind.START, input=clean, author=author)
-        runs.notify_workers()
+        run = enqueue(thread=locked, kind=Run.Kind.START, input=clean, author=author)
     return run

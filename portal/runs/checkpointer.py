@@ -1,31 +1,11 @@
 """``DjangoCheckpointer``: the runtime's checkpointer protocol on the portal's tables.
 
-Writing a step costs the same whatever the thread's length: a compare-and-swap on the
-thread (``UPDATE thread SET last_seq = n + 1 WHERE id = X AND last_seq = n``) and one
-INSERT of the step's delta; earlier rows are never touched. The UPDATE is the commit point
-and the lock: a concurrent writer that built on the same ``n`` matches nothing and gets
-``CheckpointConflict``. A pause's ``Interrupt`` row (the reviewers' queue) is inserted in
-the same transaction, and pending rows the new checkpoint no longer names leave the queue
-in it, so the queue never shows a request the checkpoint does not. Once committed, the
-queue's changes go to ``portal.notify.broadcast`` by id and status; broadcast renders them.
-
-On PostgreSQL a write is one statement (``portal.runs.sql``) and a load one SELECT: round
-trips are what a step costs. Every write commits as the server is set (durably): the
-runtime acts, and people are told, on what it wrote. Given ``connection=`` (an autocommit
-psycopg ``AsyncConnection``, see ``portal.runs.queue.aconnect``: the worker's), the async
-methods run the
-statements on it, with no thread hop; otherwise they run them through ``sync_to_async`` on
-the caller's Django connection, inside the caller's transaction if it holds one. On SQLite
-(the embedded demo) a step is ORM calls in one transaction.
-
-Runtime thread ids that are not UUIDs (the contract suite's ``"t"``) map to a stable
-``uuid5``. A first write to a thread with no row creates one with no agent and no owner
-(tests and scripts; the portal's threads come from ``services.thread_start``).
-A request entering the queue writes its ``request.created`` outbox row (``portal.notify.outbox``)
-in the same statement or transaction, so nobody is told of a pause that was not saved and
-no saved pause goes untold.
-``adelete`` removes the thread with its checkpoints, interrupts and runs, unless it has
-recorded decisions (``ProtectedError``: they are an audit record).
+A step is a compare-and-swap on the thread's ``last_seq`` and one INSERT of its delta (on
+PostgreSQL one statement, ``portal.runs.sql``; on SQLite ORM calls in one transaction); a
+pause's request enters the queue, with its outbox row, in the same write. Given
+``connection=`` (an autocommit psycopg ``AsyncConnection``, ``portal.models.db.aconnect``:
+the worker's) the async methods write through it; otherwise through the caller's Django
+connection. docs/architecture.md (## runs, Checkpointing) tells the rules.
 """
 
 from __future__ import annotations
@@ -161,7 +141,7 @@ class DjangoCheckpointer:
         if connection is not None and not connection.autocommit:
             raise ValueError(
                 "DjangoCheckpointer(connection=...) needs an autocommit connection: each "
-                "write is its own transaction (open it with portal.runs.queue.aconnect())"
+                "write is its own transaction (open it with portal.models.db.aconnect())"
             )
         self.run_id = run.pk if run is not None else None
         self._aconn = connection

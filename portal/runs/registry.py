@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from agents.models import ScriptedModel, resolve_model
 from portal.errors import Refused
 
 
@@ -105,14 +106,10 @@ def compile_agent(name: str, checkpointer: Any, **compile_kwargs: Any) -> Any:
         script = getattr(sys.modules.get(builder.__module__), "SCRIPT", None)
         if settings.PORTAL_SCRIPTED_DELAY_MS and script is not None:
             # The demo slows the offline model down so token streaming is visible.
-            from agents.models import ScriptedModel
-
             delay = settings.PORTAL_SCRIPTED_DELAY_MS / 1000
             graph = builder(model=ScriptedModel(script, name=f"scripted-{name}", delay=delay))
         else:
             graph = builder()
     else:
-        from agents.models import resolve_model
-
         graph = builder(model=resolve_model(settings.PORTAL_MODEL))
     return graph.compile(checkpointer=checkpointer, **options)

@@ -1,9 +1,12 @@
-"""The PostgreSQL statements of ``portal.runs.checkpointer``: one per load and one per write.
+"""The PostgreSQL statements of ``portal.runs``, by name: the checkpointer's (one per load
+and one per write) and the run queue's (one per claim and one per finish).
 
 The tables are the models' default names, and the INSERTs name every column by hand
 (tests/portal/test_checkpointer.py checks both). Parameters that land in a SELECT list are
 cast: the server cannot infer their types there, and a NULL would otherwise be text.
 """
+
+# -- the checkpointer (portal.runs.checkpointer) --------------------------------------
 
 # The whole history up to the thread's last_seq, in one consistent snapshot, with the
 # newest row's fields. A thread with no checkpoint gives one row of NULLs; no thread, none.
@@ -110,3 +113,78 @@ SELECT max(nullif(last_seq, 0)), bool_or(cancelled_at IS NOT NULL)
 FROM portal_thread WHERE id = %(thread)s
 """
 AGENT = "SELECT agent FROM portal_thread WHERE id = %(thread)s"
+
+
+# -- the run queue (portal.runs.queue) ----------------------------------------------------
+
+# What a run needs of its thread, read by CLAIM (its last line, as thread__<field>) as of
+# its snapshot (the thread row is locked by it): the run starts from these, as from a read
+# just after.
+CLAIMED_THREAD_FIELDS = ("id", "agent", "owner_id", "last_seq", "cancelled_at")
+
+# Take the next claimable run, in one round trip: an expired lease first, then the oldest
+# queued run of a thread with nothing earlier unfinished and nothing running (the queued
+# branch is only read when no expired lease is found). The run and its thread are locked
+# SKIP LOCKED together, so concurrent workers take different runs and two runs of one
+# thread never start at once; the same statement marks the run and its thread running.
+CLAIM = """
+WITH expired AS (
+    SELECT r.id FROM portal_run r JOIN portal_thread t ON t.id = r.thread_id
+    WHERE r.status = 'running' AND r.lease_expires_at < statement_timestamp()
+    ORDER BY r.lease_expires_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), queued AS (
+    SELECT r.id FROM portal_run r JOIN portal_thread t ON t.id = r.thread_id
+    WHERE r.status = 'queued'
+      AND NOT EXISTS (
+        SELECT 1 FROM portal_run e WHERE e.thread_id = r.thread_id
+        AND e.status IN ('queued', 'running') AND e.created_at < r.created_at)
+      AND NOT EXISTS (
+        SELECT 1 FROM portal_run b WHERE b.thread_id = r.thread_id AND b.status = 'running')
+    ORDER BY r.created_at
+    LIMIT 1
+    FOR UPDATE OF r, t SKIP LOCKED
+), picked AS (
+    (SELECT id FROM expired) UNION ALL (SELECT id FROM queued) LIMIT 1
+), claimed AS (
+    UPDATE portal_run r SET
+        status = 'running',
+        attempts = r.attempts + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = statement_timestamp() + %(lease)s * interval '1 second',
+        started_at = coalesce(r.started_at, statement_timestamp())
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.*
+), busy AS (
+    UPDATE portal_thread t SET status = 'running', updated_at = statement_timestamp()
+    FROM claimed WHERE t.id = claimed.thread_id AND t.cancelled_at IS NULL
+)
+SELECT claimed.*, t.id AS thread__id, t.agent AS thread__agent, t.owner_id AS thread__owner_id,
+       t.last_seq AS thread__last_seq, t.cancelled_at AS thread__cancelled_at
+FROM claimed JOIN portal_thread t ON t.id = claimed.thread_id
+"""
+
+# A run's outcome, when it did not fail, and its thread's status (the rule of
+# portal.runs.queue's settling), in one statement: the run is recorded only by its lease
+# holder, and the thread, unless cancelled, follows its newest checkpoint. Returns the
+# thread's status, or no row when the run was not this worker's any more. The NOTIFY is
+# sent at commit.
+FINISH = """
+WITH finished AS (
+    UPDATE portal_run SET status = %(status)s, error = %(error)s, finished_at = %(now)s,
+        lease_expires_at = NULL
+    WHERE id = %(run)s AND lease_owner = %(owner)s AND status = 'running'
+    RETURNING thread_id
+), settled AS (
+    SELECT finished.thread_id, CASE (
+        SELECT c.status FROM portal_checkpoint c WHERE c.thread_id = finished.thread_id
+        ORDER BY c.seq DESC LIMIT 1
+    ) WHEN 'interrupted' THEN 'interrupted' WHEN 'done' THEN 'done' ELSE 'idle' END AS status
+    FROM finished
+), moved AS (
+    UPDATE portal_thread t SET status = settled.status, updated_at = %(now)s
+    FROM settled WHERE t.id = settled.thread_id AND t.cancelled_at IS NULL
+)
+SELECT settled.status, pg_notify(%(channel)s, %(key)s) FROM settled
+"""

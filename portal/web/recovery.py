@@ -2,7 +2,7 @@
 cancel one for good. Both go through the services the API and the admin's bulk actions
 use (``threads.thread_retry`` and ``threads.thread_cancel``); the owner may act on their
 own thread, others need ``retry_thread`` or ``cancel_thread``. (Not in ``threads.py``:
-``portal.notify.broadcast`` renders from there, and the services broadcast.)"""
+``portal.web.live`` renders from that module.)"""
 
 from __future__ import annotations
 

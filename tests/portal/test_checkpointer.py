@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.checkpoint import CheckpointConflict, CheckpointWrite, ThreadStatus
 from portal.models import Checkpoint, Interrupt, Notification, Run, Thread
+from portal.models.db import aconnect
 from portal.notify import broadcast
 from portal.runs.checkpointer import DjangoCheckpointer, thread_pk
 
@@ -217,8 +218,6 @@ def test_on_its_own_connection_a_pause_fills_the_queue_and_announces_it_after_co
 ):
     from asgiref.sync import async_to_sync
 
-    from portal.runs.queue import aconnect
-
     thread = Thread.objects.create(agent="refunds", title="Broken mug")
     announced = []
 
@@ -281,8 +280,6 @@ def test_on_its_own_connection_a_statement_carries_the_queues_part_only_when_it_
     instance that knows nothing of the thread."""
     import psycopg
     from asgiref.sync import async_to_sync, sync_to_async
-
-    from portal.runs.queue import aconnect
 
     thread = Thread.objects.create(agent="refunds")
     tid = str(thread.pk)
@@ -374,8 +371,6 @@ def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
 
     from asgiref.sync import async_to_sync
 
-    from portal.runs.queue import aconnect
-
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)
     settings.PORTAL_POLICIES = {"refunds:tool_approval": {"expires_after": 600}}
     thread = Thread.objects.create(agent="refunds")
@@ -404,7 +399,6 @@ def test_on_its_own_connection_every_step_commits_durably(transactional_db, monk
     from asgiref.sync import async_to_sync
 
     from agents import ModelError, ReactAgent
-    from portal.runs.queue import aconnect
     from tests.agents.conftest import FakeModel, call, say, user
 
     monkeypatch.setattr(broadcast, "group_send", lambda group, message: None)

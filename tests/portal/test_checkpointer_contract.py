@@ -9,8 +9,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from agents.testing.checkpointer_contract import CheckpointerContract
+from portal.models.db import aconnect
 from portal.runs.checkpointer import DjangoCheckpointer
-from portal.runs.queue import aconnect
 
 
 class TestDjangoCheckpointer(CheckpointerContract):

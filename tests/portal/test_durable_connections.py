@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from portal.runs.queue import connect_kwargs
+from portal.models.db import connect_kwargs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

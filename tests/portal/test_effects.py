@@ -16,10 +16,10 @@ from asgiref.sync import async_to_sync
 from agents import ReactAgent
 from agents.tools import OUTCOME_REASON, OUTCOME_SCHEMA
 from portal.models import Decision, Thread
+from portal.models.db import aconnect
 from portal.notify import broadcast
 from portal.reviews.decisions import decision_submit
 from portal.runs.checkpointer import DjangoCheckpointer
-from portal.runs.queue import aconnect
 from tests.agents.conftest import FakeModel, call, say, user
 from tests.factories import make_interrupt
 

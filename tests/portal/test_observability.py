@@ -15,6 +15,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from portal.audit import observability
+from portal.loops import beat
 from portal.models import (
     Decision,
     Interrupt,
@@ -26,7 +27,6 @@ from portal.models import (
 )
 from portal.notify import outbox
 from portal.notify.notifier import outbox_dispatch
-from portal.runs.worker import beat
 from tests.factories import make_decision, make_interrupt, make_thread
 from tests.loopback import WebhookReceiver
 from tests.portal.conftest import ROOT, wait_for

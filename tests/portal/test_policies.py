@@ -416,7 +416,7 @@ def test_an_idle_worker_expires_overdue_requests_without_the_command(settings, s
     interrupt = Interrupt.objects.get(thread=thread)
     expire(interrupt)
 
-    Worker(name="t").run_forever(once=True)
+    Worker(name="t", expire=interrupts_expire).run_forever(once=True)
 
     interrupt.refresh_from_db()
     thread.refresh_from_db()

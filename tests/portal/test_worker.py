@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from portal.models import Checkpoint, Interrupt, Run, Thread
 from portal.reviews import resolve, threads
+from portal.runs import queue
 from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.worker import Worker
 from tests.portal.conftest import wait_for
@@ -202,9 +203,9 @@ def test_a_run_that_gave_up_keeps_the_cancellation_that_came_after_its_claim(
 
     thread, run = threads.thread_start(agent="echo", input=say("hi"), user=support_agent)
     workers_kept_dying(run, settings)
-    gave_up = Worker._gave_up
+    gave_up = queue.give_up
 
-    def cancelled_meanwhile(worker: Worker, claimed: Run) -> str:
+    def cancelled_meanwhile(claimed: Run, **kwargs) -> None:
         # The user cancels the thread between the claim and the run's failure.
         def cancel() -> None:
             threads.thread_cancel(thread=thread, user=support_agent)
@@ -213,9 +214,9 @@ def test_a_run_that_gave_up_keeps_the_cancellation_that_came_after_its_claim(
         canceller = threading.Thread(target=cancel)
         canceller.start()
         canceller.join(timeout=20)
-        return gave_up(worker, claimed)
+        return gave_up(claimed, **kwargs)
 
-    monkeypatch.setattr(Worker, "_gave_up", cancelled_meanwhile)
+    monkeypatch.setattr(queue, "give_up", cancelled_meanwhile)
     assert Worker(name="late").claim() is None
 
     run.refresh_from_db()
@@ -308,11 +309,12 @@ def test_runs_of_one_thread_execute_one_at_a_time_in_order(support_agent):
 def test_the_embedded_worker_runs_queued_work_in_a_thread_of_this_process(
     transactional_db, support_agent
 ):
+    from portal.reviews.expiry import interrupts_expire
     from portal.runs.worker import start_embedded_worker, stop_embedded_worker
 
-    worker = start_embedded_worker()
+    worker = start_embedded_worker(expire=interrupts_expire)
     try:
-        assert start_embedded_worker() is worker  # one per process
+        assert start_embedded_worker(expire=interrupts_expire) is worker  # one per process
         _, run = threads.thread_start(agent="echo", input=say("hello"), user=support_agent)
 
         def finished() -> bool:
@@ -498,13 +500,11 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
 
     from django.db import connections
 
-    from portal.runs import worker as worker_module
-
     thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
     worker = Worker(name="hiccup", lease_seconds=0.6)  # heartbeat every 0.2 s
     claimed = worker.claim()
     unreachable = threading.Event()
-    renew = worker_module._lease_until
+    renew = queue._lease_until
 
     def lease_until(seconds: float):
         # Only the heartbeat's renewals fail, as when its own connection cannot be made.
@@ -512,7 +512,7 @@ def test_a_heartbeat_that_loses_touch_with_the_database_gives_the_run_back_not_f
             raise ConnectionError("the database cannot be reached")
         return renew(seconds)
 
-    monkeypatch.setattr(worker_module, "_lease_until", lease_until)
+    monkeypatch.setattr(queue, "_lease_until", lease_until)
     runner = threading.Thread(target=lambda: (worker.execute(claimed), worker._close_loop()))
     runner.start()
     wait_for(lambda: read_effects(effects, "slow_started"), timeout=20, what="the slow tool")
@@ -563,11 +563,9 @@ def test_a_worker_busy_with_a_long_run_still_beats(support_agent, effects):
 def test_leases_follow_the_databases_clock_not_a_workers(support_agent, monkeypatch):
     """A worker whose clock runs an hour ahead must not take over a live lease, and the
     lease it sets itself must not be an hour long."""
-    from portal.runs import worker as worker_module
-
     run = held_by_a_live_worker(support_agent)
     ahead = timezone.now() + timedelta(hours=1)
-    monkeypatch.setattr(worker_module.timezone, "now", lambda: ahead)
+    monkeypatch.setattr(queue.timezone, "now", lambda: ahead)
     assert Worker(name="clock-ahead").claim() is None
 
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.localtime() - timedelta(1))
@@ -622,11 +620,11 @@ def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwh
     from agents.checkpoint import CheckpointWrite, ThreadStatus
 
     thread, run = stalled_echo_run(support_agent)
-    recover = Worker._recover
+    recover = queue.recover
     stalled = [True]
 
-    def recover_then_the_stalled_attempt_finishes(self, claimed):
-        recovered = recover(self, claimed)
+    def recover_then_the_stalled_attempt_finishes(claimed):
+        recovered = recover(claimed)
         if stalled:
             stalled.clear()
             user, reply = say("hi")["messages"][0], {"role": "assistant", "content": "hi"}
@@ -637,7 +635,7 @@ def test_a_taken_over_run_applies_nothing_if_its_earlier_attempt_finished_meanwh
             DjangoCheckpointer(run=claimed).put_steps_sync(str(thread.pk), turn, parent_seq=None)
         return recovered
 
-    monkeypatch.setattr(Worker, "_recover", recover_then_the_stalled_attempt_finishes)
+    monkeypatch.setattr(queue, "recover", recover_then_the_stalled_attempt_finishes)
 
     assert drain() == 2  # given back once, then claimed again
 
@@ -658,17 +656,17 @@ def test_a_run_taken_over_as_its_earlier_attempt_writes_its_first_step_finishes_
     from agents.checkpoint import CheckpointWrite, ThreadStatus
 
     thread, run = stalled_echo_run(support_agent)
-    recover = Worker._recover
+    recover = queue.recover
 
-    def the_stalled_attempt_writes_first(self, claimed):
+    def the_stalled_attempt_writes_first(claimed):
         if not Checkpoint.objects.filter(run=claimed).exists():
             step = CheckpointWrite(
                 ThreadStatus.RUNNING, "MAIN", new_messages=[say("hi")["messages"][0]]
             )
             DjangoCheckpointer(run=claimed).put_sync(str(thread.pk), step, parent_seq=None)
-        return recover(self, claimed)
+        return recover(claimed)
 
-    monkeypatch.setattr(Worker, "_recover", the_stalled_attempt_writes_first)
+    monkeypatch.setattr(queue, "recover", the_stalled_attempt_writes_first)
     worker = Worker(name="takes-over")
     try:
         assert worker.run_forever(once=True) >= 1

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal import loops
+from portal.reviews.expiry import interrupts_expire
 from portal.runs.worker import Worker
 
 
@@ -30,7 +31,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         loops.keep_connections()
         try:
-            worker = Worker(name=options["name"], poll=options["poll"], exit_when_fenced=True)
+            # Overdue requests are declined between runs: no cron job for expire_interrupts.
+            worker = Worker(
+                name=options["name"],
+                poll=options["poll"],
+                exit_when_fenced=True,
+                expire=interrupts_expire,
+            )
         except ValueError as exc:
             raise CommandError(f"--id: {exc}") from None
         done = loops.run_as_command(
