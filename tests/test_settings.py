@@ -33,12 +33,14 @@ def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_production_settings_pass_the_deploy_check_with_no_warnings():
     result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=PROD_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_readme_production_environment_passes_the_deploy_check_with_no_warnings():
     from tests.readme import production_steps
 
@@ -100,6 +102,7 @@ def test_database_urls_are_parsed_into_django_settings():
     assert database_from_url("sqlite:////tmp/demo.db")["NAME"] == "/tmp/demo.db"
 
 
+@pytest.mark.slow
 def test_redis_url_selects_the_pub_sub_channel_layer():
     # Broadcast-only groups fan out faster over Redis pub/sub (see settings.py).
     result = run_manage(
