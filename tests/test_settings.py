@@ -49,6 +49,7 @@ def test_the_readme_production_environment_passes_the_deploy_check_with_no_warni
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
@@ -76,6 +77,7 @@ def test_a_bad_setting_is_refused_naming_the_variable(variable, value, expected)
     assert expected in result.stderr
 
 
+@pytest.mark.slow
 def test_debug_off_without_a_secret_key_is_refused():
     env = {k: v for k, v in PROD_ENV.items() if k != "SECRET_KEY"}
     result = run_manage("check", env=env)

@@ -409,6 +409,7 @@ def test_without_a_configured_token_no_bearer_token_is_accepted(client, settings
     assert response.status_code == 401
 
 
+@pytest.mark.slow
 def test_a_short_metrics_token_stops_start_up():
     env = {**os.environ, "PORTAL_METRICS_TOKEN": "short", "PORTAL_NO_WORKER": "1"}
     done = subprocess.run(
