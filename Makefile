@@ -9,6 +9,13 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The tests run in parallel (pytest-xdist), each worker on a test database, channel prefix
+# and block of ports of its own (tests/conftest.py, tests/processes.py). Many tests mostly
+# wait on processes and Chromium, so more workers than cores pays; WORKERS=1 to debug.
+WORKERS ?= 3
+# loadgroup: tests spread one by one, except a module that marks itself xdist_group
+# (one server for the module) stays on one worker.
+PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadgroup
 # Never download an interpreter: use the machine's python3.
 export UV_PYTHON_DOWNLOADS := never
 export UV_NO_PROGRESS := 1
@@ -57,11 +64,11 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 test: install browser lint
-	$(PY) -m pytest
+	$(PYTEST)
 
 # Everything but the browser and process tests: a quick loop while editing.
 test-fast: install
-	$(PY) -m pytest -m "not browser and not slow" -q
+	$(PYTEST) -m "not browser and not slow" -q
 
 $(BENCH_VENV)/.synced: requirements/bench.txt | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(BENCH_VENV)
@@ -72,4 +79,4 @@ bench: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(TOOLS) .test-db.sqlite3 artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(TOOLS) .test-db*.sqlite3* artifacts .pytest_cache .mypy_cache .ruff_cache

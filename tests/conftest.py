@@ -2,11 +2,62 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+# --- pytest-xdist: each worker a database and a channel prefix of its own ------------------
+def _xdist_worker(config: pytest.Config) -> str:
+    return getattr(config, "workerinput", {}).get("workerid", "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist every worker talks over its own channel prefix (derived, like the
+    settings' own, from its test database's name), or over Redis one worker's live servers
+    would hear another's events. Set before any channel layer is built; the servers and
+    workers a test starts inherit it through tests.processes.database_env()."""
+    from django.conf import settings
+
+    worker = _xdist_worker(config)
+    if not worker or not settings.configured:
+        return
+    from portal.settings import default_channel_prefix
+
+    given = os.environ.get("PORTAL_CHANNEL_PREFIX", "").strip()
+    suffix = f"{os.environ.get('TEST_DB_SUFFIX', '')}_{worker}"
+    if given:
+        prefix = f"{given}{worker}."
+    else:
+        prefix = default_channel_prefix(settings.DATABASES["default"], test_suffix=suffix)
+    settings.PORTAL_CHANNEL_PREFIX = prefix
+    for layer in settings.CHANNEL_LAYERS.values():
+        if "prefix" in layer.get("CONFIG", {}):
+            layer["CONFIG"]["prefix"] = prefix
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix(request: pytest.FixtureRequest) -> None:
+    """pytest-django's own, but the SQLite file keeps its extension: .test-db_gw0.sqlite3
+    (PostgreSQL: test_portal_gw0). TEST_DB_SUFFIX comes before the worker's id."""
+    from django.conf import settings
+
+    worker = _xdist_worker(request.config)
+    if not worker:
+        return
+    for db in settings.DATABASES.values():
+        name = db.get("TEST", {}).get("NAME")
+        if not name or name == ":memory:":
+            continue
+        if db["ENGINE"] == "django.db.backends.sqlite3":
+            path = Path(name)
+            db["TEST"]["NAME"] = str(path.with_name(f"{path.stem}_{worker}{path.suffix}"))
+        else:
+            db["TEST"]["NAME"] = f"{name}_{worker}"
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import random
 import socket
 from urllib.parse import quote
 
@@ -24,8 +27,37 @@ def database_env() -> dict[str, str]:
     return {"SQLITE_PATH": str(db["NAME"]), **prefix}
 
 
+# Under pytest-xdist each worker hands out ports from a block of its own (below the
+# kernel's ephemeral range), so two workers never pick the same port between one's check
+# and its server's bind. A random start keeps concurrent runs on the machine apart too.
+_BLOCK = 500
+_FIRST = 20_000
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+_ports = itertools.cycle(
+    (lambda start: [*range(start, _FIRST + _BLOCK), *range(_FIRST, start)])(
+        _FIRST + random.randrange(_BLOCK)
+    )
+)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test starts."""
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test starts:
+    one of this xdist worker's block, never handed out twice in a row."""
+    offset = _worker_index() * _BLOCK
+    for _ in range(_BLOCK):
+        port = next(_ports) + offset
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the whole block is busy: any port the kernel offers
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

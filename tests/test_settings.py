@@ -33,12 +33,14 @@ def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_production_settings_pass_the_deploy_check_with_no_warnings():
     result = run_manage("check", "--deploy", "--fail-level", "DEBUG", env=PROD_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_readme_production_environment_passes_the_deploy_check_with_no_warnings():
     from tests.readme import production_steps
 
@@ -47,6 +49,7 @@ def test_the_readme_production_environment_passes_the_deploy_check_with_no_warni
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
@@ -74,6 +77,7 @@ def test_a_bad_setting_is_refused_naming_the_variable(variable, value, expected)
     assert expected in result.stderr
 
 
+@pytest.mark.slow
 def test_debug_off_without_a_secret_key_is_refused():
     env = {k: v for k, v in PROD_ENV.items() if k != "SECRET_KEY"}
     result = run_manage("check", env=env)
@@ -100,6 +104,7 @@ def test_database_urls_are_parsed_into_django_settings():
     assert database_from_url("sqlite:////tmp/demo.db")["NAME"] == "/tmp/demo.db"
 
 
+@pytest.mark.slow
 def test_redis_url_selects_the_pub_sub_channel_layer():
     # Broadcast-only groups fan out faster over Redis pub/sub (see settings.py).
     result = run_manage(

@@ -183,6 +183,7 @@ async def test_the_refund_agent_runs_on_the_real_openai_client_against_the_fake_
     assert second["messages"][-1]["content"] == "Refund of $42.50 issued for order A-1001."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "expected"),
     [

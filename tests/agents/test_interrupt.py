@@ -155,6 +155,7 @@ def test_resume_validation_lines_are_readable():
     ]
 
 
+@pytest.mark.slow
 def test_importing_agents_does_not_import_django():
     code = (
         "import sys, agents, agents.graph, agents.prebuilt, agents.testing.checkpointer_contract,"

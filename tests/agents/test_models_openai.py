@@ -270,6 +270,7 @@ async def test_a_queued_response_with_match_only_answers_matching_messages(fake,
     assert (other.content, balance.content) == ("anything else", "about balances")
 
 
+@pytest.mark.slow
 def test_the_fake_runs_as_a_process_and_prints_its_base_url(tmp_path: Path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "from a process"}]))

@@ -20,6 +20,9 @@ from tests.processes import database_env, free_port
 
 SETTINGS = "tests.browser.debug_off_settings"
 
+# One live server for the module: its tests stay on one xdist worker (make test: loadgroup).
+pytestmark = pytest.mark.xdist_group("debug_off_portal")
+
 
 @pytest.fixture(scope="module")
 def debug_off_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:

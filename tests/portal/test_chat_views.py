@@ -115,7 +115,7 @@ def test_a_reviewer_reads_conversations_on_the_thread_page_not_in_the_chat(
     assert client.get(f"/chat/{thread.pk}/").status_code == 403
 
 
-@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid.uuid4())])
+@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid.uuid4())], ids=["not-a-uuid", "unknown"])
 def test_a_bad_or_unknown_thread_id_is_404(client, support_agent, bad):
     client.force_login(support_agent)
     assert client.get(f"/chat/{bad}/").status_code == 404

@@ -24,14 +24,9 @@ from django.db import connection
 
 from portal.accounts.tokens import api_token_create
 from tests.portal.conftest import ROOT
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Relay:
@@ -101,7 +96,7 @@ def daphne(worker_env, tmp_path, relay) -> Iterator[Callable[..., str]]:
     procs: list[subprocess.Popen] = []
 
     def start(**env: str) -> str:
-        port = _free_port()
+        port = free_port()
         log = tmp_path / f"daphne-{port}.log"
         db = connection.settings_dict
         auth = quote(db["USER"] or "") + (":" + quote(db["PASSWORD"]) if db.get("PASSWORD") else "")

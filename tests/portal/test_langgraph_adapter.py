@@ -28,7 +28,8 @@ from tests.factories import make_user
 from tests.liveserver import live_portal
 from tests.loopback import WebhookReceiver
 
-pytestmark = pytest.mark.slow
+# One live server for the module: its tests stay on one xdist worker (make test: loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("langgraph_adapter")]
 
 INVOICE = {"vendor": "ACME", "amount": 120.0}
 

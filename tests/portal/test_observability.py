@@ -80,6 +80,7 @@ def test_healthz_pings_the_configured_redis(client, settings):
     assert (response.status_code, response.json()["redis"]) == (200, "ok")
 
 
+@pytest.mark.slow
 def test_healthz_is_503_naming_the_database_when_it_cannot_be_reached(tmp_path):
     """A real process whose database is a port nobody listens on."""
     script = (
@@ -147,6 +148,7 @@ def test_healthz_answers_only_get(client):
 # --- heartbeats from real workers -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_running_worker_beats_and_a_stopped_one_takes_its_row_away(spawn):
     worker = spawn("run_worker", "--id", "hb-worker", "--poll", "0.1")
     row = wait_for(
@@ -163,6 +165,7 @@ def test_a_running_worker_beats_and_a_stopped_one_takes_its_row_away(spawn):
     assert not WorkerHeartbeat.objects.filter(name="hb-worker").exists()
 
 
+@pytest.mark.slow
 def test_a_killed_workers_heartbeat_stays_behind_and_ages(spawn, settings):
     settings.PORTAL_HEALTH_WORKER_MAX_AGE = 1
     worker = spawn("run_worker", "--id", "hb-killed", "--poll", "0.1")
@@ -173,6 +176,7 @@ def test_a_killed_workers_heartbeat_stays_behind_and_ages(spawn, settings):
     assert WorkerHeartbeat.objects.filter(name="hb-killed").exists()
 
 
+@pytest.mark.slow
 def test_a_running_notifier_beats_shows_in_healthz_and_metrics_and_a_stopped_one_goes(
     spawn, client, settings
 ):
@@ -206,6 +210,7 @@ def test_a_running_notifier_beats_shows_in_healthz_and_metrics_and_a_stopped_one
     assert not WorkerHeartbeat.objects.filter(name="hb-notifier").exists()
 
 
+@pytest.mark.slow
 def test_a_killed_notifiers_heartbeat_stays_behind_and_fails_the_health_check(spawn, settings):
     settings.REDIS_URL = ""
     settings.PORTAL_HEALTH_NOTIFIER_MAX_AGE = 1
@@ -405,6 +410,7 @@ def test_without_a_configured_token_no_bearer_token_is_accepted(client, settings
     assert response.status_code == 401
 
 
+@pytest.mark.slow
 def test_a_short_metrics_token_stops_start_up():
     env = {**os.environ, "PORTAL_METRICS_TOKEN": "short", "PORTAL_NO_WORKER": "1"}
     done = subprocess.run(

@@ -301,6 +301,7 @@ def test_a_redirect_is_not_followed_with_the_signed_body(fast_retries, settings,
     assert "answered 302" in delivery.last_error
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_embedded_notifier_is_woken_by_a_commit_and_sends_at_once(receiver):
     from portal.notify.notifier import start_embedded_notifier, stop_embedded_notifier
@@ -399,6 +400,7 @@ def callback_request(token: str, url: str, reviewer) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, reviewer, settings):
     settings.PORTAL_API_RATE = ""
@@ -443,6 +445,7 @@ def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, review
         receiver.close()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_notifiers_never_send_one_event_twice_when_no_answer_was_lost(
     roles, reviewer, settings

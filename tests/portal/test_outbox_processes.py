@@ -106,6 +106,7 @@ def test_notifiers_draining_one_outbox_together_send_each_delivery_once():
     assert DeliveryAttempt.objects.count() == count
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_notifier_in_another_process_is_woken_by_a_new_notification_not_its_poll(spawn):
     with WebhookReceiver(SECRET) as receiver:

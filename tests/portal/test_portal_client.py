@@ -20,7 +20,8 @@ from tests.factories import make_user
 from tests.liveserver import live_portal
 from tests.portal.test_api_events_live import EventReader, call
 
-pytestmark = pytest.mark.slow
+# One live server for the module: its tests stay on one xdist worker (make test: loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("portal_client")]
 
 YES_NO = {
     "type": "object",

@@ -437,6 +437,7 @@ def test_a_policy_the_portal_cannot_read_fails_the_system_check(settings):
     assert "PORTAL_POLICIES['transfers:*']['approvals_required']" in error.msg
 
 
+@pytest.mark.slow
 def test_policies_come_from_the_environment_too():
     code = (
         "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'portal.settings'; "

@@ -64,6 +64,7 @@ def test_an_agents_compile_options_are_applied(settings):
     assert graph.interrupt_before == frozenset({"TOOL"})
 
 
+@pytest.mark.slow
 def test_extra_agents_come_from_the_environment(monkeypatch):
     import subprocess
     import sys

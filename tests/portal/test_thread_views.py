@@ -82,7 +82,7 @@ def test_another_support_users_thread_page_is_404(client, support_agent, other_s
     assert client.get(reverse("thread_transcript_hx", args=[thread.pk])).status_code == 404
 
 
-@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid.uuid4())])
+@pytest.mark.parametrize("bad", ["not-a-uuid", str(uuid.uuid4())], ids=["not-a-uuid", "unknown"])
 def test_a_bad_or_unknown_thread_id_is_404(client, reviewer, bad):
     client.force_login(reviewer)
     assert client.get(f"/threads/{bad}/").status_code == 404

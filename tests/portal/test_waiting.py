@@ -28,6 +28,7 @@ def no_safety_net(monkeypatch):
     monkeypatch.setattr(waiting, "RECHECK_SECONDS", 60.0)
 
 
+@pytest.mark.slow
 def test_a_waiting_get_answers_as_soon_as_a_worker_in_another_process_pauses_the_run(
     spawn, support_agent, client, no_safety_net
 ):
@@ -103,6 +104,7 @@ def test_a_waiting_get_for_a_thread_you_cannot_see_is_404_at_once(
     assert time.monotonic() - asked < 2
 
 
+@pytest.mark.slow
 def test_a_waiter_on_a_request_wakes_when_another_process_decides_it(
     spawn, support_agent, reviewer, no_safety_net
 ):
@@ -139,6 +141,7 @@ def documented(client, status: int, path: str, body: dict) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_start_and_an_answer_with_wait_answer_once_a_worker_process_settles_the_run(
     spawn, support_agent, reviewer, client, no_safety_net
 ):
