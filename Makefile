@@ -25,7 +25,7 @@ export UV_NO_PROGRESS := 1
 help:
 	@echo "make run    serve the demo on http://127.0.0.1:$(PORT) (PORT=... to change)"
 	@echo "make test   lint, then the whole test suite (browser tests included)"
-	@echo "make lint   ruff and mypy;  make format  fix formatting"
+	@echo "make lint   ruff, mypy and the rooms' import contract;  make format  fix formatting"
 	@echo "make bench  run the benchmarks and rewrite docs/benchmarks.md"
 
 $(UV):
@@ -58,6 +58,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -269,7 +269,7 @@ server time = Django's test client, request to rendered response, in process (no
   **{"met" if p95 < 100 else "missed"}**.
 - SQL queries per request: {", ".join(map(str, all_counts))} for every kind of request, first
   page or deep in the queue (session, user, permissions, the page's rows with one LIMIT
-  query from the cursor, and a count capped at 1,001 rows). `tests/portal/test_queue_views.py`
+  query from the cursor, and a count capped at 1,001 rows). `tests/web/test_queue_views.py`
   checks that the count is the same with 1 and 29 rows. Queries using OFFSET: {offsets}.
 - Plan of the first page (oldest first):
 

@@ -375,7 +375,7 @@ if _agents_extra:
     ):
         raise ImproperlyConfigured(
             "PORTAL_AGENTS_EXTRA must be a JSON object of names to dotted paths, e.g. "
-            '{"echo": "tests.portal.testagents.build_echo"}'
+            '{"echo": "tests.testagents.build_echo"}'
         )
     PORTAL_AGENTS.update(_extra)
 # --- end durable threads helper ------------------------------------------------------

@@ -6,7 +6,17 @@ import itertools
 import os
 import random
 import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import quote
+
+import pytest
+
+from tests.testagents import read_effects
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def database_env() -> dict[str, str]:
@@ -61,3 +71,30 @@ def free_port() -> int:
     with socket.socket() as s:  # the whole block is busy: any port the kernel offers
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float = 30, what: str = "") -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+def output(proc: subprocess.Popen) -> str:
+    return Path(proc.log_path).read_text()  # type: ignore[attr-defined]
+
+
+def held_at(
+    spawn: Callable[..., subprocess.Popen], effects: Path, point: str, name: str, **env: str
+) -> subprocess.Popen:
+    """A ``run_worker`` named ``name`` that has run the queued run until the test agents'
+    ``point`` (see testagents.hold), and waits there until the file ``hold_<point>`` goes."""
+    (effects / f"hold_{point}").touch()
+    worker = spawn("run_worker", "--id", name, "--poll", "0.1", **env)
+    wait_for(lambda: read_effects(effects, f"reached_{point}"), timeout=60, what=point)
+    return worker

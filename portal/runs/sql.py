@@ -2,7 +2,7 @@
 and one per write) and the run queue's (one per claim and one per finish).
 
 The tables are the models' default names, and the INSERTs name every column by hand
-(tests/portal/test_checkpointer.py checks both). Parameters that land in a SELECT list are
+(tests/runs/test_checkpointer.py checks both). Parameters that land in a SELECT list are
 cast: the server cannot infer their types there, and a NULL would otherwise be text.
 """
 

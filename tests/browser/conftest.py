@@ -210,3 +210,9 @@ def mark_page(page) -> None:
 
 def assert_not_reloaded(page) -> None:
     assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing():
+    """Not here: the live servers these tests log in to check passwords with the hashers
+    the settings name, so the tests' users are hashed with those too."""

@@ -1,0 +1,158 @@
+"""Durable threads across real processes: restarts, kill -9, many workers, wake-up latency.
+
+Every worker here is a separate ``manage.py run_worker`` process on the test database; the
+test process only queues work and reads the database and the side-effect files the test
+agents write (see testagents.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from portal.models import Decision, Interrupt, Run, Thread
+from portal.reviews import threads
+from tests.processes import output, wait_for
+from tests.testagents import read_effects
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
+
+
+def say(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
+    proc.wait(timeout=timeout)
+    text = output(proc)
+    assert proc.returncode == 0, text
+    return text
+
+
+def run_status(run: Run) -> str:
+    run.refresh_from_db()
+    return run.status
+
+
+DECIDE_IN_A_NEW_PROCESS = """
+from django.contrib.auth import get_user_model
+from portal.reviews.decisions import decision_submit
+from portal.models import Interrupt
+pending = list(Interrupt.objects.filter(status="pending").order_by("created_at"))
+print("PENDING", " ".join(i.pk for i in pending))
+reviewer = get_user_model().objects.get(username="rita-reviewer")
+decision_submit(interrupt=pending[0], reviewer=reviewer, value={"approved": True},
+                resume_interrupt_id=pending[0].pk, note="looks right")
+print("DECIDED", pending[0].pk)
+"""
+
+
+def test_a_thread_paused_by_one_process_is_resumed_by_a_brand_new_one(
+    spawn, support_agent, reviewer, effects
+):
+    thread, run = threads.thread_start(agent="approve", input=say("pay 42"), user=support_agent)
+
+    # Process 1 runs the thread until the tool asks for approval, then exits.
+    finish(spawn("run_worker", "--once", "--id", "first"))
+    assert run_status(run) == Run.Status.INTERRUPTED
+    request = Interrupt.objects.get(thread=thread, status=Interrupt.Status.PENDING)
+
+    # Process 2 lists the queue and decides; process 3 (a new worker) resumes.
+    listed = finish(spawn("shell", "-c", DECIDE_IN_A_NEW_PROCESS))
+    assert f"PENDING {request.pk}" in listed
+    assert f"DECIDED {request.pk}" in listed
+    finish(spawn("run_worker", "--once", "--id", "second"))
+
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    resume = Run.objects.get(thread=thread, kind=Run.Kind.RESUME)
+    assert (resume.status, resume.lease_owner.split("/")[0]) == (Run.Status.SUCCEEDED, "second")
+    assert Decision.objects.get(interrupt=request).outcome == Decision.Outcome.APPROVED
+    assert read_effects(effects, "pay") == [f"{thread.pk} 42.0"]
+
+
+def test_a_worker_killed_inside_a_slow_tool_is_finished_by_another_after_its_lease(
+    spawn, support_agent, effects
+):
+    """The turn calls ``fast_step`` then ``slow_step``; the worker is killed (SIGKILL)
+    while ``slow_step`` waits. A second worker claims the run once the lease (1 s) has
+    expired and continues from the last checkpoint.
+
+    ``fast_step`` runs exactly once: its result was checkpointed as soon as it finished,
+    so the ToolNode skips it on the re-run. ``slow_step`` was in flight when the process
+    died and nothing recorded its result; it is declared idempotent, so it runs again
+    (with the same idempotency key). A tool that is not idempotent would become a request
+    to a reviewer instead (test_effects_processes.py).
+    """
+    thread, run = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    lease = {"PORTAL_RUN_LEASE_SECONDS": "1"}
+    doomed = spawn("run_worker", "--id", "doomed", "--poll", "0.1", **lease)
+    wait_for(lambda: read_effects(effects, "slow_started"), timeout=30, what="the slow tool")
+    doomed.kill()
+    doomed.wait(timeout=10)
+    assert run_status(run) == Run.Status.RUNNING  # nobody recorded an outcome
+    (effects / "release").touch()
+
+    rescuer = spawn("run_worker", "--id", "rescuer", "--poll", "0.1", **lease)
+    wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, timeout=30, what="the rescue")
+    rescuer.terminate()
+    finish(rescuer)
+
+    run.refresh_from_db()
+    assert (run.attempts, run.lease_owner.split("/")[0]) == (2, "rescuer")
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.DONE
+    assert read_effects(effects, "fast") == [str(thread.pk)]
+    assert read_effects(effects, "slow_started") == [str(thread.pk)] * 2
+    assert read_effects(effects, "slow_finished") == [str(thread.pk)]
+
+
+@pytest.mark.postgres
+def test_four_workers_execute_five_hundred_runs_each_exactly_once(spawn, effects):
+    owner = get_user_model().objects.create_user("load-owner")
+    threads = Thread.objects.bulk_create(
+        Thread(agent="marker", owner=owner, title=f"load {n}") for n in range(500)
+    )
+    Run.objects.bulk_create(
+        Run(thread=t, kind=Run.Kind.START, input=say(f"mark {n}")) for n, t in enumerate(threads)
+    )
+
+    workers = [spawn("run_worker", "--once", "--id", f"w{n}") for n in range(4)]
+    for proc in workers:
+        finish(proc, timeout=300)
+
+    marks = Counter(read_effects(effects, "marker"))
+    assert len(marks) == 500
+    assert set(marks.values()) == {1}
+    assert set(marks) == {str(t.pk) for t in threads}
+    runs = Run.objects.all()
+    assert {(r.status, r.attempts) for r in runs} == {(Run.Status.SUCCEEDED, 1)}
+    # They really shared the work (SKIP LOCKED), rather than queueing behind one another.
+    assert len({r.lease_owner for r in runs}) >= 2
+
+
+@pytest.mark.postgres
+def test_an_idle_worker_starts_a_queued_run_within_fifty_milliseconds_at_the_median(
+    spawn, support_agent
+):
+    worker = spawn("run_worker", "--id", "listener")
+    # Warm up: the first run also imports the agent.
+    _, first = threads.thread_start(agent="echo", input=say("warm up"), user=support_agent)
+    wait_for(lambda: run_status(first) == Run.Status.SUCCEEDED, timeout=30, what="warm-up")
+
+    delays = []
+    for n in range(15):
+        time.sleep(0.05)  # let the worker go idle again (LISTEN)
+        _, run = threads.thread_start(agent="echo", input=say(f"hi {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=10)
+        delays.append((run.started_at - run.created_at).total_seconds())
+    worker.terminate()
+    finish(worker)
+
+    median = statistics.median(delays)
+    print(f"queued -> started: median {median * 1000:.1f} ms, max {max(delays) * 1000:.1f} ms")
+    assert median < 0.050, delays
