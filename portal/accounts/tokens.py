@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +25,9 @@ from portal.models import ApiToken, AuditEvent, audit_record, password_fingerpri
 TOKEN_PREFIX = "prt_"
 WEBHOOK_SECRET_PREFIX = "whsec_"
 ALL_SCOPES = tuple(ApiToken.Scope.values)
+# How exactly a token's last use is kept: at most one durable write per token and this
+# long, not one per request (reads would otherwise each wait for the disk).
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def hash_token(token: str) -> str:
@@ -74,6 +77,13 @@ def api_token_create(
             },
         )
     return row, token
+
+
+def api_token_used(token: ApiToken) -> None:
+    """Note that ``token`` was used now, to within ``TOKEN_LAST_USED_RESOLUTION``."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
 
 
 def api_tokens_revoke(*, user: Any, reason: str, by: Any = None) -> int:

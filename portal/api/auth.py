@@ -5,21 +5,18 @@ Tokens are made and hashed in ``portal.accounts.tokens``.
 """
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
-from portal.accounts.tokens import hash_token
+from portal.accounts.tokens import api_token_used, hash_token
 from portal.api.errors import ApiProblem
 from portal.models import ApiToken
 
 # How precisely a token's last_used_at is kept: it is written when older than this.
-TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 class ApiDisabled(HttpError):
@@ -62,11 +59,7 @@ class BearerToken(HttpBearer):
                 f"This token lacks the '{self.scope}' scope; create one with "
                 f"manage.py create_api_token USER --scope {self.scope}.",
             )
-        now = timezone.now()
-        if row.last_used_at is None or now - row.last_used_at >= TOKEN_LAST_USED_RESOLUTION:
-            # At most one durable write per token and minute, not one per request: reads
-            # would otherwise each wait for the disk.
-            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        api_token_used(row)
         request.user = row.user
         request.api_token = row  # type: ignore[attr-defined]
         return row.user

@@ -49,8 +49,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # To within a minute (portal.api.auth.TOKEN_LAST_USED_RESOLUTION): a token used now shows a
-    # time at most that old.
+    # To within a minute (portal.accounts.tokens.TOKEN_LAST_USED_RESOLUTION): a token used
+    # now shows a time at most that old.
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
