@@ -1,20 +1,6 @@
 """Input no view can take, refused at the door (``refuse_bad_input``, a middleware).
 
-Django hands views text as it arrived, and some of it nothing downstream accepts: a NUL
-character (PostgreSQL refuses it in text and ``jsonb``), a lone surrogate (not encodable as
-UTF-8), ``NaN`` or an infinite number in JSON (not JSON; ``jsonb`` refuses it), JSON nested
-deeper than the tools' recursion, and a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``. Each used
-to surface as a 500 from whichever query or serializer met it first. Here, before any view
-runs, the address, the query string, form fields and JSON bodies (every body under
-``/api/``, whatever its content type) are checked with the runtime's strict-JSON rules
-(``agents.schema``); a refusal is 400 (413 for size) with a message naming the problem:
-in the JSON API's own shape (``{"detail", "errors"}``) under ``/api/``, as a short page
-elsewhere. Nothing has been recorded when it answers.
-
-The services check JSON the same way (``check_input``), for callers that do not come
-through HTTP. ``DayField`` is the date filter every page uses: it refuses days the
-filters cannot turn into a range.
-"""
+More in docs/architecture.md (`inputs.py`)."""
 
 from __future__ import annotations
 

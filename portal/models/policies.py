@@ -1,54 +1,6 @@
 """Decision policies, per agent and reason, from ``settings.PORTAL_POLICIES``.
 
-Keys are ``"<agent>:<reason>"`` and either half may be ``"*"``. The most specific key wins
-and is used whole (keys are not merged), in this order: ``agent:reason``, ``agent:*``,
-``*:reason``, ``*:*``. The checkpointer reads ``expires_after`` the same way when it writes
-a new interrupt, so the two never disagree. Settings a matching entry leaves out take the
-defaults below; with no matching entry at all the defaults apply too.
-
-- ``separation_of_duties`` (default True): whoever wrote into a thread (started it, or
-  sent any of its human messages: ``Thread.written_into_by``) cannot decide its requests,
-  whatever their role or permissions.
-- ``required_group`` (default None): the decider must be in this Django group.
-- ``expires_after`` (default None, never): seconds (or a ``timedelta``) after which a
-  pending request is resolved as expired and the run resumes with a decline.
-- ``assign_to`` (default none): who a new request is routed to, as ``"user:<username>"``
-  and ``"group:<name>"`` strings; they see it under "Assigned to me" and are told. An
-  agent can name more when it asks (``interrupt(..., assign_to=[...])``).
-- ``remind_before`` (default None): seconds before the request expires when a reminder
-  goes out (to its assignees and the subscriptions for ``request.reminder``). Needs
-  ``expires_after``.
-- ``escalate_after`` and ``escalate_to`` (default None): seconds after the reminder when a
-  request still pending is also assigned to the group ``escalate_to``.
-- ``approvals_required`` (default 1): how many distinct reviewers must approve before the
-  run goes ahead. Each one is checked like a single decider (role, claim, the rules
-  above) and votes once; every vote is recorded (``Approval``), and the one that reaches
-  the count records the decision and resumes the run, once.
-- ``rejections_required`` (default 1: any rejection rejects): how many distinct reviewers
-  must answer otherwise (reject, respond, ignore) before the run resumes with that answer.
-
-With either count above 1, answers that go ahead must all be the same apart from their
-note: an edit, or an answer that differs from the approvals already given, is refused
-(the others approved something else).
-
-Example::
-
-    PORTAL_POLICIES = {
-        "*:*": {"separation_of_duties": True},
-        "transfers:tool_approval": {
-            "required_group": "finance",
-            "expires_after": 3600,
-            "approvals_required": 2,  # two people sign off every transfer
-            "rejections_required": 1,  # and any one of them can stop it
-            "assign_to": ["group:finance"],
-            "remind_before": 900,
-            "escalate_after": 600,
-            "escalate_to": "finance-leads",
-        },
-    }
-
-Counts are read when a vote is recorded, so a change applies to pending requests too.
-"""
+More in docs/architecture.md (`models/policies.py`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """Waiting, bounded in time, for a row to change, whichever process changes it.
 
-A writer calls ``changed(key)`` inside the transaction that changes the row; a reader
-calls ``wait_until(key, done, seconds=...)`` (or ``await await_until(...)`` from async
-code) with a ``done`` that reads the row and says whether the wait is over. Keys name what
-changed: ``thread_key(id)`` once a thread's run finishes or pauses, ``interrupt_key(id)``
-once a request is decided, cancelled or expires, ``OUTBOX_KEY`` once a notification is
-written (the notifiers wait on it, through ``listening``).
-
-On PostgreSQL ``changed`` is a ``NOTIFY`` on ``CHANNEL`` with the key as payload: delivered
-at commit, dropped on rollback. Each process keeps one connection that ``LISTEN``s, in a
-daemon thread, and wakes the waiters of that key. Waiters subscribe before they first
-look, so a change committed in between still wakes them. A waiter looks again at least
-every ``RECHECK_SECONDS`` anyway, so a lost listener connection costs latency, never the
-answer. Elsewhere (SQLite) other processes' changes are found by polling every
-``POLL_SECONDS``; this process's own commits wake its waiters at once.
-"""
+More in docs/architecture.md (`models/waiting.py`)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """Routing requests to people: assignment, reminders and escalation.
 
-A new request is routed when the notifier fans out its ``request.created`` event
-(``outbox.outbox_dispatch``), in that transaction: to the users and groups its policy's
-``assign_to`` names and those the agent named in ``interrupt(..., assign_to=[...])``
-(read from the checkpoint that raised it, the source of truth). Each becomes an
-``Assignment`` row, a ``RoutingEvent`` and an event in the audit trail, and a
-``request.assigned`` notification goes to them. A name that matches no active user or
-group is logged and skipped.
-
-``requests_remind_and_escalate`` (the notifier runs it every few seconds) sends the
-reminder once a pending request is within its policy's ``remind_before`` of expiring, and
-``escalate_after`` later assigns it to the ``escalate_to`` group too. Each happens once per
-request: rows are taken ``FOR UPDATE SKIP LOCKED`` and a unique constraint on
-(request, action) is the last guard.
-
-"Assigned to me" (``assigned_to``) is a request assigned to the user or to one of their
-groups.
-"""
+More in docs/architecture.md (`notify/assignments.py`)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
 """The notifier: fans out the outbox, sends deliveries, and sends reminders and
 escalations (nothing else sends a notification).
 
-Modelled on healthchecks' ``sendalerts``, as the worker is: a loop of short
-transactions that claim rows ``FOR UPDATE SKIP LOCKED``, sends outside them, and
-``close_old_connections()`` between rounds so a long-lived process survives database
-restarts. Run several for throughput or availability: they share the work and none sends
-a delivery another is sending. It is separate from the run worker so that a slow
-receiver (a webhook that takes its whole timeout) never holds up an agent's run.
-
-Run it: ``python manage.py run_notifier [--once] [--poll SECONDS]``; the demo runs the
-same loop in a daemon thread (``start_embedded_notifier``).
-"""
+More in docs/architecture.md (`notify/notifier.py`)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
 """The decision form, shared by the interrupt page and the Django admin.
 
-It has three shapes, chosen from the interrupt (``DecisionForm.mode``):
-
-- ``approval``: no schema, or a yes/no schema (``approved`` plus optionally ``note`` and
-  ``args``). Buttons approve and reject, a note, and for a breakpoint before the tools
-  paused before those took typed answers (with the calls in ``tool_calls``) an "edit
-  arguments" section built from each tool's parameter schema, prefilled with what the
-  model asked.
-- ``schema``: fields generated from the ``response_schema`` (``portal.reviews.schema_forms``).
-- ``json``: a JSON textarea, for schemas the generator cannot render.
-- ``inbox``: a request that declares the answers it allows (``agents.inbox``), such as a
-  high-risk tool's approval or a breakpoint before the tools: one button for each of
-  accept, edit (with the argument editor, a section per tool call), response (with a text
-  box) and ignore, and only those.
-
-The form turns the POST into the JSON value; it does not decide whether the value is
-acceptable. ``decision_submit`` does, with jsonschema, and ``show_refusal`` puts its error
-lines next to the fields they are about.
-"""
+More in docs/architecture.md (`reviews/forms.py`)."""
 
 from __future__ import annotations
 

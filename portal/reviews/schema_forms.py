@@ -1,28 +1,6 @@
 """Django form fields from a JSON schema, and the JSON value back from the POST.
 
-``SchemaLayout(schema, prefix="value")`` builds one form field per leaf of the schema:
-
-- ``boolean``: Yes/No radio buttons;
-- ``string``: a text input (a textarea for ``note`` or a ``maxLength`` over 200),
-  ``enum`` as a select, ``maxLength``/``minLength``, ``format: email`` and ``format:
-  date`` (sent as ``YYYY-MM-DD``);
-- ``number``/``integer`` with ``minimum``/``maximum``;
-- ``object`` with ``properties``: its properties, each named ``<parent>.<property>``
-  (``value.address.city``), so a field's name is its path in the value;
-- ``array`` whose ``items`` are an ``enum``: one checkbox per option;
-- ``array`` of other scalars: a textarea with **one item per line** (blank lines are
-  ignored; lines are converted to the item type);
-- anything else (``anyOf``, ``$ref``, arrays of objects, free-form objects...): a JSON
-  textarea for that part alone. A root that is not an object with properties is one JSON
-  textarea (``JSON_FALLBACK``).
-
-``title`` becomes the label and ``description`` the help text; properties in ``required``
-are marked (``field.json_required``) and get the HTML ``required`` attribute. The Django
-fields themselves only convert text to types: whether the value fits the schema is decided
-by jsonschema on the server (``agents.interrupt.validate_resume``), and ``errors_by_field``
-puts each of its error lines next to the field it is about. Empty inputs are left out of
-the value, so a missing required answer is reported by the schema like any other problem.
-"""
+More in docs/architecture.md (`reviews/schema_forms.py`)."""
 
 from __future__ import annotations
 

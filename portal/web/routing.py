@@ -1,19 +1,7 @@
 """How a websocket reaches a consumer: the Origin check, then the routes. Consumers only
 subscribe and forward; they never write.
 
-The Origin rule is Django's CSRF origin rule, applied to the handshake. A socket is
-accepted only when its ``Origin`` header names, by scheme, host and port:
-
-1. the site the socket was opened on: the handshake's ``Host``, which must be in
-   ``ALLOWED_HOSTS``, with ``https`` for a ``wss`` socket (or a request that carries
-   ``SECURE_PROXY_SSL_HEADER``) and ``http`` otherwise; or
-2. an entry of ``CSRF_TRUSTED_ORIGINS`` (``https://*.example.com`` admits the subdomains of
-   example.com, with that scheme and port), for pages served from another origin or a
-   proxy that changes the scheme or host without saying so.
-
-Default ports count as given (``https://host`` is ``https://host:443``). A handshake without
-an ``Origin`` or ``Host`` header is refused: browsers always send both.
-"""
+More in docs/architecture.md (`web/routing.py`)."""
 
 from __future__ import annotations
 

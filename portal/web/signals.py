@@ -1,18 +1,7 @@
 """Sockets follow the session: after anything that can take away a user's right to an open
 socket, their sockets are told to check again (``broadcast.publish_user_revoke``).
 
-- a logout: the sockets of the session that ended close at once;
-- a change to the user's row (deactivated, password changed, superuser flag) or its
-  deletion;
-- a change to one of their API tokens (scopes, expiry) or its deletion, for the API's
-  event streams;
-- a change to their groups or their own permissions, to the permissions of a group they
-  are in, or the deletion of such a group or permission.
-
-Each socket then checks its session and permission again (``portal.web.consumers``), so an
-event that changed nothing relevant costs a query or two per open socket of that user.
-Publishing is best effort, so the consumers also check again on a timer.
-"""
+More in docs/architecture.md (`web/signals.py`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """``manage.py grant_app_role ROLE``: give the portal's runtime role exactly what it needs.
 
-Run it as the role that owns the tables (the one ``migrate`` runs as), after every
-``migrate``. The owner of ``portal_decision`` can disable its triggers and empty it;
-the role the web processes and workers connect as must not be that owner. This grants
-ROLE, on every table of the portal:
-
-- ``portal_decision``, ``portal_approval`` and ``portal_auditevent``: SELECT and INSERT
-  only (decisions, approvals and audit events are appended, never changed);
-- ``django_migrations``: SELECT;
-- every other table: SELECT, INSERT, UPDATE, DELETE;
-- USAGE on the schema, and USAGE and SELECT on its sequences.
-
-Whatever ROLE held on those tables before is revoked first, so TRUNCATE, TRIGGER and
-REFERENCES (a ``GRANT ALL`` given earlier, say) go too. ``--sql`` prints the statements
-instead of running them, for a DBA to read or run.
-"""
+More in docs/architecture.md (`management/commands/grant_app_role.py`)."""
 
 from __future__ import annotations
 
