@@ -47,14 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
+def django_db_setup(django_db_setup, django_db_blocker, django_db_keepdb):
     """pytest-django's, and before it drops the test database: PostgreSQL refuses to drop
     one that a session still uses, and pytest-django then only warns, leaving it behind.
     A server or worker the tests stopped may still have sessions on their way out."""
     yield
     from django.db import connection
 
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or django_db_keepdb:  # --reuse-db keeps it
         return
     name = connection.settings_dict["NAME"]
     others = "FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
