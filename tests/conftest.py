@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,6 +47,38 @@ def pytest_configure(config: pytest.Config) -> None:
     for layer in settings.CHANNEL_LAYERS.values():
         if "prefix" in layer.get("CONFIG", {}):
             layer["CONFIG"]["prefix"] = prefix
+    # The API's request counts live in the cache: on Redis, token 1 of one worker's
+    # database would spend token 1's allowance of another's.
+    for cache in settings.CACHES.values():
+        if "KEY_PREFIX" in cache:
+            cache["KEY_PREFIX"] = f"{cache['KEY_PREFIX']}-{prefix.rstrip('.')}"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker, django_db_keepdb):
+    """pytest-django's, and before it drops the test database: PostgreSQL refuses to drop
+    one that a session still uses, and pytest-django then only warns, leaving it behind.
+    A server or worker the tests stopped may still have sessions on their way out."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or django_db_keepdb:  # --reuse-db keeps it
+        return
+    name = connection.settings_dict["NAME"]
+    others = "FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.close_pool()  # this process's own idle sessions
+        with connection._nodb_cursor() as cursor:
+            deadline = time.monotonic() + 10
+            while True:
+                cursor.execute(f"SELECT count(*) {others}", [name])
+                if cursor.fetchone()[0] == 0:
+                    break
+                if time.monotonic() > deadline:  # the test database is this run's own
+                    cursor.execute(f"SELECT pg_terminate_backend(pid) {others}", [name])
+                    break
+                time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

@@ -60,9 +60,7 @@ def test_no_door_writes_a_row_itself() -> None:
         for path in sorted((ROOT / door).rglob("*.py"))
         for line in writes_in(path.read_text())
     ]
-    assert found == [], "doors write rows; call the room that owns the table:\n" + "\n".join(
-        found
-    )
+    assert found == [], "doors write rows; call the room that owns the table:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize(

@@ -293,11 +293,24 @@ def test_other_users_tokens_are_untouched_by_a_password_change(client, reviewer,
 # --- rate --------------------------------------------------------------------------------
 
 
+def _clear_counts() -> None:
+    # On Redis, clear() would empty the whole database, other xdist workers' counts too:
+    # delete only the keys under this run's prefix (see tests/conftest.py).
+    client = getattr(getattr(cache, "_cache", None), "get_client", None)
+    if client is None:
+        cache.clear()
+        return
+    redis = client(write=True)
+    keys = list(redis.scan_iter(match=cache.make_key("*")))
+    if keys:
+        redis.delete(*keys)
+
+
 @pytest.fixture
 def fresh_counts():
-    cache.clear()
+    _clear_counts()
     yield
-    cache.clear()
+    _clear_counts()
 
 
 def test_a_token_over_its_rate_gets_429_with_retry_after_in_the_apis_format(

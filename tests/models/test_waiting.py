@@ -26,6 +26,17 @@ def no_safety_net(monkeypatch):
     # Waiters look again every RECHECK_SECONDS even unwoken; far apart, a prompt answer
     # can only come from the wake-up itself.
     monkeypatch.setattr(waiting, "RECHECK_SECONDS", 60.0)
+    yield
+    # On PostgreSQL the listener now sits up to a minute in each LISTEN, and stopping it
+    # (before the test database goes) waited that minute out: end its session instead.
+    listener = waiting._listener
+    conn = listener and listener._conn
+    if conn is not None:
+        from django.db import connection
+
+        listener._closed.set()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
 
 
 @pytest.mark.slow
