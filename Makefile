@@ -48,7 +48,7 @@ browser:
 
 run: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --settle --url http://127.0.0.1:$(PORT)/
 	PORTAL_SCRIPTED_DELAY_MS=$${PORTAL_SCRIPTED_DELAY_MS:-40} $(PY) manage.py runserver --noreload 127.0.0.1:$(PORT)
 
 worker: install

@@ -36,7 +36,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -51,7 +51,8 @@ GO_AHEAD = frozenset({"approved", "edited"})
 
 class PortalError(Exception):
     """The portal refused a call (``status`` and its ``detail``, one line per problem in
-    ``errors``), or could not be reached (``status`` 0)."""
+    ``errors``), answered with something the client cannot read (its ``status``, or 0),
+    or could not be reached (``status`` 0)."""
 
     def __init__(self, status: int, detail: str, errors: list[str] | None = None) -> None:
         lines = "".join(f"\n  {line}" for line in errors or [])
@@ -71,6 +72,16 @@ class Answer:
     decided_at: str
     decision_id: int
     audit_hash: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Answer:
+        """The answer in ``data``, ignoring fields this client does not know (a newer
+        portal may add some); ``PortalError`` when one it needs is missing."""
+        known = {f.name for f in fields(cls)}
+        missing = sorted(known - data.keys())
+        if missing:
+            raise PortalError(0, f"the portal's answer lacks {', '.join(missing)}: {data!r:.200}")
+        return cls(**{name: data[name] for name in known})
 
     @property
     def goes_ahead(self) -> bool:
@@ -105,7 +116,15 @@ class Request:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Request:
+        """The request in ``data``; a field this client does not know is left in ``raw``
+        (a newer portal may add some). ``PortalError`` when it is not a request."""
         answer = data.get("answer")
+        if not isinstance(data.get("id"), str) or not isinstance(data.get("status"), str):
+            raise PortalError(0, f"the portal answered with something not a request: {data!r:.200}")
+        if answer is not None and not isinstance(answer, dict):
+            raise PortalError(
+                0, f"the portal answered with an answer not an object: {answer!r:.200}"
+            )
         return cls(
             id=data["id"],
             status=data["status"],
@@ -116,7 +135,7 @@ class Request:
             thread_id=data.get("thread_id", ""),
             created_at=data.get("created_at", ""),
             expires_at=data.get("expires_at"),
-            answer=Answer(**answer) if isinstance(answer, dict) else None,
+            answer=Answer.from_json(answer) if answer is not None else None,
             raw=data,
         )
 
@@ -170,8 +189,7 @@ class PortalClient:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout + wait) as response:  # noqa: S310
-                payload: dict[str, Any] = json.loads(response.read())
-                return payload
+                answer, status = response.read(), response.status
         except urllib.error.HTTPError as exc:
             try:
                 problem = json.loads(exc.read() or b"{}")
@@ -184,6 +202,7 @@ class PortalClient:
             raise PortalError(
                 0, f"the portal at {self.base_url} cannot be reached: {reason}"
             ) from None
+        return _json_object(status, answer)
 
     # --- raising ------------------------------------------------------------------------
 
@@ -288,3 +307,19 @@ class PortalClient:
     ) -> Request:
         """``wait`` for async code (``asyncio.timeout`` around it works as well)."""
         return await asyncio.to_thread(self.wait, request_id, timeout=timeout)
+
+
+def _json_object(status: int, body: bytes) -> dict[str, Any]:
+    # A proxy's HTML page, a truncated body or a list is not an answer the client can
+    # read: it is the portal's failure to answer, said as a PortalError like any other.
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        raise PortalError(
+            status, f"the portal answered {status} with something not JSON: {body[:200]!r}"
+        ) from None
+    if not isinstance(payload, dict):
+        raise PortalError(
+            status, f"the portal answered {status} with JSON not an object: {payload!r:.200}"
+        )
+    return payload

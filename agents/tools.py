@@ -376,6 +376,9 @@ def approval_schema(editable: dict[str, tuple[Any, dict[str, Any]]]) -> dict[str
     )
 
 
+WITHDRAWN = "The request was withdrawn before anyone decided; nothing was done."
+
+
 def decline_reason(decision: Any) -> str | None:
     """What the model is told about a declined approval: a reviewer's response (with
     their note), or their note; None when they said nothing."""
@@ -518,6 +521,11 @@ class ToolNode:
     async def _run_approved(self, call: _Call, decision: Any, approval_id: str | None) -> Message:
         # Fail closed: only an explicit accept or edit lets the call run; a response,
         # ignore, no answer (cancelled, expired) or anything malformed declines it.
+        if decision is None:
+            # No answer at all: the request was withdrawn before anyone decided (its
+            # requester took it back); the result says so, not that a reviewer said no.
+            content = _result({"status": "withdrawn", "reason": WITHDRAWN})
+            return Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
         if not inbox.goes_ahead(decision):
             return self._declined(call, decline_reason(decision))
         edits = decision.get("args") if decision.get("type") == "edit" else None

@@ -78,6 +78,17 @@ def _pin_synchronous_commit(options: dict[str, str]) -> dict[str, str]:
     return options
 
 
+# SQLite as the demo's worker, notifier and web threads share it: write-ahead logging lets
+# them read while one writes, a transaction takes the write lock when it begins (none
+# upgrades a read lock mid-way, which SQLite refuses at once as "database is locked"),
+# and a writer waits up to 20 s for another. Durability stays synchronous=FULL.
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL;",
+}
+
+
 def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, object]:
     """A DATABASES entry from postgres://user:pass@host:port/db?opt=v or sqlite:///path."""
     parts = urlsplit(url)
@@ -105,7 +116,7 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, obje
         path = parts.path[1:]
         if not path:
             raise ImproperlyConfigured(f"{name} names no SQLite file: use sqlite:///path/to.db")
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path, "OPTIONS": SQLITE_OPTIONS}
     raise ImproperlyConfigured(
         f"{name} must start with postgres:// or sqlite://, got {parts.scheme or url!r}"
     )
@@ -200,7 +211,7 @@ DATABASES = {
     else {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": BASE_DIR / os.environ.get("SQLITE_PATH", "db.sqlite3"),
-        "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        "OPTIONS": SQLITE_OPTIONS,
         # A file, not :memory:, so worker subprocesses in tests see the same database.
         "TEST": {"NAME": str(BASE_DIR / f".test-db{_test_suffix}.sqlite3")},
     }
@@ -446,9 +457,10 @@ if _policies_extra:
     PORTAL_POLICIES.update(_policies)
 
 # --- notifications ---------------------------------------------------------------------
-# Email goes through Django's backend: the console in the demo; set EMAIL_BACKEND (and
-# EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS) for SMTP.
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Email goes through Django's backend: the console in the demo, one line a message; set
+# EMAIL_BACKEND (and EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD,
+# EMAIL_USE_TLS) for SMTP.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "portal.notify.console_mail.OneLineEmailBackend")
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")

@@ -90,6 +90,8 @@ def describe_tool_result(content: str) -> str:
             reason = data.get("reason") or data.get("note")
             note = f" Note: {str(reason).rstrip('.')}." if reason else ""
             return f"I could not do that: the reviewer declined.{note}"
+        if status == "withdrawn":
+            return "I did not do that: the request was withdrawn before a reviewer decided."
         if status == "error":
             detail = data.get("error") or data.get("message") or data.get("reason") or "unknown"
             return f"That did not work: the tool reported an error ({detail})."

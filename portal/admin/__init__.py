@@ -5,4 +5,10 @@ Importing the modules below registers every model admin. More in docs/architectu
 (``## admin``).
 """
 
+from django.contrib import admin
+
 from portal.admin import audit, notifications, requests, threads  # noqa: F401
+
+admin.site.site_header = "Reviewer portal administration"
+admin.site.site_title = "Reviewer portal admin"
+admin.site.index_title = "Requests, decisions and conversations"

@@ -29,7 +29,7 @@ def interrupt_relations() -> dict[str, Any]:
 
 
 def visible_interrupts(user: Any) -> QuerySet[Interrupt]:
-    related = Interrupt.objects.select_related("claimed_by").prefetch_related(
+    related = Interrupt.objects.select_related("claimed_by", "thread__owner").prefetch_related(
         *interrupt_relations().values()
     )
     return access.in_visible_threads(related, user)
@@ -67,6 +67,7 @@ def pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt |
     if not found or found[0].thread_id != thread.pk:
         return None
     interrupt = found[0]
+    interrupt.thread = thread  # with its owner, for requested_by
     relations = interrupt_relations()
     cache = interrupt.__dict__.setdefault("_prefetched_objects_cache", {})
     for name in relations:
@@ -89,7 +90,7 @@ def thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
 
 
 def interrupt_or_404(request: HttpRequest, interrupt_id: str) -> Interrupt:
-    found = visible_interrupts(token_user(request)).select_related("thread").filter(pk=interrupt_id)
+    found = visible_interrupts(token_user(request)).filter(pk=interrupt_id)
     interrupt = found.first()
     if interrupt is None:
         raise ApiProblem(404, f"No request {interrupt_id} that you can see.")

@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
+from agents import inbox
 from portal.api.auth import BearerToken
 from portal.api.errors import ApiProblem, Problem
 from portal.api.schemas import WAIT_MAX_SECONDS
@@ -25,15 +26,16 @@ from portal.reviews import external
 router = Router(tags=["external agents"], auth=BearerToken(ApiToken.Scope.REQUEST))
 
 
+# Strict: a JSON true or "60" is not a number of seconds, nor 7 a name (422, naming the field).
 class AssignTo(Schema):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     users: list[str] = Field([], description="Usernames the request is assigned to.")
     groups: list[str] = Field([], description="Group names the request is assigned to.")
 
 
 class RequestIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     agent: str = Field(
         ...,
@@ -59,6 +61,7 @@ class RequestIn(Schema):
     )
     actions: list[str] | None = Field(
         None,
+        max_length=len(inbox.RESPONSE_TYPES),
         description='Instead of a schema, the answers allowed: any of "accept", "edit", '
         '"response", "ignore" (the answer is then {"type": ..., "args": ...}).',
     )

@@ -136,6 +136,11 @@ class InterruptOut(Schema):
     created_at: datetime
     expires_at: datetime | None = None
     claimed_by: str | None = None
+    requested_by: str | None = Field(
+        None,
+        description="Who asked: the username of the thread's owner (for an outside "
+        "request, the agent's user); null for a thread the system started.",
+    )
     user_message: str | None = Field(
         None, description="The latest user message before the request was raised."
     )
@@ -209,6 +214,11 @@ class InterruptOut(Schema):
     @staticmethod
     def resolve_thread_id(obj: Interrupt) -> str:
         return str(obj.thread_id)
+
+    @staticmethod
+    def resolve_requested_by(obj: Interrupt) -> str | None:
+        owner = obj.thread.owner
+        return owner.get_username() if owner else None
 
     @staticmethod
     def resolve_claimed_by(obj: Interrupt) -> str | None:

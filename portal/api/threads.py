@@ -26,7 +26,7 @@ from portal.errors import (
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
-from portal.models import ApiToken, Approval, Run, Thread, paging, waiting
+from portal.models import ApiToken, Approval, Interrupt, Run, Thread, paging, waiting
 from portal.reviews.decisions import decision_submit_for_thread
 from portal.reviews.threads import thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -216,13 +216,17 @@ def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
 
 
 def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
-    thread = Thread.objects.get(pk=thread_id)
+    thread = Thread.objects.select_related("owner").get(pk=thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
     pending = None
     if snapshot is not None and snapshot.status is ThreadStatus.INTERRUPTED:
         pending_id = (snapshot.interrupt or {}).get("id")
         pending = pending_request(token_user(request), thread, pending_id)
+        if pending is not None and pending.status != Interrupt.Status.PENDING:
+            # The checkpoint still names the pause of a thread cancelled while it waited;
+            # the request left the queue then, and nothing waits on it now.
+            pending = None
         if pending is not None and pending.checkpoint_seq == snapshot.seq:
             # The snapshot holds the messages up to the request's checkpoint already.
             pending._latest_user_message = first_user_words(  # type: ignore[attr-defined]

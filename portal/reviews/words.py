@@ -71,6 +71,9 @@ def result_words(content: str, tool: str | None, decided: Decided | None = None)
     status = data.get("status")
     reason = data.get("reason") or data.get("error")
     reason_text = f": {_sentence(str(reason))}" if reason else "."
+    if status == "withdrawn":
+        who = f", {decided.who}" if decided is not None and decided.withdrawn else ""
+        return f"{what} withdrawn by its requester{who}."
     if status == "declined":
         if decided is not None and decided.withdrawn:
             return f"{what} withdrawn by its requester, {decided.who}."

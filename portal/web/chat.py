@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
@@ -21,8 +22,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.accounts import access, roles
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
-from portal.models import Interrupt
+from portal.models import WITHDRAWN, Decision, Interrupt, Thread
 from portal.reviews.threads import interrupt_withdraw, thread_message, thread_start
+from portal.reviews.words import outcome_words
 from portal.runs.registry import UnknownAgentError, agent_info, agent_names, agents_info
 from portal.web.threads import transcript_context
 
@@ -68,10 +70,39 @@ def _require_owner(request: HttpRequest, thread: Any) -> None:
         )
 
 
-def _recent(request: HttpRequest) -> Any:
+def _recent(request: HttpRequest) -> list[Any]:
+    threads = list(_recent_threads(request))
+    for t in threads:
+        t.ended = _ended(t)
+    return threads
+
+
+def _ended(thread: Any) -> dict[str, str] | None:
+    """How a finished conversation's latest request ended, in the glossary's words, with
+    the tag's colour; None while it runs or waits (its status says so)."""
+    if thread.status != Thread.Status.DONE or not thread.last_outcome:
+        return None
+    if thread.last_withdrawn:
+        return {"outcome": "cancelled", "words": "Withdrawn by you"}
+    words = outcome_words(thread.last_outcome)
+    note = (thread.last_note or "").strip()
+    if thread.last_outcome == Decision.Outcome.REJECTED and note:
+        words = f"{words}: {note}"
+    return {"outcome": thread.last_outcome, "words": words}
+
+
+def _recent_threads(request: HttpRequest) -> Any:
+    # Each conversation with how its latest request ended, so the list can say approved,
+    # rejected (and why), ignored or withdrawn rather than one "done" for all.
+    latest = Decision.objects.filter(thread=OuterRef("pk")).order_by("-created_at", "-pk")
     return (
         access.visible_threads(request.user)
         .filter(owner_id=request.user.pk)
+        .annotate(
+            last_outcome=Subquery(latest.values("outcome")[:1]),
+            last_note=Subquery(latest.values("note")[:1]),
+            last_withdrawn=Subquery(latest.annotate(w=WITHDRAWN).values("w")[:1]),
+        )
         .order_by("-updated_at")[:RECENT]
     )
 

@@ -92,7 +92,6 @@ async def test_the_approval_declares_agent_inbox_answers_offering_the_calls_argu
             {"type": "response", "args": "Offer a voucher.", "note": "policy 4.2"},
             "Offer a voucher. (policy 4.2)",
         ),
-        (None, "No approval was given."),
         # The yes/no shape of before still declines, with its note.
         ({"approved": False, "note": "outside the return window"}, "outside the return window"),
         ({"approved": False}, "No approval was given."),
@@ -108,6 +107,17 @@ async def test_anything_but_an_explicit_accept_or_edit_declines_with_what_the_re
     assert counts["check"] == 1  # the harmless call in the same turn still runs
     assert tool_results(out["messages"])["call_2"] == {"status": "declined", "reason": reason}
     assert out["messages"][-1].text() == "handled"
+
+
+async def test_no_answer_at_all_says_the_request_was_withdrawn_not_declined(store, config, counts):
+    graph = refund_graph(store, counts)
+    request = await pause(graph, config)
+    out = await graph.ainvoke({"resume": None, "resume_interrupt_id": request.id}, config)
+    assert counts["refund"] == 0
+    assert tool_results(out["messages"])["call_2"] == {
+        "status": "withdrawn",
+        "reason": "The request was withdrawn before anyone decided; nothing was done.",
+    }
 
 
 async def test_an_approval_in_the_yes_no_shape_of_before_still_runs_the_call(store, config, counts):

@@ -7,8 +7,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from portal.accounts.groups import ensure_demo_users
 from portal.models import Subscription, Thread
 from portal.notify import outbox
+from portal.notify.notifier import Notifier
 from portal.reviews.threads import thread_start
 from portal.runs.registry import agents_info
+from portal.runs.worker import Worker
 
 
 class Command(BaseCommand):
@@ -24,6 +26,15 @@ class Command(BaseCommand):
             action="store_true",
             help="Run even with DEBUG off (a demo deployment that wants the demo users).",
         )
+        parser.add_argument(
+            "--settle",
+            action="store_true",
+            help="Take the example conversations to their requests and send their "
+            "notifications now, so the server starts quiet (make run).",
+        )
+        parser.add_argument(
+            "--url", default="", help="Where the demo will be served, printed last."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.DEBUG and not options["force"]:
@@ -36,10 +47,6 @@ class Command(BaseCommand):
                 "and `manage.py setup_roles`; pass --force only if this really is a demo."
             )
         users = ensure_demo_users()
-        self.stdout.write("\nDemo users (log in at /login/):")
-        for username, role, password in users:
-            shown = f"password: {password}" if password else "(existing user: left unchanged)"
-            self.stdout.write(f"  {role:<9} {username:<10} {shown}")
         agents = ", ".join(settings.PORTAL_AGENTS)
         self.stdout.write(f"Agents: {agents}. Model: {settings.PORTAL_MODEL}.")
         if ensure_demo_subscription():
@@ -54,11 +61,22 @@ class Command(BaseCommand):
                 f"Started example conversations ({', '.join(started)}): once the server "
                 "runs they wait for approval in the review queue."
             )
+        if options["settle"]:
+            # What the embedded worker and notifier would print as the server starts.
+            Worker(name="seed_demo").run_forever(once=True)
+            Notifier(name="seed_demo").run_forever(once=True)
         self.stdout.write(
             "\nTry it: log in as support, open the chat, send the refunds example; then log "
             "in as reviewer (another browser or a private window), open the queue row asked "
-            "by support, approve it, and watch the chat finish.\n"
+            "by support, approve it, and watch the chat finish."
         )
+        # Last, where a newcomer looks first: who to log in as, and where.
+        self.stdout.write(f"\nDemo users (log in at {options['url'].rstrip('/')}/login/):")
+        for username, role, password in users:
+            shown = f"password: {password}" if password else "(existing user: left unchanged)"
+            self.stdout.write(f"  {role:<9} {username:<10} {shown}")
+        if options["url"]:
+            self.stdout.write(f"\nThe demo: {options['url']}\n")
 
 
 DEMO_SUBSCRIPTION = "Demo: every event, by email"
