@@ -18,7 +18,8 @@ from django.contrib.auth.models import User as AuthUser
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.expressions import RawSQL
 
 SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
 
@@ -79,6 +80,55 @@ WHERE p.id IN (
 """
 
 
+# The same permissions as one column of another query (the API's token lookup), joined by
+# spaces: "app_label.codename" never holds one. {user_id} is the outer query's column.
+_PERMISSIONS_COLUMN_SQL = """
+(SELECT {aggregate}
+ FROM {permission} p JOIN {content_type} ct ON ct.id = p.content_type_id
+ WHERE p.id IN (
+   SELECT up.permission_id FROM {user_permissions} up WHERE up.user_id = {user_id}
+   UNION
+   SELECT gp.permission_id FROM {group_permissions} gp
+   JOIN {user_groups} ug ON ug.group_id = gp.group_id
+   WHERE ug.user_id = {user_id}
+ ))
+"""
+
+
+def _tables() -> dict[str, str]:
+    model = get_user_model()
+    return {
+        "permission": Permission._meta.db_table,
+        "content_type": ContentType._meta.db_table,
+        "user_permissions": model.user_permissions.through._meta.db_table,
+        "group_permissions": Group.permissions.through._meta.db_table,
+        "user_groups": model.groups.through._meta.db_table,
+    }
+
+
+def permissions_column(user_id_column: str) -> RawSQL:
+    """An annotation: the permissions of the user whose id is in ``user_id_column`` (a
+    quoted column of the outer query), for ``permissions_known``. Read in the query that
+    finds the user, it saves the request the permission query of its own."""
+    name = "ct.app_label || '.' || p.codename"
+    aggregate = (
+        f"string_agg({name}, ' ')"
+        if connection.vendor == "postgresql"
+        else f"group_concat({name}, ' ')"
+    )
+    sql = _PERMISSIONS_COLUMN_SQL.format(aggregate=aggregate, user_id=user_id_column, **_tables())
+    # Only table and column names from the code's own models: no input reaches it.
+    return RawSQL(sql, [], output_field=TextField())  # noqa: S611
+
+
+def permissions_known(user: Any, names: str | None) -> None:
+    """Give ``user`` the permissions a ``permissions_column`` read, as
+    ``PermissionsBackend`` would have loaded them (superusers and inactive users are left
+    to the backend: it answers them without a query)."""
+    if user.is_active and not user.is_superuser:
+        user._perm_cache = set((names or "").split())
+
+
 class PermissionsBackend(ModelBackend):
     """Django's ``ModelBackend``, reading a user's own and their groups' permissions in one
     written-out query instead of two composed ones. Like it, it keeps them on the user
@@ -90,14 +140,7 @@ class PermissionsBackend(ModelBackend):
             return set()
         if user_obj.is_superuser or hasattr(user_obj, "_perm_cache"):
             return super().get_all_permissions(user_obj, obj)
-        model = get_user_model()
-        query = _PERMISSIONS_SQL.format(
-            permission=Permission._meta.db_table,
-            content_type=ContentType._meta.db_table,
-            user_permissions=model.user_permissions.through._meta.db_table,
-            group_permissions=Group.permissions.through._meta.db_table,
-            user_groups=model.groups.through._meta.db_table,
-        )
+        query = _PERMISSIONS_SQL.format(**_tables())
         with connection.cursor() as cursor:
             cursor.execute(query, [user_obj.pk, user_obj.pk])
             user_obj._perm_cache = {f"{app}.{codename}" for app, codename in cursor.fetchall()}

@@ -20,6 +20,7 @@ from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from portal.accounts import roles
 from portal.models import ApiToken, AuditEvent, audit_record, password_fingerprint
 
 TOKEN_PREFIX = "prt_"
@@ -32,6 +33,21 @@ TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_found(token_hash: str) -> ApiToken | None:
+    """The token with this hash, with its user and the user's permissions, in one query
+    (an API request reads all three; each used to be a round trip of its own)."""
+    user_id = f'"{ApiToken._meta.db_table}"."user_id"'
+    row = (
+        ApiToken.objects.select_related("user")
+        .annotate(user_permissions=roles.permissions_column(user_id))
+        .filter(token_hash=token_hash)
+        .first()
+    )
+    if row is not None:
+        roles.permissions_known(row.user, row.user_permissions)
+    return row
 
 
 def api_token_create(

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.security import HttpBearer
 
-from portal.accounts.tokens import api_token_used, hash_token
+from portal.accounts.tokens import api_token_used, hash_token, token_found
 from portal.api.errors import ApiProblem
 from portal.models import ApiToken
 
@@ -43,11 +43,7 @@ class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         if not token:
             return None
-        row = (
-            ApiToken.objects.select_related("user")
-            .filter(token_hash=hash_token(token.strip()))
-            .first()
-        )
+        row = token_found(hash_token(token.strip()))
         if row is None:
             return None
         refusal = row.refusal()

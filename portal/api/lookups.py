@@ -3,6 +3,7 @@
 Requests are read with the related rows ``InterruptOut`` shows, prefetched."""
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
+import uuid
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
@@ -80,6 +81,23 @@ def pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt |
     if wanted:
         prefetch_related_objects([interrupt], *wanted)
     return interrupt
+
+
+def named_request(user: Any, thread_id: str, interrupt_id: str | None) -> Interrupt | None:
+    """The request ``interrupt_id`` of thread ``thread_id`` with its thread, when the
+    user can see it (None otherwise): an answer's lookup in one query."""
+    if not interrupt_id:
+        return None
+    try:
+        thread_uuid = uuid.UUID(str(thread_id))
+    except ValueError:
+        return None
+    found = (
+        Interrupt.objects.select_related("thread")
+        .only("id", "thread_id", "response_schema", "thread")
+        .filter(thread_id=thread_uuid, pk=interrupt_id)
+    )
+    return access.in_visible_threads(found, user).first()
 
 
 def thread_or_404(request: HttpRequest, thread_id: str) -> Thread:

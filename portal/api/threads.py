@@ -17,7 +17,7 @@ from agents.checkpoint import ThreadStatus
 from portal.accounts import access, roles
 from portal.api.auth import BearerToken, token_user
 from portal.api.errors import ApiProblem, Problem
-from portal.api.lookups import pending_request, thread_or_404
+from portal.api.lookups import named_request, pending_request, thread_or_404
 from portal.api.pages import AFTER_HELP, API_PAGE_MAX, LIMIT_HELP, cursor_from, next_page
 from portal.api.schemas import THREAD_STATUSES, WAIT_MAX_SECONDS, ThreadOut, first_user_words
 from portal.errors import (
@@ -281,13 +281,17 @@ def _resume(request: HttpRequest, thread_id: str, payload: ResumeIn) -> Status[d
     user = token_user(request)
     if not roles.can_decide(user):
         raise ApiProblem(403, "Your role cannot decide requests.")
-    thread = thread_or_404(request, thread_id)
+    # The request the answer names, with its thread, in one query; without one (or none
+    # of this thread's that the user can see) the thread is looked up for its refusal.
+    named = named_request(user, thread_id, payload.resume_interrupt_id)
+    thread = named.thread if named is not None else thread_or_404(request, thread_id)
     recorded = decision_submit_for_thread(
         thread=thread,
         reviewer=user,
         value=payload.resume,
         resume_interrupt_id=payload.resume_interrupt_id,
         note=payload.note,
+        named=named,
     )
     if isinstance(recorded, Approval):  # a vote; the request waits for more reviewers
         return Status(

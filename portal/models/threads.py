@@ -85,7 +85,19 @@ class Thread(models.Model):
         the author of a run that carried messages (a follow-up)."""
         if user is None or user.pk is None:
             return False
-        return self.owner_id == user.pk or self.runs.filter(author_id=user.pk).exists()
+        if self.owner_id == user.pk:
+            return True
+        # Read with the row that brought this thread, when its query asked (see
+        # ``wrote_runs``): the answer for that user, without a query of its own.
+        known: dict[Any, bool] = self.__dict__.get("_authors_known", {})
+        if user.pk in known:
+            return known[user.pk]
+        return self.runs.filter(author_id=user.pk).exists()
+
+    def authors_known(self, user_id: Any, wrote: bool) -> None:
+        """Note whether ``user_id`` authored a run of this thread, as read by a query that
+        brought the thread (``written_into_by`` then answers without one)."""
+        self.__dict__.setdefault("_authors_known", {})[user_id] = bool(wrote)
 
     @staticmethod
     def title_from(text: str) -> str:

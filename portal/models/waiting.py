@@ -47,11 +47,45 @@ def interrupt_key(interrupt_id: object) -> str:
 def changed(key: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Wake whoever waits on ``key`` once the current transaction commits (at once
     outside one); a rollback wakes nobody."""
-    conn = connections[using]
-    if conn.vendor == "postgresql":
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, key])
+    if connections[using].vendor == "postgresql":
+        notify(CHANNEL, key, using=using)
     transaction.on_commit(lambda: _wake(key), using=using)
+
+
+_gathering = threading.local()
+
+
+def notify(channel: str, payload: str = "", *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """PostgreSQL's ``NOTIFY channel, payload`` in the current transaction (delivered at
+    commit, dropped on rollback); inside ``notifies_gathered`` sent at the block's end."""
+    gathered: list[tuple[str, str]] | None = getattr(_gathering, "pairs", None)
+    if gathered is not None and using == DEFAULT_DB_ALIAS:
+        gathered.append((channel, payload))
+        return
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+@contextlib.contextmanager
+def notifies_gathered() -> Iterator[None]:
+    """The ``notify`` calls made in the block (inside one transaction) go to the server
+    in one statement as it ends, one round trip for all of them: still in the
+    transaction, so still delivered at its commit only. An exception sends none (the
+    transaction is rolling back)."""
+    if getattr(_gathering, "pairs", None) is not None:  # an outer block sends them
+        yield
+        return
+    pairs: list[tuple[str, str]] = []
+    _gathering.pairs = pairs
+    try:
+        yield
+    finally:
+        _gathering.pairs = None
+    unique = list(dict.fromkeys(pairs))
+    if unique:
+        calls = ", ".join("pg_notify(%s, %s)" for _ in unique)
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute(f"SELECT {calls}", [part for pair in unique for part in pair])
 
 
 def changed_here(key: str) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 
 from agents import inbox
 from agents.interrupt import validate_resume
@@ -99,12 +100,25 @@ def already_decided(interrupt: Interrupt) -> DecisionRefused:
 
 def check_pending_in_checkpoint(interrupt: Interrupt) -> None:
     # The checkpoint is the source of truth; the Interrupt row is only the queue's index.
-    latest = (
-        Checkpoint.objects.filter(thread_id=interrupt.thread_id)
-        .order_by("-seq")
-        .values("status", "interrupt_id")
-        .first()
-    )
+    # Read with the locked row when its query asked (``latest_checkpoint_columns``).
+    latest: Any
+    if "latest_checkpoint_status" in interrupt.__dict__:
+        status = interrupt.latest_checkpoint_status  # type: ignore[attr-defined]
+        latest = (
+            None
+            if status is None
+            else {
+                "status": status,
+                "interrupt_id": interrupt.latest_checkpoint_interrupt,  # type: ignore[attr-defined]
+            }
+        )
+    else:
+        latest = (
+            Checkpoint.objects.filter(thread_id=interrupt.thread_id)
+            .order_by("-seq")
+            .values("status", "interrupt_id")
+            .first()
+        )
     if latest is None or latest["status"] != Checkpoint.Status.INTERRUPTED:
         raise ThreadNotPaused(
             "This thread is not paused, so there is nothing to decide "
@@ -115,6 +129,16 @@ def check_pending_in_checkpoint(interrupt: Interrupt) -> None:
             f"This form answers request {interrupt.pk}, but the thread is now paused on "
             f"request {latest['interrupt_id']}. Reload and decide the current request."
         )
+
+
+def latest_checkpoint_columns() -> dict[str, Any]:
+    """Annotations of an interrupt query: its thread's newest checkpoint's status and
+    request, for ``check_pending_in_checkpoint`` (read in the query that locks the row)."""
+    newest = Checkpoint.objects.filter(thread_id=OuterRef("thread_id")).order_by("-seq")
+    return {
+        "latest_checkpoint_status": Subquery(newest.values("status")[:1]),
+        "latest_checkpoint_interrupt": Subquery(newest.values("interrupt_id")[:1]),
+    }
 
 
 def decision_forbidden(

@@ -13,15 +13,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from portal.errors import InputError, InvalidDecision, StaleDecision, ThreadNotPaused, when
-from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread, policies
+from portal.models import Approval, Checkpoint, Decision, Interrupt, Run, Thread, policies
 from portal.reviews.checks import (
     already_decided,
     check_decision,
     check_pending_in_checkpoint,
     decision_forbidden,
+    latest_checkpoint_columns,
 )
 from portal.reviews.expiry import expire_due
 from portal.reviews.outcomes import outcome_and_args
@@ -74,14 +76,28 @@ def decision_submit(
             # one reaches M. (SQLite takes its write lock at BEGIN IMMEDIATE, which serialises
             # the same way; Decision's one-to-one and Approval's unique (request, reviewer)
             # are the database's last word either way.)
+            #
+            # The same statement reads what the checks below need of other rows (the
+            # thread's newest checkpoint, whether the reviewer wrote into it) in the
+            # snapshot it took before waiting for the lock. Whatever changed those while it
+            # waited was a decision of this request, which the status re-read under the
+            # lock refuses: only a decision's resume writes the paused thread's next step.
+            wrote = Exists(
+                Run.objects.filter(
+                    thread_id=OuterRef("thread_id"), author_id=getattr(reviewer, "pk", None)
+                )
+            )
             try:
                 locked = (
                     Interrupt.objects.select_for_update(of=("self",))
                     .select_related("thread", "claimed_by")
+                    .annotate(**latest_checkpoint_columns(), reviewer_wrote=wrote)
                     .get(pk=pk)
                 )
             except Interrupt.DoesNotExist:
                 raise ThreadNotPaused(f"There is no request {pk}.") from None
+            if getattr(reviewer, "pk", None) is not None:
+                locked.thread.authors_known(reviewer.pk, locked.reviewer_wrote)
             if locked.status != Interrupt.Status.PENDING:
                 raise already_decided(locked)
             if locked.expires_at is not None and locked.expires_at <= timezone.now():
@@ -143,6 +159,7 @@ def decision_submit_for_thread(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
+    named: Interrupt | None = None,
 ) -> Decision | Approval:
     """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
 
@@ -153,13 +170,13 @@ def decision_submit_for_thread(
     ``resume_interrupt_id`` is missing or names no request of this thread.
     """
     # With its schema, which decision_submit would otherwise read in a query of its own.
-    named = (
-        Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id)
-        .only("response_schema")
-        .first()
-        if resume_interrupt_id
-        else None
-    )
+    # ``named``: the caller read it already (this thread's request resume_interrupt_id).
+    if named is None and resume_interrupt_id:
+        named = (
+            Interrupt.objects.filter(thread=thread, pk=resume_interrupt_id)
+            .only("response_schema")
+            .first()
+        )
     if named is not None:
         return decision_submit(
             interrupt=named,

@@ -441,7 +441,11 @@ def external_request_create(
     return row, True
 
 
-def is_external(interrupt_id: str) -> bool:
+def is_external(interrupt_id: str, *, node: str | None = None) -> bool:
+    """Whether the request was raised by an outside agent. ``node``: the request's, when
+    in hand: every outside agent's request has ``NODE``, so any other needs no query."""
+    if node is not None and node != NODE:
+        return False
     return ExternalRequest.objects.filter(interrupt_id=interrupt_id).exists()
 
 

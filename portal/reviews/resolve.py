@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.inputs import check_input
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import Decision, Interrupt, Run, Thread, waiting
 from portal.notify import broadcast, outbox
 from portal.reviews import external
 from portal.runs.queue import enqueue
@@ -28,17 +28,20 @@ class DecisionClash(IntegrityError):
     """The decision's insert broke a unique constraint: the request has one already."""
 
 
-def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run | None:
+def thread_resume(
+    *, thread: Thread, value: Any, interrupt_id: str, node: str | None = None
+) -> Run | None:
     """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
 
     Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
     is the durable queue, and workers see it (and are woken) only once that commits. An
     external agent's request has no graph to resume: its thread is closed instead and the
-    agent told (``portal.reviews.external``), and there is no run (None).
+    agent told (``portal.reviews.external``), and there is no run (None). ``node``: the
+    request's, when known (only a request of the external node can be external).
     """
     payload = {"resume": value, "resume_interrupt_id": interrupt_id}
     check_input(payload, "the decision")
-    if external.is_external(interrupt_id):
+    if external.is_external(interrupt_id, node=node):
         external.external_request_close(thread=thread, interrupt_id=interrupt_id)
         return None
     # Part of the caller's transaction when there is one, without a savepoint of its own.
@@ -85,14 +88,19 @@ def resolve(
         # No savepoint to recover in (a round trip each way, for a clash the row lock
         # all but rules out): the transaction rolls back and the refusal is read after.
         raise DecisionClash(*exc.args) from None
-    locked.decided_as(status, at if at is not None else timezone.now())
-    outbox.notify_decision(decision, locked)
-    run = None
-    if resume:
-        run = thread_resume(thread=thread, value=value, interrupt_id=locked.pk)
-    elif external.is_external(locked.pk):
-        # Its agent is told it was cancelled (the thread is not closed: a cancelled
-        # thread takes no more steps).
-        external.external_answer_queue(locked.pk)
+    # The wake-ups (the request's waiters, the notifiers, the workers) go in one
+    # statement at the end, still inside the caller's transaction.
+    with waiting.notifies_gathered():
+        locked.decided_as(status, at if at is not None else timezone.now())
+        outbox.notify_decision(decision, locked)
+        run = None
+        if resume:
+            run = thread_resume(
+                thread=thread, value=value, interrupt_id=locked.pk, node=locked.node
+            )
+        elif external.is_external(locked.pk, node=locked.node):
+            # Its agent is told it was cancelled (the thread is not closed: a cancelled
+            # thread takes no more steps).
+            external.external_answer_queue(locked.pk)
     broadcast.queue_change_on_commit(locked)
     return decision, run

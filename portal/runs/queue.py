@@ -57,8 +57,7 @@ def notify_workers() -> None:
     if on_postgres():
         # Inside a transaction PostgreSQL delivers the notification at commit and drops
         # it on rollback, which is exactly "on commit".
-        with connection.cursor() as cursor:
-            cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        waiting.notify(NOTIFY_CHANNEL)  # NOTIFY; with others when they are gathered
     transaction.on_commit(wake.set)
 
 

@@ -1,0 +1,53 @@
+"""Round trips to PostgreSQL, counted on the wire: libpq's own trace of the connection.
+
+``round_trips()`` traces Django's connection while its block runs and lists each round
+trip by what the client sent (``BEGIN``, ``COMMIT`` and ``SAVEPOINT`` included: psycopg
+sends them as statements of their own). A round trip ends with the server's ReadyForQuery,
+so the count cannot miss a statement that Django's cursor wrappers never see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+
+from django.db import connection
+from psycopg import pq
+
+
+def _statements(trace: str) -> list[str]:
+    trips: list[str] = []
+    sent: list[str] = []
+    for line in trace.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3:
+            continue
+        side, kind = parts[0], parts[2]
+        text = parts[3].strip() if len(parts) > 3 else ""
+        if side == "F" and kind == "Query":
+            sent.append(text.strip('"'))
+        elif side == "F" and kind == "Parse":
+            # Parse "<name>" "<sql>" ...: the statement between the second pair of quotes.
+            sent.append(text.split('" "', 1)[-1].rsplit('"', 1)[0])
+        elif side == "B" and kind == "ReadyForQuery":
+            trips.append(" ; ".join(sent) if sent else "(prepared statement)")
+            sent = []
+    return trips
+
+
+@contextlib.contextmanager
+def round_trips() -> Iterator[list[str]]:
+    """The round trips Django's default connection makes inside the block, in order."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    trips: list[str] = []
+    with tempfile.TemporaryFile() as out:
+        pgconn.trace(out.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            yield trips
+        finally:
+            pgconn.untrace()
+            out.seek(0)
+            trips.extend(_statements(out.read().decode(errors="replace")))
