@@ -5,7 +5,9 @@ file, and a live portal where a reviewer decides."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -72,57 +74,48 @@ def token(server, transactional_db, roles) -> str:
     return api_token_create(user=make_user("mcp-gateway", role="agent"), scopes=["request"])[1]
 
 
-def write_config(tmp_path: Path, portal_url: str, token: str) -> Path:
+DOCS = ROOT / "docs" / "mcp-gateway.md"
+
+
+def _block(lang: str) -> str:
+    found = re.findall(rf"```{lang}\n(.*?)```", DOCS.read_text(), re.S)
+    assert len(found) == 1, f"docs/mcp-gateway.md should have one {lang} block"
+    return found[0]
+
+
+def _swap(text: str, old: str, new: str) -> str:
+    assert old in text, f"docs/mcp-gateway.md no longer says {old!r}"
+    return text.replace(old, new)
+
+
+def write_config(tmp_path: Path, portal_url: str) -> Path:
+    """docs/mcp-gateway.md's configuration, with this test's portal and upstream."""
     (tmp_path / "upstream.py").write_text(UPSTREAM)
+    text = _swap(_block("toml"), 'url = "http://127.0.0.1:8000"', f'url = "{portal_url}"')
+    text = _swap(text, 'command = "python"', f'command = "{sys.executable}"')
+    text = _swap(text, 'args = ["files_server.py"]', f'args = ["{tmp_path / "upstream.py"}"]')
     config = tmp_path / "gateway.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            default = "ask"
-            state_file = "gateway-state.json"
-
-            [portal]
-            url = "{portal_url}"
-            token = "{token}"
-            agent = "desk-files"
-            timeout = 10
-
-            [[upstream]]
-            name = "files"
-            command = "{sys.executable}"
-            args = ["{tmp_path / "upstream.py"}"]
-
-            [[rules]]
-            tool = "read_*"
-            action = "allow"
-
-            [[rules]]
-            destructive = true
-            action = "ask"
-            """
-        )
-    )
+    config.write_text(text)
     return config
 
 
-def gateway(config: Path) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE", "DJANGO"))}
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "agents.mcp_gateway", "--config", str(config)],
-        cwd=str(ROOT),
-        env=env,
-    )
+def gateway(config: Path, token: str) -> StdioServerParameters:
+    """The gateway as docs/mcp-gateway.md tells a desktop client to start it."""
+    text = _swap(_block("json"), "/path/to/portal/.venv/bin/python", sys.executable)
+    text = _swap(text, "/path/to/gateway.toml", str(config))
+    text = _swap(_swap(text, "/path/to/portal", str(ROOT)), "<the token>", token)
+    (entry,) = json.loads(text)["mcpServers"].values()
+    return StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"])
 
 
-def call_in_background(config: Path, tool: str, arguments: dict[str, Any]):
+def call_in_background(config: Path, token: str, tool: str, arguments: dict[str, Any]):
     """A desktop client's session through the gateway, in a thread; ``out`` gets the
     tools it listed and the call's result (or the error that ended the session)."""
     out: dict[str, Any] = {}
 
     async def session() -> None:
         info = types.Implementation(name="desk-client", version="1.0")
-        async with Client(gateway(config), client_info=info) as client:
+        async with Client(gateway(config, token), client_info=info) as client:
             out["tools"] = (await client.list_tools()).tools
             out["result"] = await client.call_tool(tool, arguments)
 
@@ -169,9 +162,11 @@ def finish(helper: threading.Thread, out: dict[str, Any]) -> types.CallToolResul
 def test_an_approved_call_is_forwarded_once_and_the_request_shows_tool_arguments_and_client(
     server, token, reviewer, tmp_path
 ):
-    config = write_config(tmp_path, server, token)
+    config = write_config(tmp_path, server)
     target = tmp_path / "notes.txt"
-    helper, out = call_in_background(config, "append_line", {"path": str(target), "text": "hi"})
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "hi"}
+    )
 
     request = pending_request()
     assert not target.exists()
@@ -194,9 +189,11 @@ def test_an_approved_call_is_forwarded_once_and_the_request_shows_tool_arguments
 def test_an_edited_call_runs_with_the_edited_arguments_checked_against_the_tools_schema(
     server, token, reviewer, tmp_path
 ):
-    config = write_config(tmp_path, server, token)
+    config = write_config(tmp_path, server)
     target = tmp_path / "notes.txt"
-    helper, out = call_in_background(config, "append_line", {"path": str(target), "text": "rm -rf"})
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "rm -rf"}
+    )
     request = pending_request()
 
     with pytest.raises(InvalidDecision):
@@ -211,9 +208,11 @@ def test_an_edited_call_runs_with_the_edited_arguments_checked_against_the_tools
 def test_a_refused_call_is_not_made_and_the_client_reads_the_reason(
     server, token, reviewer, tmp_path
 ):
-    config = write_config(tmp_path, server, token)
+    config = write_config(tmp_path, server)
     target = tmp_path / "notes.txt"
-    helper, out = call_in_background(config, "append_line", {"path": str(target), "text": "x"})
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "x"}
+    )
 
     decide(pending_request(), reviewer, {"type": "response", "args": "not on Fridays"})
     result = finish(helper, out)
@@ -224,9 +223,11 @@ def test_a_refused_call_is_not_made_and_the_client_reads_the_reason(
 
 
 def test_a_read_only_tool_an_allow_rule_covers_goes_straight_through(server, token, tmp_path):
-    config = write_config(tmp_path, server, token)
+    config = write_config(tmp_path, server)
     (tmp_path / "notes.txt").write_text("kept\n")
-    helper, out = call_in_background(config, "read_lines", {"path": str(tmp_path / "notes.txt")})
+    helper, out = call_in_background(
+        config, token, "read_lines", {"path": str(tmp_path / "notes.txt")}
+    )
 
     result = finish(helper, out)
 
@@ -254,16 +255,16 @@ def _gateway_pid(config: Path) -> int:
 def test_a_gateway_killed_while_it_waits_asks_once_when_restarted_and_writes_once(
     server, token, reviewer, tmp_path
 ):
-    config = write_config(tmp_path, server, token)
+    config = write_config(tmp_path, server)
     target = tmp_path / "notes.txt"
     arguments = {"path": str(target), "text": "once"}
-    first, first_out = call_in_background(config, "append_line", arguments)
+    first, first_out = call_in_background(config, token, "append_line", arguments)
     request = pending_request()
 
     os.kill(_gateway_pid(config), signal.SIGKILL)
     first.join(timeout=60)
     assert "result" not in first_out  # the client saw its gateway die
-    second, second_out = call_in_background(config, "append_line", arguments)
+    second, second_out = call_in_background(config, token, "append_line", arguments)
     time.sleep(3)  # the restarted gateway asks again, with the key it kept
     decide(request, reviewer, {"type": "accept"})
     result = finish(second, second_out)
@@ -274,9 +275,11 @@ def test_a_gateway_killed_while_it_waits_asks_once_when_restarted_and_writes_onc
 
 
 def test_a_portal_that_cannot_be_reached_refuses_the_call(server, token, tmp_path):
-    config = write_config(tmp_path, f"http://127.0.0.1:{free_port()}", token)
+    config = write_config(tmp_path, f"http://127.0.0.1:{free_port()}")
     target = tmp_path / "notes.txt"
-    helper, out = call_in_background(config, "append_line", {"path": str(target), "text": "x"})
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "x"}
+    )
 
     result = finish(helper, out)
 
