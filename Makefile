@@ -5,6 +5,8 @@ PYTHON ?= python3
 PORT ?= 8000
 VENV := .venv
 BENCH_VENV := .venv-bench
+# The OpenAI Agents SDK's own venv: its package is named `agents`, like the runtime here.
+OAI_VENV := .venv-openai-agents
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 PY := $(VENV)/bin/python
@@ -37,7 +39,12 @@ $(VENV)/.synced: requirements/dev.txt | $(UV)
 	$(UV) pip sync --quiet --python $(PY) requirements/dev.txt
 	touch $@
 
-install: $(VENV)/.synced
+$(OAI_VENV)/.synced: requirements/openai-agents.txt | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(OAI_VENV)
+	$(UV) pip sync --quiet --python $(OAI_VENV)/bin/python requirements/openai-agents.txt
+	touch $@
+
+install: $(VENV)/.synced $(OAI_VENV)/.synced
 
 # The browser tests drive Debian's Chromium through Playwright (Playwright cannot
 # download its own browsers here).
@@ -80,4 +87,4 @@ bench: $(BENCH_VENV)/.synced
 	$(BENCH_VENV)/bin/python -m bench
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(TOOLS) .test-db*.sqlite3* artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(OAI_VENV) $(TOOLS) .test-db*.sqlite3* artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -40,7 +40,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from agents import signing
+# Relative, so these files can be copied into a package of another name (the OpenAI Agents
+# SDK's own package is called ``agents``; see docs/openai-agents.md).
+from . import signing
 
 __all__ = ["Answer", "PortalClient", "PortalError", "Request"]
 
@@ -107,6 +109,7 @@ class Request:
     thread_id: str
     created_at: str
     expires_at: str | None = None
+    source: str = "client"  # the door that raised it: client, langgraph, mcp, openai-agents
     answer: Answer | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -135,6 +138,7 @@ class Request:
             thread_id=data.get("thread_id", ""),
             created_at=data.get("created_at", ""),
             expires_at=data.get("expires_at"),
+            source=data.get("source", "client"),
             answer=Answer.from_json(answer) if answer is not None else None,
             raw=data,
         )
@@ -224,6 +228,7 @@ class PortalClient:
         external_ref: str = "",
         callback_url: str = "",
         idempotency_key: str | None = None,
+        source: str | None = None,
     ) -> Request:
         """Raise a request; returns it (pending). The same ``idempotency_key`` again
         returns the first request, so a call retried after a lost answer raises one
@@ -247,6 +252,8 @@ class PortalClient:
             "args_schema": args_schema,
             "expires_in": expires_in,
             "assign_to": assign_to,
+            # Which door raised it: "langgraph", "mcp" or "openai-agents" (the adapters').
+            "source": source,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         try:

@@ -58,6 +58,8 @@ def ask_portal(portal: PortalClient, *, agent: str, key: str = "", **fields: Any
     thread_id = str((config.get("configurable") or {}).get("thread_id") or "")
     fields.setdefault("external_ref", thread_id)
     idempotency_key = _key(config, {"agent": agent, "key": key, **fields})
+    # The source is left out of the key, so graphs paused before it was sent keep theirs.
+    fields.setdefault("source", "langgraph")
     request = portal.raise_request(agent=agent, idempotency_key=idempotency_key, **fields)
     value = interrupt({PORTAL_REQUEST: request.id, "title": request.title})
     answered = Request.from_json(value) if isinstance(value, dict) and "id" in value else None

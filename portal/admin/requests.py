@@ -346,14 +346,23 @@ class ExternalRequestAdmin(ReadOnlyAdmin):
     them. The request itself (payload, decision form) is on its interrupt's page."""
 
     ordering = ["-created_at"]
-    list_display = ["interrupt_link", "agent", "title", "requester", "answer", "created_at"]
-    list_filter = [CollectionFilter]
+    list_display = [
+        "interrupt_link",
+        "agent",
+        "title",
+        "source",
+        "requester",
+        "answer",
+        "created_at",
+    ]
+    list_filter = [CollectionFilter, "source"]
     list_select_related = ["interrupt", "interrupt__thread", "requester"]
     search_fields = ["interrupt__id", "external_ref", "idempotency_key", "requester__username"]
     readonly_fields = (
         "interrupt_link",
         "agent",
         "title",
+        "source",
         "requester",
         "token",
         "external_ref",

@@ -75,6 +75,11 @@ class RequestIn(Schema):
     callback_url: str = Field(
         "", description="An http(s) URL the answer is posted to, signed, with retries."
     )
+    source: str = Field(
+        "client",
+        description="Which door raised it, shown with the request: client, langgraph, mcp "
+        "or openai-agents (the adapters set it).",
+    )
     idempotency_key: str = Field(
         "",
         description="The same key again returns the first request (200) instead of raising "
@@ -101,6 +106,7 @@ class RequestOut(Schema):
     reason: str
     title: str
     external_ref: str
+    source: str = Field(description="client, langgraph, mcp or openai-agents.")
     thread_id: str
     created_at: datetime
     expires_at: datetime | None = None

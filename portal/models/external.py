@@ -21,6 +21,14 @@ class ExternalRequest(models.Model):
     (``portal.reviews.external.external_request_close``).
     """
 
+    class Source(models.TextChoices):
+        """How the agent reached the portal: which door raised the request."""
+
+        CLIENT = "client", "Python client or plain HTTP"
+        LANGGRAPH = "langgraph", "LangGraph adapter"
+        MCP = "mcp", "MCP approval gateway"
+        OPENAI_AGENTS = "openai-agents", "OpenAI Agents SDK adapter"
+
     interrupt = models.OneToOneField(
         Interrupt, primary_key=True, on_delete=models.CASCADE, related_name="external"
     )
@@ -40,6 +48,7 @@ class ExternalRequest(models.Model):
     # sha256 of the fields that made the request: a reused key with other fields is refused.
     fingerprint = models.CharField(max_length=64, editable=False)
     external_ref = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.CLIENT)
     callback_url = models.URLField(max_length=500, blank=True)
     # The requesting token's webhook secret when the request was made, so a later change
     # of the token does not leave an answer unsigned.

@@ -117,9 +117,13 @@ class RequestSpec:
     external_ref: str = ""
     callback_url: str = ""
     idempotency_key: str = ""
+    source: str = ExternalRequest.Source.CLIENT
 
     def fingerprint(self) -> str:
-        fields = {k: v for k, v in self.__dict__.items() if k != "idempotency_key"}
+        # The door it came through is not part of the ask (and fingerprints stored before
+        # it was recorded stay valid).
+        skip = {"idempotency_key", "source"}
+        fields = {k: v for k, v in self.__dict__.items() if k not in skip}
         return hashlib.sha256(chain.canonical(fields).encode()).hexdigest()
 
 
@@ -377,6 +381,11 @@ def external_request_create(
     _check_size(errors, "payload", spec.payload)
     _check_message(errors, spec.message)
     _check_callback(errors, spec.callback_url)
+    if spec.source not in ExternalRequest.Source.values:
+        errors.append(
+            f"$.source: {spec.source!r} is not one the portal knows; give one of "
+            + ", ".join(repr(s) for s in ExternalRequest.Source.values)
+        )
     if spec.callback_url and not (token is not None and token.webhook_secret):
         # Fail closed: an unsigned answer could not be told from anyone else's.
         errors.append(
@@ -417,6 +426,7 @@ def external_request_create(
                 idempotency_key=spec.idempotency_key,
                 fingerprint=spec.fingerprint(),
                 external_ref=spec.external_ref,
+                source=spec.source,
                 callback_url=spec.callback_url,
                 callback_secret=(token.webhook_secret if token is not None else ""),
             )
@@ -427,6 +437,7 @@ def external_request_create(
                 detail={
                     "agent": spec.agent,
                     "external_ref": spec.external_ref,
+                    "source": spec.source,
                     "token": token.pk if token is not None else None,
                     "callback": urlsplit(spec.callback_url).hostname or "",
                 },
@@ -546,6 +557,7 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
         "reason": interrupt.reason,
         "title": interrupt.thread.title,
         "external_ref": request.external_ref,
+        "source": request.source,
         "thread_id": str(interrupt.thread_id),
         "created_at": _iso(interrupt.created_at),
         "expires_at": _iso(interrupt.expires_at) if interrupt.expires_at else None,

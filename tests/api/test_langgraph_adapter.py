@@ -64,7 +64,8 @@ def test_a_graph_pauses_on_a_portal_request_and_continues_with_the_edit(portal, 
     interrupt = Interrupt.objects.get(pk=request_id)
     assert (interrupt.status, interrupt.agent) == ("pending", "invoice-bot")
     assert interrupt.value == {"vendor": "ACME", "amount": 120.0}
-    assert ExternalRequest.objects.get(pk=request_id).external_ref == "invoice-7"
+    raised = ExternalRequest.objects.get(pk=request_id)
+    assert (raised.external_ref, raised.source) == ("invoice-7", "langgraph")
 
     decide(request_id, reviewer, {"type": "edit", "args": {"amount": 100.0}})
     done = graph.invoke(resume_with(portal.wait(request_id, timeout=30)), config)
