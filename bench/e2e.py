@@ -886,7 +886,7 @@ WEB_PHASES = [
     ("?wait: the thread's checkpoint read + JSON", "_thread_data (portal/api/threads.py"),
     ("?wait: the wait itself (event loop)", "await_until (portal/models/waiting.py"),
     ("rest of Django + ninja (routing, middleware, JSON)", "ASGIHandler"),
-    ("daphne + asyncio (HTTP, event loop)", ""),
+    ("the server and asyncio (HTTP, event loop), the rest", ""),
 ]
 WORKER_PHASES = [
     ("claim (one statement on PostgreSQL)", "Worker.claim "),

@@ -163,6 +163,7 @@ def profile_approval() -> None:
         _burst_approve(ours, paused[:20])  # warm-up
         pid = ours.web.pid if ours.server == "daphne" else _only_child(ours.web.pid)
         record = [str(spy), "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
+        record += ["--gil"]  # the thread holding the GIL: where the process's CPU goes
         with subprocess.Popen(
             [*record, "--nonblocking", "-o", str(raw)],
             stdout=subprocess.DEVNULL,
@@ -183,9 +184,9 @@ def profile_approval() -> None:
             f"One {ours.server} web process (the production shape's server, one process so "
             f"that one profile holds every request), 2 workers stopped; {REQUESTS} API "
             f"approvals (`POST /api/threads/<id>/resume`, no wait) from {CLIENTS} clients: "
-            f"{rate:.1f} approvals/s, {cpu:.2f} ms of server CPU each. py-spy at 100 Hz; its "
-            "samples include waits on PostgreSQL and Redis. Idle thread-pool threads are "
-            "left out.",
+            f"{rate:.1f} approvals/s, {cpu:.2f} ms of server CPU each. py-spy at 100 Hz with "
+            "`--gil`: only the thread holding the GIL is sampled, so the shares are of the "
+            "process's Python CPU, and waits on PostgreSQL and Redis are left out.",
             table(["phase (first match in the stack)", "% of samples"], phases),
             table(["function on top of the stack", "% of samples"], tops),
         ]
