@@ -46,6 +46,7 @@ from agents.interrupt import (
 )
 from agents.state import (
     AgentState,
+    Conversation,
     ExecutionMeta,
     Message,
     ResponseGranularity,
@@ -732,7 +733,8 @@ class CompiledGraph:
         state = self.state_type()
         if snapshot is None:
             return state
-        state.context = [Message.from_dict(m) for m in snapshot.messages]
+        # Each message is built when a node first reads it (``Conversation``).
+        state.context = Conversation(snapshot.messages)
         state.execution_meta = ExecutionMeta.from_dict(snapshot.meta.get("execution_meta"))
         state.interrupt = snapshot.interrupt
         for key, value in (snapshot.meta.get("values") or {}).items():

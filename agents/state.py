@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
@@ -91,6 +92,63 @@ class Message:
                 args = None
             calls.append((call.get("id", ""), fn.get("name", ""), args))
         return calls
+
+
+class Conversation(list[Message]):
+    """A thread's messages as loaded (``AgentState.context``): a list whose stored
+    messages (dicts) become ``Message`` objects only when read, one at a time, and stay
+    built. A node that reads the last message builds one, not the whole history; a model
+    node that reads every message builds each once. Lives as long as the run's state."""
+
+    __slots__ = ()
+
+    def __init__(self, items: Iterable[Message | dict[str, Any]] = ()) -> None:
+        super().__init__(items)  # type: ignore[arg-type]  # dicts are built when read
+
+    def _at(self, index: int) -> Message:
+        item: Any = list.__getitem__(self, index)
+        if type(item) is dict:
+            item = Message.from_dict(item)
+            list.__setitem__(self, index, item)
+        return item  # type: ignore[no-any-return]
+
+    def _build(self) -> None:
+        for index in range(len(self)):
+            self._at(index)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._at(k) for k in range(*index.indices(len(self)))]
+        return self._at(index)
+
+    def __iter__(self) -> Iterator[Message]:
+        index = 0
+        while index < len(self):  # as a list's iterator: appends while iterating are seen
+            yield self._at(index)
+            index += 1
+
+    def __reversed__(self) -> Iterator[Message]:
+        for index in range(len(self) - 1, -1, -1):
+            yield self._at(index)
+
+
+def _built(name: str) -> Any:
+    method = getattr(list, name)
+
+    def whole(self: Conversation, *args: Any, **kwargs: Any) -> Any:
+        self._build()
+        return method(self, *args, **kwargs)
+
+    whole.__name__ = name
+    return whole
+
+
+# Everything else a list does reads the items directly: they are all built first.
+for _name in (
+    "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+    "__mul__", "__rmul__", "__repr__", "copy", "count", "index", "pop", "remove", "sort",
+):  # fmt: skip
+    setattr(Conversation, _name, _built(_name))
 
 
 @dataclass

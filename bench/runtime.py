@@ -501,10 +501,13 @@ def long_section(long: dict[int, dict[str, Any]]) -> str:
         f"- LangGraph's time / ours at {size:,} messages: p50 {r['p50']:.1f}x, p95 {r['p95']:.1f}x."
         for size, r in ratio.items()
     ]
+    got = long[1000]["cpu_ms"]
+    cpu_1000 = got["LangGraph ainvoke"] / got["ours"]
     lines.append(
-        f"- Target at 1,000 messages, at least 5x LangGraph: **"
-        f"{'met' if min(at_1000.values()) >= 5 else 'missed'}** (p50 {at_1000['p50']:.1f}x, "
-        f"p95 {at_1000['p95']:.1f}x)."
+        f"- Target at 1,000 messages, at least 3x LangGraph (issue 32): **"
+        f"{'met' if min(at_1000.values()) >= 3 else 'missed'}** (p50 {at_1000['p50']:.1f}x, "
+        f"p95 {at_1000['p95']:.1f}x; CPU per cycle {cpu_1000:.1f}x, which a loaded machine "
+        "distorts least)."
     )
     lines.append(
         f"- Our CPU per cycle: {cpu[0]:.3f} / {cpu[1]:.3f} / {cpu[2]:.3f} ms at 10 / 100 / "

@@ -867,3 +867,30 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
     run.refresh_from_db()
     thread.refresh_from_db()
     assert (run.status, thread.status) == (Run.Status.CANCELLED, Thread.Status.CANCELLED)
+
+
+@pytest.mark.parametrize("history", [10, 100])
+def test_a_run_reads_its_threads_history_once_however_long(support_agent, monkeypatch, history):
+    earlier = [{"role": "user", "content": f"hi {n}"} for n in range(history)]
+    thread, _ = threads.thread_start(
+        agent="approve", input={"messages": earlier}, user=support_agent
+    )
+    drain()
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE, thread.status
+    threads.thread_message(thread=thread, text="pay 42", user=support_agent)
+    reads = []
+    for name in ("get_sync", "_snapshot"):
+        original = getattr(DjangoCheckpointer, name)
+
+        def counted(self, *args, _original=original, _name=name):
+            reads.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(DjangoCheckpointer, name, counted)
+
+    assert drain() == 1
+
+    # One read on either path (get_sync reads through _snapshot on PostgreSQL).
+    assert reads in (["get_sync"], ["_snapshot"], ["get_sync", "_snapshot"])
+    assert Thread.objects.get(pk=thread.pk).status == Thread.Status.INTERRUPTED

@@ -1,0 +1,61 @@
+"""The ASGI servers ours can run under, and the production shape: ``SERVER`` with
+``web_processes()`` processes (chosen by ``bench.shape servers``; docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# The server the production shape runs (docs/deployment.md).
+SERVER = os.environ.get("BENCH_SERVER", "granian")
+
+
+def web_processes() -> int:
+    """Web processes for this machine: one per core (``BENCH_WEB_PROCESSES`` overrides)."""
+    return int(os.environ.get("BENCH_WEB_PROCESSES") or os.cpu_count() or 1)
+
+
+def command(server: str, port: int, processes: int = 1) -> list[str]:
+    """The command line serving ``portal.asgi`` under ``server`` with ``processes``
+    processes; warnings only, no access log (as the peer's uvicorn runs)."""
+    binary = str(Path(sys.executable).parent / server)
+    app = "portal.asgi:application"
+    if server == "daphne":
+        if processes != 1:
+            raise ValueError("daphne serves one process; run several behind a proxy")
+        return [binary, "-v", "0", "-b", "127.0.0.1", "-p", str(port), app]
+    if server == "uvicorn":
+        return [
+            *(binary, "--host", "127.0.0.1", "--port", str(port), "--workers", str(processes)),
+            *("--no-access-log", "--log-level", "warning", "--lifespan", "off", app),
+        ]
+    if server == "granian":
+        # asginl: ASGI without lifespan events (the portal's router has none).
+        return [
+            *(binary, "--interface", "asginl", "--host", "127.0.0.1", "--port", str(port)),
+            *("--workers", str(processes), "--log-level", "warning", "--no-access-log", app),
+        ]
+    raise ValueError(f"unknown server {server!r}")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and every live descendant."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            total += int(stats[p][11]) + int(stats[p][12])
+        todo.extend(children.get(p, []))
+    return total / os.sysconf("SC_CLK_TCK")
