@@ -25,8 +25,18 @@ from django_htmx.middleware import HtmxDetails
 
 from portal.audit import history, metrics
 from portal.audit.history import COLUMNS, EVENT_COLUMNS, EventFilter, HistoryFilter
-from portal.models import Checkpoint, Decision
-from portal.reviews.words import answer_words, call_words
+from portal.models import Checkpoint, Decision, tool_calls_in
+from portal.reviews.words import (
+    agent_words,
+    answer_words,
+    call_words,
+    decision_words,
+    edits_in_words,
+    outcome_choices,
+    reason_words,
+    submitted_words,
+    tool_words,
+)
 from portal.web.threads import decisions_by_call, display_message
 
 
@@ -73,8 +83,40 @@ def history_list(request: HtmxRequest) -> HttpResponse:
     history.require_history_access(request)
     form = _filter_form(request, HistoryFilter)
     page = history.page(form.criteria(), form.cursor(), viewer=request.user)
-    context = {"columns": COLUMNS, "choices": history.filter_choices()}
+    for row in page.rows:
+        row |= _row_words(row)
+    context = {"columns": COLUMNS, "choices": _choices(form)}
     return _results(request, form, page, "portal/history.html#history-results", context)
+
+
+def _choices(form: HistoryFilter) -> dict[str, list[tuple[str, str]]]:
+    """The filters' dropdowns: (code, words) pairs, the words the rows show."""
+    codes = history.filter_choices(form.criteria())
+    return {
+        "agents": [(a, agent_words(a)) for a in codes["agents"]],
+        "reasons": [(r, reason_words(r)) for r in codes["reasons"]],
+        "tools": [(t, tool_words(t)) for t in codes["tools"]],
+        "outcomes": outcome_choices(),
+        "reviewers": [(r, r) for r in codes["reviewers"]],
+    }
+
+
+def _call_names(payload: Any, tool: str, tool_call_id: str | None) -> dict[str, str]:
+    names = {call.id: call.name for call in tool_calls_in(payload)}
+    if tool_call_id and tool:
+        names.setdefault(tool_call_id, tool)
+    return names
+
+
+def _row_words(row: dict[str, Any]) -> dict[str, Any]:
+    """What a history row shows in words: the outcome, what was submitted as a sentence,
+    and an edit's changes field by field (the JSON stays folded beside them)."""
+    names = _call_names(row["payload"], (row["tools"] or [""])[0], row["tool_call_id"])
+    return {
+        "outcome_text": decision_words(row["outcome"], withdrawn=row["withdrawn"]),
+        "submitted": submitted_words(row["outcome"], row["value"], withdrawn=row["withdrawn"]),
+        "edits": edits_in_words(row["requested_args"], row["executed_args"], names),
+    }
 
 
 # --- one decision ---------------------------------------------------------------------
