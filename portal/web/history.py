@@ -29,6 +29,7 @@ from portal.models import Checkpoint, Decision, tool_calls_in
 from portal.reviews.words import (
     agent_words,
     answer_words,
+    arg_changes,
     call_words,
     decision_words,
     edits_in_words,
@@ -203,6 +204,7 @@ def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]
                 "asked": call_words(name, args) if isinstance(args, dict) else "",
                 "executed": call_words(name, ran) if isinstance(ran, dict) else None,
                 "changed": isinstance(ran, dict) and ran != args,
+                "changes": arg_changes(args, ran) if isinstance(ran, dict) else [],
             }
         )
     if not asked and interrupt.tool_call_id in original:
@@ -222,18 +224,23 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
     decided = decisions_by_call(decision.thread)
     # What the agent did next, in the same words as the transcript (tool names and calls
     # in words, a tool's JSON result as a sentence); the raw steps are in the diff.
+    # A step that added no message and paused on nothing ("step 4: running") says nothing.
     next_steps = [
-        {
-            "seq": step.seq,
-            "status": step.status,
-            "interrupt": step.interrupt,
-            "messages": [
-                display_message(m, decided)
-                for m in step.messages or []
-                if isinstance(m, dict) and m.get("role") != "system"
-            ],
-        }
-        for step in thread_context.pop("next_steps")
+        step
+        for step in (
+            {
+                "seq": step.seq,
+                "status": step.status,
+                "interrupt": step.interrupt,
+                "messages": [
+                    display_message(m, decided)
+                    for m in step.messages or []
+                    if isinstance(m, dict) and m.get("role") != "system"
+                ],
+            }
+            for step in thread_context.pop("next_steps")
+        )
+        if step["messages"] or step["interrupt"]
     ]
     context = {
         "decision": decision,
@@ -244,6 +251,7 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
         "answer_text": answer_words(
             decision.outcome, decision.value, withdrawn=decision.is_withdrawal()
         ),
+        "outcome_text": decision_words(decision.outcome, withdrawn=decision.is_withdrawal()),
         "time_to_decision": waited,
         "thread_url": _thread_url(decision.thread_id),
         "payload_json": json.dumps(interrupt.value, indent=2, sort_keys=True, default=str),
