@@ -336,14 +336,42 @@ def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
     )
 
 
-def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
-    by_node = Q(interrupt__tool=name) | Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
+def tool_q(name: str, prefix: str = "") -> Q:
+    """Requests about tool ``name`` (raised inside it, or listing a call of it);
+    ``prefix`` is the path to the request (``"interrupt__"`` from a decision)."""
+    by_node = (
+        Q(**{f"{prefix}tool": name})
+        | Q(**{f"{prefix}node": name})
+        | Q(**{f"{prefix}tool_call_id": name})
+    )
     if connection.vendor == "postgresql":
         # jsonb containment: an element of tool_calls whose name is `name`. (No index
         # serves it: with the OR, the other conditions select the rows; migration 0010.)
-        calls = Q(interrupt__value__contains={"tool_calls": [{"name": name}]})
-        return qs.filter(calls | by_node)
-    return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
+        return Q(**{f"{prefix}value__contains": {"tool_calls": [{"name": name}]}}) | by_node
+    return Q(_HasToolCall(F(f"{prefix}value"), Value(name))) | by_node
+
+
+def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
+    return qs.filter(tool_q(name, "interrupt__"))
+
+
+def customer_said(text: str) -> QuerySet[Any]:
+    """The ids of threads whose customer (a user message) wrote ``text``, without regard
+    to case, by plain matching (a subquery)."""
+    if connection.vendor == "postgresql":
+        said = Checkpoint.objects.filter(
+            messages__icontains=text, messages__contains=[{"role": "user"}]
+        )
+    else:
+        said = Checkpoint.objects.filter(_CustomerSaidLike(F("messages"), Value(_like(text))))
+    return said.values("thread_id")
+
+
+def text_q(text: str) -> Q:
+    """Requests whose message, payload or customer's words hold ``text``, without regard
+    to case, by plain matching: for the queue's pending requests, which no search index
+    holds (the history's ``_search`` uses them)."""
+    return Q(message__icontains=text) | Q(value__icontains=text) | Q(thread__in=customer_said(text))
 
 
 def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
@@ -432,21 +460,14 @@ KNOWN_REASONS = [
 CHOICES_FROM = 500
 
 
-def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str]]:
-    """The codes the history's dropdowns offer, built from the data: the agents the
-    settings name and the reasons the runtime raises, with the agents, reasons and tools of
-    the newest decided requests, and whatever ``selected`` asks for (so a filter in a link
-    stays shown). The pages put them in words."""
-    selected = selected or {}
-    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
+def choices_from(requests: QuerySet[Interrupt], selected: dict[str, Any]) -> dict[str, list[str]]:
+    """The agents, reasons and tools of the first ``CHOICES_FROM`` of ``requests`` (an
+    ordered queryset), with the configured agents, the known reasons, and whatever
+    ``selected`` asks for (so a filter in a link stays shown)."""
     agents = set(getattr(settings, "PORTAL_AGENTS", {}))
     reasons, tools = set(KNOWN_REASONS), set()
-    recent = (
-        Interrupt.objects.filter(resolved_at__isnull=False)
-        .order_by("-resolved_at")
-        .values_list("agent", "reason", "tool", "value__tool_calls")[:CHOICES_FROM]
-    )
-    for agent, reason, tool, calls in recent:
+    rows = requests.values_list("agent", "reason", "tool", "value__tool_calls")[:CHOICES_FROM]
+    for agent, reason, tool, calls in rows:
         agents.add(agent)
         reasons.add(reason)
         tools.update(tool_names({"tool_calls": calls}, tool or ""))
@@ -455,9 +476,20 @@ def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str
             known.add(selected[key])
     return {
         "agents": sorted(a for a in agents if a),
-        "reviewers": [*reviewers, SYSTEM],
         "reasons": sorted(r for r in reasons if r),
         "tools": sorted(t for t in tools if t),
+    }
+
+
+def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """The codes the history's dropdowns offer, built from the data: the newest decided
+    requests (``choices_from``), the reviewers and the outcomes. The pages put them in
+    words."""
+    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
+    decided = Interrupt.objects.filter(resolved_at__isnull=False).order_by("-resolved_at")
+    return {
+        **choices_from(decided, selected or {}),
+        "reviewers": [*reviewers, SYSTEM],
         "outcomes": [value for value, _ in Decision.Outcome.choices],
     }
 
