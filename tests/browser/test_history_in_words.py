@@ -49,7 +49,7 @@ def test_the_decision_page_opens_on_the_outcome_who_when_and_why(
     height = page.evaluate("document.documentElement.scrollHeight")
     assert height < 2000, height
     expect(page.locator("#decision-next li", has_text="running")).to_have_count(0)
-    shoot(page, "history-decision")
+    shoot(page, "history-decision-note")
 
 
 def test_the_list_reads_in_words_with_one_name_per_outcome(live, login, shoot, auditor, story):
