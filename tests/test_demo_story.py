@@ -85,7 +85,7 @@ def test_an_agent_added_by_the_contributing_recipe_appears_everywhere(
 
     client.force_login(reviewer)
     queue = client.get(reverse("queue")).content.decode()
-    assert '<option value="weather">weather</option>' in queue
+    assert '<option value="weather">Weather</option>' in queue
 
     call_command("seed_demo")
     seeded = Thread.objects.get(agent="weather")

@@ -27,7 +27,15 @@ from django.utils import timezone
 
 from portal.accounts import access, roles
 from portal.inputs import DayField
-from portal.models import AuditEvent, Decision, paging, summary_beside, tool_calls_in
+from portal.models import (
+    AuditEvent,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    paging,
+    summary_beside,
+    tool_calls_in,
+)
 from portal.models.paging import Cursor
 
 PAGE_SIZE = 50
@@ -46,6 +54,7 @@ _VALUES = (
     "interrupt__summary",
     "interrupt__value",
     "interrupt__tool",
+    "interrupt__tool_call_id",
     "interrupt__created_at",
     "value",
     "original_args",
@@ -122,6 +131,7 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "requested_at": requested,
         "time_to_decision_seconds": round(waited, 3) if waited is not None else None,
         "interrupt_id": values["interrupt_id"],
+        "tool_call_id": values["interrupt__tool_call_id"],
         "hash": values["hash"],
         # The requester took the request back: shown as such, never as a reviewer's no.
         "withdrawn": values["outcome"] == Decision.Outcome.CANCELLED
@@ -264,26 +274,104 @@ class _HasToolCall(Func):
         return sql, (*p1, *p2)
 
 
-# Every decision's request is marked decided; saying so lets PostgreSQL use the search
-# index, which holds only such requests (migration 0011).
-_DECIDED = Q(interrupt__decided=True)
+class _CustomerSaid(Func):
+    """A checkpoint's user messages hold the words of a web-search style query
+    (PostgreSQL). The expression and its WHERE must stay the same as the GIN index in
+    migration 0031: the planner picks a partial expression index only when they are equal.
+    """
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (messages, p1), (query, p2) = (compiler.compile(e) for e in self.get_source_expressions())
+        said = f"jsonb_path_query_array({messages}, '$[*] ? (@.role == \"user\").content')"
+        sql = (
+            f'({messages} @> \'[{{"role": "user"}}]\' AND jsonb_to_tsvector('
+            f"'simple'::regconfig, {said}, '[\"string\"]') "
+            f"@@ websearch_to_tsquery('simple'::regconfig, {query}))"
+        )
+        return sql, (*p1, *p2)
+
+
+class _CustomerSaidLike(Func):
+    """SQLite: a checkpoint's user messages contain ``pattern`` (a LIKE pattern, which
+    SQLite compares without case for ASCII letters)."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (messages, p1), (pattern, p2) = (compiler.compile(e) for e in self.get_source_expressions())
+        sql = (
+            f"EXISTS (SELECT 1 FROM json_each({messages}) AS m "  # noqa: S608
+            "WHERE json_extract(m.value, '$.role') = 'user' "
+            f"AND json_extract(m.value, '$.content') LIKE {pattern} ESCAPE '\\')"
+        )
+        return sql, (*p1, *p2)
+
+
+def _like(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def _search(qs: QuerySet[Decision], text: str) -> QuerySet[Decision]:
+    """Decisions whose request's message or payload, or whose conversation's customer
+    (its user messages), has ``text``; without regard to case on both stores."""
     if connection.vendor == "postgresql":
-        payload_text = Cast("interrupt__value", TextField())
-        return qs.filter(_DECIDED, _FullText(F("interrupt__message"), payload_text, Value(text)))
-    return qs.filter(Q(interrupt__message__icontains=text) | Q(interrupt__value__icontains=text))
+        payload_text = Cast("value", TextField())
+        asked = Interrupt.objects.filter(
+            _FullText(F("message"), payload_text, Value(text)), decided=True
+        )
+        said = Checkpoint.objects.filter(_CustomerSaid(F("messages"), Value(text)))
+        by_request = Decision.objects.filter(interrupt__in=asked.values("id")).values("id")
+        by_customer = Decision.objects.filter(thread__in=said.values("thread_id")).values("id")
+        # One IN over a UNION, not an OR of two: PostgreSQL can then plan it as a join
+        # driven by the two indexes, or walk the newest decisions, whichever is cheaper.
+        return qs.filter(id__in=by_request.union(by_customer))
+    customer = Checkpoint.objects.filter(_CustomerSaidLike(F("messages"), Value(_like(text))))
+    return qs.filter(
+        Q(interrupt__message__icontains=text)
+        | Q(interrupt__value__icontains=text)
+        | Q(thread__in=customer.values("thread_id"))
+    )
 
 
-def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
-    by_node = Q(interrupt__tool=name) | Q(interrupt__node=name) | Q(interrupt__tool_call_id=name)
+def tool_q(name: str, prefix: str = "") -> Q:
+    """Requests about tool ``name`` (raised inside it, or listing a call of it);
+    ``prefix`` is the path to the request (``"interrupt__"`` from a decision)."""
+    by_node = (
+        Q(**{f"{prefix}tool": name})
+        | Q(**{f"{prefix}node": name})
+        | Q(**{f"{prefix}tool_call_id": name})
+    )
     if connection.vendor == "postgresql":
         # jsonb containment: an element of tool_calls whose name is `name`. (No index
         # serves it: with the OR, the other conditions select the rows; migration 0010.)
-        calls = Q(interrupt__value__contains={"tool_calls": [{"name": name}]})
-        return qs.filter(calls | by_node)
-    return qs.filter(Q(_HasToolCall(F("interrupt__value"), Value(name))) | by_node)
+        return Q(**{f"{prefix}value__contains": {"tool_calls": [{"name": name}]}}) | by_node
+    return Q(_HasToolCall(F(f"{prefix}value"), Value(name))) | by_node
+
+
+def _tool(qs: QuerySet[Decision], name: str) -> QuerySet[Decision]:
+    return qs.filter(tool_q(name, "interrupt__"))
+
+
+def customer_said(text: str) -> QuerySet[Any]:
+    """The ids of threads whose customer (a user message) wrote ``text``, without regard
+    to case, by plain matching (a subquery)."""
+    if connection.vendor == "postgresql":
+        said = Checkpoint.objects.filter(
+            messages__icontains=text, messages__contains=[{"role": "user"}]
+        )
+    else:
+        said = Checkpoint.objects.filter(_CustomerSaidLike(F("messages"), Value(_like(text))))
+    return said.values("thread_id")
+
+
+def text_q(text: str) -> Q:
+    """Requests whose message, payload or customer's words hold ``text``, without regard
+    to case, by plain matching: for the queue's pending requests, which no search index
+    holds (the history's ``_search`` uses them)."""
+    return Q(message__icontains=text) | Q(value__icontains=text) | Q(thread__in=customer_said(text))
 
 
 def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
@@ -359,14 +447,49 @@ def iter_rows(
     return _walk(qs, row_from, batch_size or EXPORT_BATCH)
 
 
-def filter_choices() -> dict[str, list[str]]:
-    """Suggestions for the filter inputs, from small tables and settings only (never a
-    scan of the decision table)."""
-    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
+# The reasons the runtime raises: offered even before any request of theirs was decided.
+KNOWN_REASONS = [
+    "tool_approval",
+    "transfer_approval",
+    "breakpoint",
+    "input_required",
+    "uncertain_outcome",
+]
+# How many of the newest decided requests the dropdowns read their agents, reasons and
+# tools from: one bounded query on the resolved_at index, never a scan of the table.
+CHOICES_FROM = 500
+
+
+def choices_from(requests: QuerySet[Interrupt], selected: dict[str, Any]) -> dict[str, list[str]]:
+    """The agents, reasons and tools of the first ``CHOICES_FROM`` of ``requests`` (an
+    ordered queryset), with the configured agents, the known reasons, and whatever
+    ``selected`` asks for (so a filter in a link stays shown)."""
+    agents = set(getattr(settings, "PORTAL_AGENTS", {}))
+    reasons, tools = set(KNOWN_REASONS), set()
+    rows = requests.values_list("agent", "reason", "tool", "value__tool_calls")[:CHOICES_FROM]
+    for agent, reason, tool, calls in rows:
+        agents.add(agent)
+        reasons.add(reason)
+        tools.update(tool_names({"tool_calls": calls}, tool or ""))
+    for key, known in (("agent", agents), ("reason", reasons), ("tool", tools)):
+        if selected.get(key):
+            known.add(selected[key])
     return {
-        "agents": sorted(getattr(settings, "PORTAL_AGENTS", {})),
+        "agents": sorted(a for a in agents if a),
+        "reasons": sorted(r for r in reasons if r),
+        "tools": sorted(t for t in tools if t),
+    }
+
+
+def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """The codes the history's dropdowns offer, built from the data: the newest decided
+    requests (``choices_from``), the reviewers and the outcomes. The pages put them in
+    words."""
+    reviewers = list(roles.deciders().order_by("username").values_list("username", flat=True)[:200])
+    decided = Interrupt.objects.filter(resolved_at__isnull=False).order_by("-resolved_at")
+    return {
+        **choices_from(decided, selected or {}),
         "reviewers": [*reviewers, SYSTEM],
-        "reasons": ["tool_approval", "breakpoint", "input_required", "uncertain_outcome"],
         "outcomes": [value for value, _ in Decision.Outcome.choices],
     }
 

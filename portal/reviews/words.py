@@ -137,3 +137,104 @@ def answer_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str:
                 "fail": "it did not take effect",
             }[value["outcome"]]
     return f"{text}: {_sentence(said)}" if said else f"{text}."
+
+
+# --- the history's words: agents, outcomes, submitted answers and edits ----------------
+
+WITHDRAWN = "Withdrawn by its requester"
+
+
+def agent_words(name: str) -> str:
+    """``refunds`` -> ``Refunds``: an agent's name as the pages show it."""
+    return tool_words(name)
+
+
+def decision_words(outcome: str, *, withdrawn: bool = False) -> str:
+    """A decision's outcome as every page names it; a withdrawal is never a reviewer's no."""
+    return WITHDRAWN if withdrawn else outcome_words(outcome)
+
+
+def outcome_choices() -> list[tuple[str, str]]:
+    """(code, words) for an outcome filter: the words the pages show, the codes sent."""
+    return list(OUTCOMES.items())
+
+
+# Argument names whose numbers are sums of money, written one way everywhere: $1,234.50.
+_MONEY = ("amount", "price", "total", "balance", "refund", "fee", "cost")
+
+
+def field_value_words(name: str, value: Any) -> str:
+    """One argument's value as a reviewer reads it (``amount``, 60 -> ``$60.00``)."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if any(part in _MONEY for part in name.lower().split("_")):
+            return f"${value:,.2f}"
+        return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
+    return _plain(value)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One argument a reviewer changed: ``amount: $120.00 → $60.00``."""
+
+    field: str
+    before: str
+    after: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.before} → {self.after}"
+
+
+def arg_changes(before: Any, after: Any) -> list[Change]:
+    """The arguments that differ between ``before`` and ``after`` (two dicts), field by
+    field, in the order the call named them; fields added or dropped read "(none)"."""
+    old = before if isinstance(before, dict) else {}
+    new = after if isinstance(after, dict) else {}
+    keys = [*old, *(k for k in new if k not in old)]
+    return [
+        Change(
+            words(str(k)),
+            field_value_words(str(k), old.get(k)),
+            field_value_words(str(k), new.get(k)),
+        )
+        for k in keys
+        if old.get(k) != new.get(k)
+    ]
+
+
+@dataclass(frozen=True)
+class CallEdit:
+    """One tool call a reviewer edited: the tool in words and its changes."""
+
+    tool: str
+    changes: list[Change]
+
+
+def edits_in_words(
+    requested: Any, executed: Any, names: dict[str, str] | None = None
+) -> list[CallEdit]:
+    """What a reviewer changed in each tool call (``requested`` and ``executed`` keyed by
+    call id, as a decision stores them); ``names`` gives each call id's tool."""
+    if not isinstance(requested, dict) or not isinstance(executed, dict):
+        return []
+    edits = []
+    for call_id, asked in requested.items():
+        ran = executed.get(call_id)
+        changes = arg_changes(asked, ran) if isinstance(ran, dict) else []
+        if changes:
+            edits.append(
+                CallEdit(tool_words((names or {}).get(call_id, "") or "the tool"), changes)
+            )
+    return edits
+
+
+def submitted_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str:
+    """What was submitted, as the history's list reads it: a sentence, never the JSON."""
+    if withdrawn:
+        return f"{WITHDRAWN}."
+    if value is None and outcome in ("expired", "cancelled"):
+        return f"{outcome_words(outcome)}: nobody answered."
+    return answer_words(outcome, value)

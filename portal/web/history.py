@@ -25,8 +25,19 @@ from django_htmx.middleware import HtmxDetails
 
 from portal.audit import history, metrics
 from portal.audit.history import COLUMNS, EVENT_COLUMNS, EventFilter, HistoryFilter
-from portal.models import Checkpoint, Decision
-from portal.reviews.words import answer_words, call_words
+from portal.models import Checkpoint, Decision, tool_calls_in
+from portal.reviews.words import (
+    agent_words,
+    answer_words,
+    arg_changes,
+    call_words,
+    decision_words,
+    edits_in_words,
+    outcome_choices,
+    reason_words,
+    submitted_words,
+    tool_words,
+)
 from portal.web.threads import decisions_by_call, display_message
 
 
@@ -73,8 +84,40 @@ def history_list(request: HtmxRequest) -> HttpResponse:
     history.require_history_access(request)
     form = _filter_form(request, HistoryFilter)
     page = history.page(form.criteria(), form.cursor(), viewer=request.user)
-    context = {"columns": COLUMNS, "choices": history.filter_choices()}
+    for row in page.rows:
+        row |= _row_words(row)
+    context = {"columns": COLUMNS, "choices": _choices(form)}
     return _results(request, form, page, "portal/history.html#history-results", context)
+
+
+def _choices(form: HistoryFilter) -> dict[str, list[tuple[str, str]]]:
+    """The filters' dropdowns: (code, words) pairs, the words the rows show."""
+    codes = history.filter_choices(form.criteria())
+    return {
+        "agents": [(a, agent_words(a)) for a in codes["agents"]],
+        "reasons": [(r, reason_words(r)) for r in codes["reasons"]],
+        "tools": [(t, tool_words(t)) for t in codes["tools"]],
+        "outcomes": outcome_choices(),
+        "reviewers": [(r, r) for r in codes["reviewers"]],
+    }
+
+
+def _call_names(payload: Any, tool: str, tool_call_id: str | None) -> dict[str, str]:
+    names = {call.id: call.name for call in tool_calls_in(payload)}
+    if tool_call_id and tool:
+        names.setdefault(tool_call_id, tool)
+    return names
+
+
+def _row_words(row: dict[str, Any]) -> dict[str, Any]:
+    """What a history row shows in words: the outcome, what was submitted as a sentence,
+    and an edit's changes field by field (the JSON stays folded beside them)."""
+    names = _call_names(row["payload"], (row["tools"] or [""])[0], row["tool_call_id"])
+    return {
+        "outcome_text": decision_words(row["outcome"], withdrawn=row["withdrawn"]),
+        "submitted": submitted_words(row["outcome"], row["value"], withdrawn=row["withdrawn"]),
+        "edits": edits_in_words(row["requested_args"], row["executed_args"], names),
+    }
 
 
 # --- one decision ---------------------------------------------------------------------
@@ -161,6 +204,7 @@ def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]
                 "asked": call_words(name, args) if isinstance(args, dict) else "",
                 "executed": call_words(name, ran) if isinstance(ran, dict) else None,
                 "changed": isinstance(ran, dict) and ran != args,
+                "changes": arg_changes(args, ran) if isinstance(ran, dict) else [],
             }
         )
     if not asked and interrupt.tool_call_id in original:
@@ -180,18 +224,23 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
     decided = decisions_by_call(decision.thread)
     # What the agent did next, in the same words as the transcript (tool names and calls
     # in words, a tool's JSON result as a sentence); the raw steps are in the diff.
+    # A step that added no message and paused on nothing ("step 4: running") says nothing.
     next_steps = [
-        {
-            "seq": step.seq,
-            "status": step.status,
-            "interrupt": step.interrupt,
-            "messages": [
-                display_message(m, decided)
-                for m in step.messages or []
-                if isinstance(m, dict) and m.get("role") != "system"
-            ],
-        }
-        for step in thread_context.pop("next_steps")
+        step
+        for step in (
+            {
+                "seq": step.seq,
+                "status": step.status,
+                "interrupt": step.interrupt,
+                "messages": [
+                    display_message(m, decided)
+                    for m in step.messages or []
+                    if isinstance(m, dict) and m.get("role") != "system"
+                ],
+            }
+            for step in thread_context.pop("next_steps")
+        )
+        if step["messages"] or step["interrupt"]
     ]
     context = {
         "decision": decision,
@@ -202,6 +251,7 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
         "answer_text": answer_words(
             decision.outcome, decision.value, withdrawn=decision.is_withdrawal()
         ),
+        "outcome_text": decision_words(decision.outcome, withdrawn=decision.is_withdrawal()),
         "time_to_decision": waited,
         "thread_url": _thread_url(decision.thread_id),
         "payload_json": json.dumps(interrupt.value, indent=2, sort_keys=True, default=str),

@@ -23,9 +23,11 @@ from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from portal.accounts import roles
-from portal.models import Approval, ExternalRequest, Interrupt, paging
+from portal.audit import history
+from portal.models import Approval, Interrupt, paging
 from portal.models.paging import Cursor
 from portal.notify.assignments import assigned_to
+from portal.reviews.words import agent_words, reason_words, tool_words
 
 
 class HtmxRequest(HttpRequest):
@@ -34,14 +36,6 @@ class HtmxRequest(HttpRequest):
 
 PAGE_SIZE = 25
 COUNT_CAP = 1000
-# The reasons the runtime raises; a reason outside this list still filters correctly.
-KNOWN_REASONS = [
-    "tool_approval",
-    "transfer_approval",
-    "breakpoint",
-    "input_required",
-    "uncertain_outcome",
-]
 SORTS = {"oldest": "Oldest first", "newest": "Newest first"}
 
 
@@ -58,13 +52,22 @@ class QueuePage:
 
 
 def pending_queryset(
-    *, agent: str = "", reason: str = "", assigned_to_user: Any = None
+    *,
+    agent: str = "",
+    reason: str = "",
+    tool: str = "",
+    q: str = "",
+    assigned_to_user: Any = None,
 ) -> QuerySet[Interrupt]:
     qs = Interrupt.objects.filter(status=Interrupt.Status.PENDING)
     if agent:
         qs = qs.filter(agent=agent)
     if reason:
         qs = qs.filter(reason=reason)
+    if tool:
+        qs = qs.filter(history.tool_q(tool))
+    if q:
+        qs = qs.filter(history.text_q(q))
     if assigned_to_user is not None:
         qs = qs.filter(assigned_to(assigned_to_user))
     return qs
@@ -108,32 +111,21 @@ def queue_page(
     )
 
 
-# The most outside agents the filter lists (the rest are still reachable by ?agent=).
-OUTSIDE_AGENTS_MAX = 50
-
-
-def _outside_agents_waiting() -> set[str]:
-    # Agents outside the portal (portal/reviews/external.py) have no settings entry; those with a
-    # request in the queue are offered too. Read from the external requests' side, so a
-    # queue of the portal's own agents' requests costs nothing here.
-    waiting = ExternalRequest.objects.filter(interrupt__status=Interrupt.Status.PENDING)
-    return set(waiting.values_list("interrupt__agent", flat=True).distinct()[:OUTSIDE_AGENTS_MAX])
-
-
 @require_GET
 @login_required
 def queue(request: HtmxRequest) -> HttpResponse:
     if not roles.can_decide(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
-    agents = sorted(set(settings.PORTAL_AGENTS) | _outside_agents_waiting())
-    agent = request.GET.get("agent", "")
-    reason = request.GET.get("reason", "")
+    agent = request.GET.get("agent", "")[:64]
+    reason = request.GET.get("reason", "")[:64]
+    tool = request.GET.get("tool", "")[:128]
+    q = request.GET.get("q", "").strip()[:200]
     sort = request.GET.get("sort", "oldest")
     if sort not in SORTS:
         sort = "oldest"
     assigned = "me" if request.GET.get("assigned") == "me" else ""
     mine = request.user if assigned else None
-    qs = pending_queryset(agent=agent, reason=reason, assigned_to_user=mine)
+    qs = pending_queryset(agent=agent, reason=reason, tool=tool, q=q, assigned_to_user=mine)
     page = queue_page(
         qs,
         newest_first=sort == "newest",
@@ -142,13 +134,20 @@ def queue(request: HtmxRequest) -> HttpResponse:
     )
     # Capped, so the page stays as cheap at a million pending rows as at ten.
     count = qs.order_by()[: COUNT_CAP + 1].count()
-    filtered = bool(agent or reason or assigned)
+    filtered = bool(agent or reason or tool or q or assigned)
     total = pending_queryset().order_by()[: COUNT_CAP + 1].count() if filtered else count
-    reasons = KNOWN_REASONS + ([reason] if reason and reason not in KNOWN_REASONS else [])
+    # The dropdowns, from the pending requests themselves (one bounded query), in words.
+    pending = Interrupt.objects.filter(status=Interrupt.Status.PENDING).order_by("-created_at")
+    known = history.choices_from(pending, {"agent": agent, "reason": reason, "tool": tool})
     context: dict[str, Any] = {
         "page": page,
-        "agents": agents,
-        "reasons": reasons,
+        # Outside agents (portal/reviews/external.py) have no settings entry: they are
+        # offered while one of their requests waits.
+        "agents": [(a, agent_words(a)) for a in known["agents"]],
+        "reasons": [(r, reason_words(r)) for r in known["reasons"]],
+        "tools": [(t, tool_words(t)) for t in known["tools"]],
+        "tool": tool,
+        "q": q,
         "sorts": SORTS,
         "agent": agent,
         "reason": reason,
@@ -163,7 +162,17 @@ def queue(request: HtmxRequest) -> HttpResponse:
         # live.js re-fetches the table this often as a backstop for missed broadcasts.
         "resync_ms": settings.PORTAL_QUEUE_RESYNC_SECONDS * 1000,
         "filter_qs": urlencode(
-            {k: v for k, v in (("agent", agent), ("reason", reason), ("assigned", assigned)) if v}
+            {
+                k: v
+                for k, v in (
+                    ("agent", agent),
+                    ("reason", reason),
+                    ("tool", tool),
+                    ("q", q),
+                    ("assigned", assigned),
+                )
+                if v
+            }
             | {"sort": sort}
         ),
     }

@@ -8,7 +8,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path
@@ -17,9 +19,10 @@ from django_htmx.middleware import HtmxDetails
 
 from agents.state import Message
 from portal.accounts import access, roles
+from portal.audit import history
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread, paging
 from portal.models.paging import Cursor
-from portal.reviews.words import Decided, call_words, result_words
+from portal.reviews.words import Decided, agent_words, call_words, result_words
 
 
 class HtmxRequest(HttpRequest):
@@ -161,14 +164,28 @@ def threads(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(status=status)
     else:
         status = ""
+    agent = request.GET.get("agent", "")[:64]
+    if agent:
+        qs = qs.filter(agent=agent)
+    q = request.GET.get("q", "").strip()[:200]
+    if q:
+        # The title is the customer's first words; the search reads all of theirs.
+        qs = qs.filter(Q(title__icontains=q) | Q(pk__in=history.customer_said(q)))
+    filters = {k: v for k, v in (("status", status), ("agent", agent), ("q", q)) if v}
     cursor = Cursor.decode(request.GET.get("after"), uuid.UUID)
     items, more = paging.page(qs, cursor, field="updated_at", descending=True, size=PAGE_SIZE)
     next_cursor = Cursor.of(items[-1], "updated_at").encode() if more else None
+    agents = set(settings.PORTAL_AGENTS) | ({agent} if agent else set())
     context = {
         "items": items,
         "status": status,
         "statuses": Thread.Status.values,
-        "next_qs": urlencode({"status": status, "after": next_cursor}) if next_cursor else "",
+        "agent": agent,
+        "agents": [(a, agent_words(a)) for a in sorted(agents)],
+        "q": q,
+        "filters_qs": urlencode(filters),
+        "filtered": bool(filters),
+        "next_qs": urlencode(filters | {"after": next_cursor}) if next_cursor else "",
         "paged": cursor is not None,
         "sees_all": roles.can_view_all(request.user),
     }

@@ -272,7 +272,7 @@ def test_a_withdrawal_reads_as_withdrawn_by_its_requester_in_transcript_and_hist
     timeline = client.get(f"/threads/{interrupt.thread_id}/").content.decode()
     assert "<strong>Withdrawn</strong> by its requester, sam-support" in timeline
     history = client.get("/history/").content.decode()
-    assert "withdrawn by its requester" in history
+    assert "Withdrawn by its requester" in history
 
 
 def test_withdrawing_twice_records_one_cancellation_and_says_why(client, support_agent):

@@ -13,7 +13,7 @@ from django.urls import reverse
 from portal.models import Interrupt
 from portal.reviews.claims import interrupt_claim
 from portal.web.queue import PAGE_SIZE
-from tests.factories import make_decision, make_interrupt
+from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
 URL = "/queue/"
@@ -47,7 +47,7 @@ def test_a_reviewer_sees_each_pending_request_with_agent_reason_message_age_and_
     html = response.content.decode()
     row = html[html.index(f'id="q-{item.pk}"') :]
     row = row[: row.index("</tr>")]
-    assert "refunds" in row
+    assert "Refunds" in row  # the agent, in words
     assert "Tool approval" in row
     assert "Approve a $42.50 refund for order A-1001?" in row
     assert f'datetime="{item.created_at.isoformat()}"' in row  # relative, filled in by JS
@@ -99,6 +99,27 @@ def test_filters_by_agent_and_by_reason(client, reviewer):
     assert set(_ids(client.get(URL, {"reason": "tool_approval"}))) == {refund.pk, transfer.pk}
     assert _ids(client.get(URL, {"agent": "refunds", "reason": "tool_approval"})) == [refund.pk]
     assert "Nothing pending matches" in client.get(URL, {"agent": "nope"}).content.decode()
+
+
+def test_filters_by_tool_and_searches_the_request_and_the_customers_words(client, reviewer):
+    refund = make_interrupt(text="The kettle arrived BROKEN.")
+    transfer = make_tool_approval(agent="transfers", args={"amount": 5.0, "recipient": "Mallory"})
+    client.force_login(reviewer)
+    assert _ids(client.get(URL, {"tool": "transfer_funds"})) == [transfer.pk]
+    assert _ids(client.get(URL, {"tool": "issue_refund"})) == [refund.pk]
+    assert _ids(client.get(URL, {"q": "broken"})) == [refund.pk]  # the customer's words
+    assert _ids(client.get(URL, {"q": "mallory"})) == [transfer.pk]  # the payload
+    assert _ids(client.get(URL, {"q": "a-1001"})) == [refund.pk]  # the message
+
+
+def test_the_queue_filters_are_dropdowns_in_words_built_from_the_pending_requests(client, reviewer):
+    make_tool_approval(agent="payroll", name="pay_bonus", args={"amount": 5})
+    client.force_login(reviewer)
+    html = client.get(URL, {"tool": "pay_bonus"}).content.decode()
+    assert '<option value="payroll">Payroll</option>' in html
+    assert '<option value="pay_bonus" selected>Pay bonus</option>' in html
+    assert '<option value="tool_approval">Tool approval</option>' in html
+    assert 'data-narrowed="1"' in html  # live rows are not added to a narrowed list
 
 
 def test_sorts_by_age_oldest_first_by_default_and_newest_first_on_request(client, reviewer):

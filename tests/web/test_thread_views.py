@@ -40,6 +40,27 @@ def test_the_list_filters_by_status(client, reviewer):
     assert [t.pk for t in items] == [paused.pk]
 
 
+def test_the_list_filters_by_agent_and_searches_the_customers_words(
+    client, reviewer, support_agent
+):
+    long_hello = "Hello, I ordered a kettle last week and it came today. " * 2
+    kettle = make_thread(agent="refunds", owner=support_agent, text=long_hello + "It is BROKEN.")
+    assert "BROKEN" not in kettle.title
+    transfer = make_thread(agent="transfers", owner=support_agent, text="Send $5 to Alice.")
+    client.force_login(reviewer)
+
+    def listed(**query) -> set:
+        html = client.get(reverse("threads"), query).content.decode()
+        return {t for t in (kettle, transfer) if f'id="t-{t.pk}"' in html}
+
+    assert listed(agent="transfers") == {transfer}
+    assert listed(q="broken") == {kettle}  # not in the title: further in their words
+    assert listed(q="alice") == {transfer}
+    assert listed(q="broken", agent="transfers") == set()
+    html = client.get(reverse("threads")).content.decode()
+    assert '<option value="refunds">Refunds</option>' in html
+
+
 def test_an_outsider_sees_an_empty_list(client, outsider, support_agent):
     make_thread(owner=support_agent)
     client.force_login(outsider)
