@@ -33,7 +33,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY cannot run inside a transaction
 
     dependencies = [
-        ("portal", "0030_worker_heartbeat_kind"),
+        ("portal", "0031_external_request_source"),
     ]
 
     operations = [migrations.RunPython(_create, _drop)]
