@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from agents import signing
 from portal.models import Delivery, DeliveryAttempt
+from portal.notify import targets
 from portal.notify.events import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
@@ -209,7 +210,8 @@ def _post(url: str, body: bytes, headers: dict[str, str], deadline: _Deadline) -
     host = parts.hostname or ""
     port = parts.port or (443 if https else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    sock = socket.create_connection((host, port), timeout=deadline.left())
+    # The name is looked up, judged and connected to by address, all within the deadline.
+    sock = targets.open_checked(host, port, deadline.left)
     try:
         if https:
             sock.settimeout(deadline.left())  # the handshake, as a whole

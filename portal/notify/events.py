@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from portal.models import Interrupt, Notification, Subscription
+from portal.notify.targets import url_problem
 
 EVENT_ID_HEADER = "Portal-Event-Id"
 EVENT_TYPE_HEADER = "Portal-Event-Type"
@@ -80,9 +80,8 @@ def check_target(channel: str, target: str, secret: str) -> None:
         if any("@" not in a for a in addresses(target)):
             raise TargetError(f"{target!r} is not a list of email addresses")
         return
-    parts = urlsplit(target)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetError(f"{target!r} is not an http(s) URL")
+    if (problem := url_problem(target)) is not None:
+        raise TargetError(f"{target[:200]!r}: {problem}")
     if channel == Channel.WEBHOOK and not secret:
         # Fail closed: a receiver could not tell our webhook from anyone else's.
         raise TargetError("a webhook needs a secret to sign its requests with")
