@@ -15,9 +15,9 @@ from django.utils import timezone
 from portal.accounts.tokens import api_token_create
 from portal.audit.chains import verify_chain
 from portal.models import Decision, Interrupt, chain
+from portal.reviews.decisions import decision_submit
 from portal.reviews.expiry import interrupts_expire
 from tests.audit.test_audit import tampering
-from portal.reviews.decisions import decision_submit
 from tests.factories import make_decision, make_interrupt
 
 pytestmark = pytest.mark.django_db
