@@ -471,6 +471,12 @@ PORTAL_NOTIFY_TIMEOUT = env_int("PORTAL_NOTIFY_TIMEOUT", 10, minimum=1)
 PORTAL_ALLOW_PRIVATE_TARGETS = env_bool(
     "PORTAL_ALLOW_PRIVATE_TARGETS", env_bool("PORTAL_CALLBACK_ALLOW_PRIVATE", False)
 )
+# Slack (docs/slack.md): the app's bot token posts requests to channels, its signing
+# secret checks what Slack sends to /integrations/slack/interactions. The API's address
+# is a setting so that tests talk to a fake Slack on loopback.
+PORTAL_SLACK_BOT_TOKEN = os.environ.get("PORTAL_SLACK_BOT_TOKEN", "")
+PORTAL_SLACK_SIGNING_SECRET = os.environ.get("PORTAL_SLACK_SIGNING_SECRET", "")
+PORTAL_SLACK_API_URL = os.environ.get("PORTAL_SLACK_API_URL", "https://slack.com/api").rstrip("/")
 # Links in notifications point here (empty: they are left out).
 PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
 
