@@ -80,7 +80,9 @@ class Decision(models.Model):
     original_args = models.JSONField(null=True, blank=True)
     executed_args = models.JSONField(null=True, blank=True)
     # Empty on decisions recorded before doors were; in the hash chain once set.
-    door = models.CharField(max_length=16, choices=Door.choices, blank=True, default="")
+    door = models.CharField(
+        max_length=16, choices=Door.choices, blank=True, default="", db_default=""
+    )
     # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/models/chain.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)
