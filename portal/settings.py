@@ -475,10 +475,20 @@ PORTAL_NOTIFY_BACKOFF_SECONDS = env_seconds("PORTAL_NOTIFY_BACKOFF_SECONDS", 10)
 PORTAL_NOTIFY_BACKOFF_MAX_SECONDS = env_seconds("PORTAL_NOTIFY_BACKOFF_MAX_SECONDS", 3600)
 PORTAL_NOTIFY_MAX_ATTEMPTS = env_int("PORTAL_NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
 PORTAL_NOTIFY_TIMEOUT = env_int("PORTAL_NOTIFY_TIMEOUT", 10, minimum=1)
-# An external agent's callback_url may name a loopback, private or link-local address (or
-# localhost) only with this on: otherwise an API token could make the portal post into its
-# own network. On for development and tests whose receivers listen on loopback.
-PORTAL_CALLBACK_ALLOW_PRIVATE = env_bool("PORTAL_CALLBACK_ALLOW_PRIVATE", False)
+# Every outgoing target (a subscription's webhook or Slack hook, an outside agent's
+# callback_url, the Slack API) may name or resolve to a loopback, private or link-local
+# address (or localhost) only with this on: otherwise an admin's typo or an API token could
+# make the portal post into its own network. On for development and tests whose receivers
+# listen on loopback. PORTAL_CALLBACK_ALLOW_PRIVATE is its former name, still read.
+PORTAL_ALLOW_PRIVATE_TARGETS = env_bool(
+    "PORTAL_ALLOW_PRIVATE_TARGETS", env_bool("PORTAL_CALLBACK_ALLOW_PRIVATE", False)
+)
+# Slack (docs/slack.md): the app's bot token posts requests to channels, its signing
+# secret checks what Slack sends to /integrations/slack/interactions. The API's address
+# is a setting so that tests talk to a fake Slack on loopback.
+PORTAL_SLACK_BOT_TOKEN = os.environ.get("PORTAL_SLACK_BOT_TOKEN", "")
+PORTAL_SLACK_SIGNING_SECRET = os.environ.get("PORTAL_SLACK_SIGNING_SECRET", "")
+PORTAL_SLACK_API_URL = os.environ.get("PORTAL_SLACK_API_URL", "https://slack.com/api").rstrip("/")
 # Links in notifications point here (empty: they are left out).
 PORTAL_BASE_URL = os.environ.get("PORTAL_BASE_URL", "").rstrip("/")
 

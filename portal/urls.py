@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("portal.web.history")),
     path("", include(api_urls)),
     path("", include("portal.web.ops")),
+    path("", include("portal.web.slack")),
 ]

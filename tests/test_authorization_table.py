@@ -99,6 +99,10 @@ GET  /history/actions/export.csv            login 403   403   403   200   200   
 GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
 GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
+GET  /profile/                              login   200   200   200   200   200   200   200   200
+POST /profile/slack/link                    login   400   400   400   400   400   400   400   400
+POST /profile/slack/unlink                  login   302   302   302   302   302   302   302   302
+POST /integrations/slack/interactions       404   404   404   404   404   404   404   404   404
 GET  /api/                                  404   404   404   404   404   404   404   404   404
 GET  /api/openapi.json                      200   200   200   200   200   200   200   200   200
 GET  /api/docs                              200   200   200   200   200   200   200   200   200
@@ -241,6 +245,11 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
         ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
+        ("GET", "/profile/"): ("/profile/", None),
+        ("POST", "/profile/slack/link"): ("/profile/slack/link", {"code": "forged"}),
+        ("POST", "/profile/slack/unlink"): ("/profile/slack/unlink", {}),
+        # Slack signs it instead of a session; without PORTAL_SLACK_SIGNING_SECRET it is off.
+        ("POST", "/integrations/slack/interactions"): ("/integrations/slack/interactions", {}),
         ("GET", "/api/"): ("/api/", None),
         ("GET", "/api/openapi.json"): ("/api/openapi.json", None),
         ("GET", "/api/docs"): ("/api/docs", None),

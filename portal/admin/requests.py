@@ -207,7 +207,7 @@ class InterruptAdmin(ReadOnlyAdmin):
         status = 422
         if form.is_valid():
             try:
-                decision = form.submit(request.user)
+                decision = form.submit(request.user, door=Decision.Door.ADMIN)
             except DecisionRefused as refusal:
                 form.show_refusal(refusal)
                 status = refusal.status_code
@@ -237,6 +237,7 @@ _DECISION_FIELDS: list[str] = [
     "interrupt",
     "thread",
     "reviewer",
+    "door",
     "outcome",
     "note_display",
     "answer",

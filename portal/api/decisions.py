@@ -56,6 +56,11 @@ class DecisionOut(Schema):
     note: str
     outcome: str = Field(..., description=f"One of {', '.join(Decision.Outcome.values)}.")
     decided_by: str = Field(..., description=f"A username, or `{history.SYSTEM}`.")
+    door: str = Field(
+        ...,
+        description=f"Where it came in: one of {', '.join(Decision.Door.values)}; empty for "
+        "decisions recorded before doors were.",
+    )
     requested_at: datetime | None = None
     time_to_decision_seconds: float | None = None
     interrupt_id: str

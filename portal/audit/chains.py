@@ -96,7 +96,7 @@ def verify_chain(
     that lost its newest rows is still consistent with itself; it is broken if that hash
     is no longer one of its decisions' (decisions added since are fine)."""
     payload_columns = ("payload_hash", *_PAYLOAD_COLUMNS) if chain.payload else ()
-    columns = ("id", *chain.fields, "prev_hash", "hash", *payload_columns)
+    columns = ("id", *chain.columns, "prev_hash", "hash", *payload_columns)
     expected_prev, prev_id, count, last_id = GENESIS, None, 0, 0
     head_seen = expect_head in (None, GENESIS)
     while True:

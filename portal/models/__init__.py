@@ -19,6 +19,7 @@ from portal.models.notifications import (
     outbox_backlog,
 )
 from portal.models.requests import Interrupt, ToolCall, summary_beside, tool_calls_in
+from portal.models.slack import SlackLink, SlackReplay
 from portal.models.threads import TITLE_MAX_CHARS, Checkpoint, Run, Thread, conversation
 from portal.models.tokens import ApiToken, password_fingerprint
 from portal.models.workers import WorkerHeartbeat
@@ -41,6 +42,8 @@ __all__ = [
     "Notification",
     "RoutingEvent",
     "Run",
+    "SlackLink",
+    "SlackReplay",
     "Subscription",
     "Thread",
     "ToolCall",

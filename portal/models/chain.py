@@ -53,6 +53,9 @@ DECISION_FIELDS = (
     "executed_args",
     "created_at",
 )
+# Decision fields added later: in the canonical form only when set, so the rows recorded
+# before them hash as they always did, and a new row's value is sealed like the others.
+DECISION_LATER_FIELDS = ("door",)
 # The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
 # and resolution times change over an interrupt's life and are not part of it.
 PAYLOAD_FIELDS = (
@@ -117,16 +120,24 @@ class Chain:
     fields: tuple[str, ...]
     payload: bool
     edits: str  # what an edit of a row's fields could have changed, for the reports
+    later: tuple[str, ...] = ()  # fields added since: canonical only when set
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.fields, *self.later)
 
     def hash(self, fields: Mapping[str, Any], *, prev_hash: str, payload: str = "") -> str:
         """The chain hash of one row from its own fields, the previous row's hash and (for
         a chain with payloads) the payload's hash."""
-        own = canonical({name: fields.get(name) for name in self.fields})
-        return _sha256(prev_hash + own + payload)
+        own = {name: fields.get(name) for name in self.fields}
+        own |= {name: fields[name] for name in self.later if fields.get(name)}
+        return _sha256(prev_hash + canonical(own) + payload)
 
 
 _ANSWER_EDITS = "a value, note, outcome, reviewer or time"
-DECISIONS = Chain("decision", DECISION_FIELDS, True, _ANSWER_EDITS)
+DECISIONS = Chain(
+    "decision", DECISION_FIELDS, True, _ANSWER_EDITS + " (or the door)", DECISION_LATER_FIELDS
+)
 APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
 EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")
 
@@ -187,6 +198,6 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
             record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
             payload = record.payload_hash
         record.hash = chain.hash(
-            _fields_of(record, chain.fields), prev_hash=record.prev_hash, payload=payload
+            _fields_of(record, chain.columns), prev_hash=record.prev_hash, payload=payload
         )
         yield

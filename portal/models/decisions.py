@@ -49,6 +49,19 @@ class Decision(models.Model):
         RESPONDED = "responded"
         IGNORED = "ignored"
 
+    class Door(models.TextChoices):
+        """Where the decision came in. Outside agents' frameworks (MCP, the OpenAI Agents
+        SDK, LangGraph) reach the portal over the API and name themselves."""
+
+        DASHBOARD = "dashboard"
+        ADMIN = "admin"
+        API = "api"
+        SLACK = "slack"
+        SYSTEM = "system"
+        MCP = "mcp"
+        OPENAI_AGENTS = "openai-agents"
+        LANGGRAPH = "langgraph"
+
     # OneToOne puts a unique constraint in the database: a second decision on the same
     # interrupt fails there even if two requests slip past the row lock.
     interrupt = models.OneToOneField(Interrupt, on_delete=models.PROTECT, related_name="decision")
@@ -66,6 +79,10 @@ class Decision(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     original_args = models.JSONField(null=True, blank=True)
     executed_args = models.JSONField(null=True, blank=True)
+    # Empty on decisions recorded before doors were; in the hash chain once set.
+    door = models.CharField(
+        max_length=16, choices=Door.choices, blank=True, default="", db_default=""
+    )
     # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/models/chain.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)

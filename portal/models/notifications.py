@@ -23,6 +23,10 @@ class Subscription(models.Model):
         EMAIL = "email", "email"
         WEBHOOK = "webhook", "signed webhook (JSON)"
         SLACK = "slack", "Slack-style incoming webhook"
+        # A Slack app's bot posts to a channel (the target: its id), with buttons.
+        SLACK_APP = "slack_app", "Slack channel, with buttons (Slack app)"
+        # A delivery only: a reply to a Slack interaction, posted to its response_url.
+        SLACK_RESPONSE = "slack_response", "reply to a Slack interaction"
 
     name = models.CharField(max_length=100)
     channel = models.CharField(max_length=16, choices=Channel.choices)
@@ -30,7 +34,8 @@ class Subscription(models.Model):
         max_length=500,
         blank=True,
         help_text="A URL for webhooks; email addresses separated by commas for email "
-        "(empty: the members of the group below who have an address).",
+        "(empty: the members of the group below who have an address); a channel id "
+        "(C0123ABCD) for a Slack channel.",
     )
     secret = models.CharField(
         max_length=200,

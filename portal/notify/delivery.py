@@ -30,10 +30,12 @@ from django.utils import timezone
 
 from agents import signing
 from portal.models import Delivery, DeliveryAttempt
+from portal.notify import slack, targets
 from portal.notify.events import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
     Channel,
+    SendError,
     addresses,
     envelope,
     summary,
@@ -76,12 +78,6 @@ def _claim(batch: int) -> list[Delivery]:
             )
             delivery.attempts += 1
     return due
-
-
-class SendError(Exception):
-    def __init__(self, message: str, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
 
 
 def _still_mine(delivery: Delivery) -> bool:
@@ -199,8 +195,15 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], deadline: _Deadline) -> tuple[int, str]:
-    """POST ``body`` to ``url`` and return the answer's status and reason, all of it
+# What is read of an answer's body: enough for Slack's {"ok": false, "error": ...}.
+ANSWER_BYTES = 4096
+
+
+def _post(
+    url: str, body: bytes, headers: dict[str, str], deadline: _Deadline, *, read: bool
+) -> tuple[int, str, bytes]:
+    """POST ``body`` to ``url`` and return the answer's status, reason and the start of
+    its body (only with ``read``: a webhook's status is its whole answer), all of it
     (connecting, the TLS handshake, sending, reading the answer) within ``deadline``.
     A redirect is an answer like any other: it would send the signed body somewhere the
     target does not name."""
@@ -209,7 +212,8 @@ def _post(url: str, body: bytes, headers: dict[str, str], deadline: _Deadline) -
     host = parts.hostname or ""
     port = parts.port or (443 if https else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    sock = socket.create_connection((host, port), timeout=deadline.left())
+    # The name is looked up, judged and connected to by address, all within the deadline.
+    sock = targets.open_checked(host, port, deadline.left)
     try:
         if https:
             sock.settimeout(deadline.left())  # the handshake, as a whole
@@ -222,7 +226,7 @@ def _post(url: str, body: bytes, headers: dict[str, str], deadline: _Deadline) -
             cast(socket.socket, _DeadlineSocket(sock, deadline)), method="POST"
         )
         answer.begin()
-        return answer.status, answer.reason
+        return answer.status, answer.reason, answer.read(ANSWER_BYTES) if read else b""
     finally:
         sock.close()
 
@@ -243,6 +247,8 @@ def send(delivery: Delivery) -> int | None:
     if delivery.channel == Channel.SLACK:
         raw = json.dumps({"text": summary(note)}).encode()
         headers = {}
+    elif delivery.channel in (Channel.SLACK_APP, Channel.SLACK_RESPONSE):
+        return slack.send(delivery, post)
     else:
         raw = json.dumps(envelope(note), separators=(",", ":"), sort_keys=True).encode()
         headers = {signing.HEADER: signing.sign(delivery.secret, raw)}
@@ -252,10 +258,23 @@ def send(delivery: Delivery) -> int | None:
         EVENT_ID_HEADER: str(note.pk),
         EVENT_TYPE_HEADER: note.kind,
     }
-    # Only http(s): check_target refused any other scheme before the delivery was written.
-    deadline = _Deadline(settings.PORTAL_NOTIFY_TIMEOUT)
+    return post(delivery.target, raw, headers)[0]
+
+
+def post(
+    url: str,
+    raw: bytes,
+    headers: dict[str, str],
+    *,
+    seconds: float | None = None,
+    read: bool = False,
+) -> tuple[int, bytes]:
+    """POST ``raw`` to ``url`` (http or https, under the address rule of ``targets``)
+    within ``seconds`` (default ``PORTAL_NOTIFY_TIMEOUT``); return the 2xx status and the
+    start of the answer's body (with ``read``). Raises ``SendError`` saying what went wrong."""
+    deadline = _Deadline(seconds or settings.PORTAL_NOTIFY_TIMEOUT)
     try:
-        status, reason = _post(delivery.target, raw, headers, deadline)
+        status, reason, body = _post(url, raw, headers, deadline, read=read)
     except (OSError, http.client.HTTPException) as exc:
         if isinstance(exc, TimeoutError) or deadline.passed():
             raise SendError(
@@ -263,8 +282,8 @@ def send(delivery: Delivery) -> int | None:
                 "(PORTAL_NOTIFY_TIMEOUT)"
             ) from None
         if isinstance(exc, OSError):
-            raise SendError(f"could not reach {delivery.target}: {exc}") from None
+            raise SendError(f"could not reach {url}: {exc}") from None
         raise SendError(f"the receiver's answer is not HTTP: {exc!r}") from None
     if not 200 <= status < 300:
         raise SendError(f"the receiver answered {status} {reason}", status)
-    return status
+    return status, body

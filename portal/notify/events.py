@@ -7,13 +7,14 @@ More in docs/architecture.md (``## notify``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from portal.models import Interrupt, Notification, Subscription
+from portal.notify.targets import url_problem
 
 EVENT_ID_HEADER = "Portal-Event-Id"
 EVENT_TYPE_HEADER = "Portal-Event-Type"
@@ -26,6 +27,8 @@ REQUEST_REMINDER = "request.reminder"
 REQUEST_ASSIGNED = "request.assigned"
 REQUEST_ESCALATED = "request.escalated"
 RUN_FAILED = "run.failed"
+# Not a subscription's kind: the reply to one Slack click, to that click's response_url.
+SLACK_REPLY = "slack.reply"
 KINDS = (
     REQUEST_CREATED,
     REQUEST_DECIDED,
@@ -40,6 +43,15 @@ KINDS = (
 TO_ASSIGNEES = (REQUEST_ASSIGNED, REQUEST_REMINDER, REQUEST_ESCALATED)
 
 Channel = Subscription.Channel
+SLACK_CHANNEL = re.compile(r"[A-Z0-9][A-Z0-9_-]{1,79}")
+
+
+class SendError(Exception):
+    """A delivery that did not arrive; the message says why."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class TargetError(ValueError):
@@ -64,6 +76,11 @@ class Target:
         return cls(Channel.SLACK, url)
 
     @classmethod
+    def slack_reply(cls, response_url: str) -> Target:
+        """The ``response_url`` of a Slack interaction (``portal/web/slack.py``)."""
+        return cls(Channel.SLACK_RESPONSE, response_url)
+
+    @classmethod
     def email(cls, *addresses: str) -> Target:
         return cls(Channel.EMAIL, ", ".join(addresses))
 
@@ -80,9 +97,14 @@ def check_target(channel: str, target: str, secret: str) -> None:
         if any("@" not in a for a in addresses(target)):
             raise TargetError(f"{target!r} is not a list of email addresses")
         return
-    parts = urlsplit(target)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetError(f"{target!r} is not an http(s) URL")
+    if channel == Channel.SLACK_APP:
+        if not SLACK_CHANNEL.fullmatch(target):
+            raise TargetError(f"{target[:200]!r} is not a Slack channel id (such as C0123ABCD)")
+        if not settings.PORTAL_SLACK_BOT_TOKEN:
+            raise TargetError("a Slack channel needs the app's bot token: PORTAL_SLACK_BOT_TOKEN")
+        target = settings.PORTAL_SLACK_API_URL  # where it is posted: the same rule
+    if (problem := url_problem(target)) is not None:
+        raise TargetError(f"{target[:200]!r}: {problem}")
     if channel == Channel.WEBHOOK and not secret:
         # Fail closed: a receiver could not tell our webhook from anyone else's.
         raise TargetError("a webhook needs a secret to sign its requests with")

@@ -27,7 +27,7 @@ from portal.models import (
     audit_record,
     waiting,
 )
-from portal.notify.delivery import SendError, backoff, outbox_deliver, send
+from portal.notify.delivery import backoff, outbox_deliver, send
 from portal.notify.events import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
@@ -40,8 +40,10 @@ from portal.notify.events import (
     REQUEST_REMINDER,
     REQUEST_WITHDRAWN,
     RUN_FAILED,
+    SLACK_REPLY,
     TO_ASSIGNEES,
     Channel,
+    SendError,
     Target,
     TargetError,
     addresses,
@@ -64,6 +66,7 @@ __all__ = [
     "REQUEST_REMINDER",
     "REQUEST_WITHDRAWN",
     "RUN_FAILED",
+    "SLACK_REPLY",
     "TO_ASSIGNEES",
     "SendError",
     "Target",
@@ -152,6 +155,8 @@ def check_subscription(
     *, channel: str, target: str, secret: str, events: Any, has_group: bool
 ) -> None:
     """Raise ``TargetError`` naming what makes a subscription undeliverable."""
+    if channel == Channel.SLACK_RESPONSE:
+        raise TargetError("a reply to a Slack interaction is not a channel to subscribe to")
     if channel != Channel.EMAIL or target:
         check_target(channel, target, secret)
     elif not has_group:

@@ -48,6 +48,7 @@ def decision_submit(
     value: Any,
     resume_interrupt_id: str | None,
     note: str = "",
+    door: str = "",
 ) -> Decision | Approval:
     """Record ``reviewer``'s answer ``value`` to ``interrupt`` and queue the resume.
 
@@ -57,7 +58,8 @@ def decision_submit(
     vote by the same reviewer raises ``AlreadyVoted`` (409).
 
     ``resume_interrupt_id`` is the request the client saw (a hidden field in forms); it
-    must name this interrupt. When the schema has a ``note`` property and ``value`` has
+    must name this interrupt; ``door`` is where it came in (a ``Decision.Door``), recorded
+    in the audit chain. When the schema has a ``note`` property and ``value`` has
     none, ``note`` is copied into the value, so the agent sees it. Raises
     ``AlreadyDecided``/``StaleDecision`` (409), ``ThreadNotPaused`` (404),
     ``DecisionForbidden`` (403) or ``InvalidDecision`` (422, with ``errors``).
@@ -133,6 +135,7 @@ def decision_submit(
                     note=note,
                     original_args=original,
                     executed_args=executed,
+                    door=door,
                 )
             except InputError as exc:
                 raise InvalidDecision(str(exc), errors=[f"$: {exc}"]) from None
@@ -160,6 +163,7 @@ def decision_submit_for_thread(
     resume_interrupt_id: str | None,
     note: str = "",
     named: Interrupt | None = None,
+    door: str = Decision.Door.API,
 ) -> Decision | Approval:
     """``decision_submit`` addressed by thread (the JSON API's resume endpoint).
 
@@ -184,6 +188,7 @@ def decision_submit_for_thread(
             value=value,
             resume_interrupt_id=resume_interrupt_id,
             note=note,
+            door=door,
         )
     latest = (
         Checkpoint.objects.filter(thread=thread)

@@ -10,10 +10,9 @@ reviews.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
+import logging
 import re
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -47,8 +46,10 @@ from portal.models import (
     audit_record,
     chain,
 )
-from portal.notify import broadcast, outbox
+from portal.notify import broadcast, outbox, targets
 from portal.runs.checkpointer import DjangoCheckpointer
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "IdempotencyConflict",
@@ -163,72 +164,9 @@ def _check_callback(errors: list[str], url: str) -> None:
             f"$.callback_url: {len(url):,} characters, over the limit of {CALLBACK_MAX_CHARS}"
         )
         return
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        errors.append(f"$.callback_url: not a URL ({exc})")
-        return
-    try:
-        port = parts.port
-    except ValueError as exc:
-        errors.append(f"$.callback_url: the port is not a number from 1 to 65535 ({exc})")
-        return
-    if parts.scheme not in ("http", "https"):
-        errors.append(
-            f"$.callback_url: the scheme {parts.scheme or '(none)'!r} is not allowed; "
-            "give an http:// or https:// URL"
-        )
-    elif not parts.hostname:
-        errors.append("$.callback_url: the URL names no host")
-    elif text_problem(url) is not None or any(c.isspace() for c in url):
-        errors.append("$.callback_url: the URL contains spaces or characters it cannot hold")
-    elif port == 0:
-        errors.append("$.callback_url: the port is not a number from 1 to 65535 (it is 0)")
-    elif parts.username is not None or parts.password is not None:
-        # It would go out as Basic auth on every try, and sit in the delivery log.
-        errors.append(
-            "$.callback_url: the URL holds a user name or password; leave them out (the "
-            "answer is signed with the token's webhook secret)"
-        )
-    elif not settings.PORTAL_CALLBACK_ALLOW_PRIVATE and (inside := _inside(parts.hostname)):
-        errors.append(
-            f"$.callback_url: the host {parts.hostname!r} is {inside}, which the portal does "
-            "not post to; give a public address (operators may allow it with "
-            "PORTAL_CALLBACK_ALLOW_PRIVATE)"
-        )
-
-
-def _inside(host: str) -> str:
-    # What the host names inside the portal's own network, or "". Only the URL's text is
-    # judged: a public name that resolves to a private address is not caught (checking at
-    # send time would race the DNS anyway); operators firewall the notifier's egress.
-    host = host.rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return "this machine (localhost)"
-    try:
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
-    except ValueError:
-        try:
-            # Resolvers read shorthand such as 127.1, 2130706433 or 0x7f.1 as IPv4
-            # (inet_aton), so it is judged as the address it stands for.
-            address = ipaddress.IPv4Address(socket.inet_aton(host))
-        except (OSError, ValueError):
-            return ""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_unspecified:
-        return "an unspecified address"
-    if address.is_link_local:
-        return "a link-local address"
-    if address.is_multicast:
-        return "a multicast address"
-    if address.is_reserved:
-        return "a reserved address"
-    if address.is_private or not address.is_global:
-        return "a private address"
-    return ""
+    # The rule every outgoing target keeps (portal.notify.targets).
+    if (problem := targets.url_problem(url)) is not None:
+        errors.append(f"$.callback_url: {problem}")
 
 
 def _check_size(errors: list[str], name: str, value: Any) -> None:
@@ -498,11 +436,16 @@ def external_answer_queue(interrupt_id: str) -> None:
         kind = outbox.REQUEST_EXPIRED
     elif decision.is_withdrawal():
         kind = outbox.REQUEST_WITHDRAWN
+    target = outbox.Target.webhook(request.callback_url, secret=request.callback_secret)
+    try:
+        target.check()
+    except outbox.TargetError as exc:
+        # Taken when the request was raised, refused since (PORTAL_ALLOW_PRIVATE_TARGETS
+        # turned off): the answer stands and is read by long-poll; no webhook is posted.
+        log.warning("request %s: its callback is not posted to: %s", request.pk, exc)
+        return
     outbox.outbox_enqueue(
-        kind=kind,
-        payload=external_answer(request),
-        interrupt=request.interrupt,
-        to=outbox.Target.webhook(request.callback_url, secret=request.callback_secret),
+        kind=kind, payload=external_answer(request), interrupt=request.interrupt, to=target
     )
 
 

@@ -251,15 +251,17 @@ class DecisionForm(forms.Form):
     def note_text(self) -> str:
         return (self.cleaned_data.get("note") or "") if "note" in self.fields else ""
 
-    def submit(self, reviewer: Any) -> Decision | Approval:
+    def submit(self, reviewer: Any, *, door: str) -> Decision | Approval:
         """Record this form's answer through ``decision_submit`` (call after
-        ``is_valid()``); a ``DecisionRefused`` propagates for the caller to show."""
+        ``is_valid()``), as coming in at ``door``; a ``DecisionRefused`` propagates for
+        the caller to show."""
         return decision_submit(
             interrupt=self.interrupt,
             reviewer=reviewer,
             value=self.value(),
             resume_interrupt_id=self.cleaned_data["resume_interrupt_id"],
             note=self.note_text(),
+            door=door,
         )
 
     def show_refusal(self, refusal: DecisionRefused) -> None:

@@ -62,13 +62,15 @@ def resolve(
     executed_args: dict[str, Any] | None = None,
     at: datetime | None = None,
     resume: bool = True,
+    door: str = "",
 ) -> tuple[Decision, Run | None]:
     """Close the pending request ``locked`` with a decision; caller holds the row lock
     (``select_for_update`` in its transaction) and has checked that it may close it.
 
-    Records the ``Decision`` (``by`` None: the system), marks the request ``status`` at
-    ``at`` (default now), queues the outbox event, resumes the thread with ``value`` or,
-    without ``resume``, only answers an outside agent; announces the change on commit.
+    Records the ``Decision`` (``by`` None: the system; ``door``: where it came in), marks
+    the request ``status`` at ``at`` (default now), queues the outbox event, resumes the
+    thread with ``value`` or, without ``resume``, only answers an outside agent; announces
+    the change on commit.
     Returns the decision and the queued run (or None). ``DecisionClash``: the request
     has a decision already, and the caller's transaction must roll back.
     """
@@ -83,6 +85,7 @@ def resolve(
             outcome=outcome,
             original_args=original_args,
             executed_args=executed_args,
+            door=door or (Decision.Door.SYSTEM if by is None else ""),
         )
     except IntegrityError as exc:
         # No savepoint to recover in (a round trip each way, for a clash the row lock

@@ -144,7 +144,7 @@ def interrupt_decide(request: HttpRequest, interrupt_id: str) -> HttpResponse:
     if not form.is_valid():
         return _render(request, interrupt, form=form, status=422)
     try:
-        decision = form.submit(request.user)
+        decision = form.submit(request.user, door=Decision.Door.DASHBOARD)
     except DecisionRefused as refusal:
         interrupt.refresh_from_db()
         if refusal.status_code in (404, 409):

@@ -74,6 +74,7 @@ def test_the_delivery_log_shows_each_delivery_its_attempts_and_errors_read_only(
     admin_client, settings
 ):
     settings.PORTAL_NOTIFY_TIMEOUT = 1
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receiver listens on loopback
     with WebhookReceiver("another-secret-0123456789") as receiver:
         outbox.subscription_save(
             subscription=Subscription(

@@ -38,7 +38,7 @@ INVOICE = {"vendor": "ACME", "amount": 120.0}
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
     # The webhook receiver listens on loopback.
     logs = tmp_path_factory.mktemp("langgraph")
-    with django_db_blocker.unblock(), live_portal(logs, PORTAL_CALLBACK_ALLOW_PRIVATE="1") as base:
+    with django_db_blocker.unblock(), live_portal(logs, PORTAL_ALLOW_PRIVATE_TARGETS="1") as base:
         yield base
 
 
@@ -98,7 +98,10 @@ def test_invoke_until_answered_waits_by_long_poll_and_an_ignore_pays_nothing(por
     assert done["paid"] is None and done["said"] == "Not paid (ignored)."
 
 
-def test_a_webhook_resumes_the_graph_with_the_decision(server, transactional_db, roles, reviewer):
+def test_a_webhook_resumes_the_graph_with_the_decision(
+    server, transactional_db, roles, reviewer, settings
+):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # this process may send it too, to loopback
     row, token = api_token_create(user=make_user("hook-bot", role="agent"), scopes=["request"])
     portal = PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
     receiver = WebhookReceiver(row.webhook_secret).start()

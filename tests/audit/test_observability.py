@@ -341,8 +341,9 @@ def test_worker_heartbeats_are_exposed_per_worker(scraper):
     assert _value(metrics["portal_workers"], "portal_workers", kind="notifier") == 0
 
 
-def test_the_outbox_backlog_follows_notifications_until_they_are_delivered(scraper):
+def test_the_outbox_backlog_follows_notifications_until_they_are_delivered(scraper, settings):
     """Real fan-out and delivery to a receiver on loopback; only the counts are read."""
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receiver listens on loopback
     with WebhookReceiver("whsec-metrics-0123456789") as receiver:
         outbox.subscription_save(
             subscription=Subscription(

@@ -106,7 +106,7 @@ def live_portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterato
         env = {k: v for k, v in os.environ.items() if k not in skip}
         env.update(database_env())
     env.update({"PYTHONUNBUFFERED": "1", "PORTAL_MODEL": "scripted", "DEBUG": "1"})
-    env["PORTAL_CALLBACK_ALLOW_PRIVATE"] = "1"  # webhook receivers listen on loopback
+    env["PORTAL_ALLOW_PRIVATE_TARGETS"] = "1"  # webhook receivers listen on loopback
     # Requests of the agent "two-person" need two approvers (tests/browser/test_quorum.py);
     # no other agent is touched.
     env.setdefault("PORTAL_POLICIES_EXTRA", QUORUM_POLICY)

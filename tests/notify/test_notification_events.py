@@ -122,7 +122,8 @@ def test_a_failed_run_is_announced_with_its_error(failing_model, support_agent):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_paused_agent_reaches_a_signed_webhook_through_the_notifier(support_agent):
+def test_a_paused_agent_reaches_a_signed_webhook_through_the_notifier(support_agent, settings):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receiver listens on loopback
     with WebhookReceiver(SECRET) as receiver:
         outbox.subscription_save(
             subscription=Subscription(

@@ -33,6 +33,11 @@ def fast_retries(settings):
     settings.PORTAL_NOTIFY_TIMEOUT = 2
 
 
+@pytest.fixture(autouse=True)
+def receivers_on_loopback(settings):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receivers here listen on loopback
+
+
 @pytest.fixture
 def receiver():
     with WebhookReceiver(SECRET) as server:
@@ -242,8 +247,8 @@ def test_a_named_target_gets_the_notification_and_no_subscription_does(receiver)
     ("target", "problem"),
     [
         (outbox.Target.webhook("http://127.0.0.1/hook", secret=""), "needs a secret"),
-        (outbox.Target.webhook("file:///etc/passwd", secret="s"), "not an http(s) URL"),
-        (outbox.Target.slack("hooks.example.test/x"), "not an http(s) URL"),
+        (outbox.Target.webhook("file:///etc/passwd", secret="s"), "give an http:// or https://"),
+        (outbox.Target.slack("hooks.example.test/x"), "give an http:// or https://"),
         (outbox.Target.email("not-an-address"), "not a list of email addresses"),
         (outbox.Target("pager", "x"), "unknown channel 'pager'"),
     ],
@@ -404,7 +409,7 @@ def callback_request(token: str, url: str, reviewer) -> None:
 @pytest.mark.django_db
 def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, reviewer, settings):
     settings.PORTAL_API_RATE = ""
-    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receivers are on loopback
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receivers are on loopback
     settings.PORTAL_NOTIFY_TIMEOUT = 1
     settings.PORTAL_NOTIFY_MAX_ATTEMPTS = 5
     receiver = DripReceiver(every=0.2, total=6)
@@ -451,7 +456,7 @@ def test_two_notifiers_never_send_one_event_twice_when_no_answer_was_lost(
     roles, reviewer, settings
 ):
     settings.PORTAL_API_RATE = ""
-    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receivers are on loopback
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receivers are on loopback
     settings.PORTAL_NOTIFY_TIMEOUT = 1  # a lease of 3 s
     row, token = api_token_create(
         user=make_user("ivy-bot", role="agent"), name="bot", scopes=["request"]

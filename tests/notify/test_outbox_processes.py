@@ -28,6 +28,11 @@ def subscribe(url: str) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def receivers_on_loopback(settings):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receivers here listen on loopback
+
+
 @pytest.mark.slow
 def test_a_notification_survives_a_notifier_killed_mid_send(spawn):
     with WebhookReceiver(SECRET) as receiver:
@@ -36,7 +41,10 @@ def test_a_notification_survives_a_notifier_killed_mid_send(spawn):
         note = outbox.outbox_enqueue(kind=outbox.RUN_FAILED, payload={"run": {"error": "x"}})
 
         first = spawn(
-            "run_notifier", PORTAL_NOTIFY_TIMEOUT="1", PORTAL_NOTIFY_BACKOFF_SECONDS="0.1"
+            "run_notifier",
+            PORTAL_ALLOW_PRIVATE_TARGETS="1",
+            PORTAL_NOTIFY_TIMEOUT="1",
+            PORTAL_NOTIFY_BACKOFF_SECONDS="0.1",
         )
         wait_for(lambda: receiver.arrived >= 1, what="the first send to reach the receiver")
         first.send_signal(signal.SIGKILL)
@@ -50,7 +58,10 @@ def test_a_notification_survives_a_notifier_killed_mid_send(spawn):
 
         receiver.hang = 0
         second = spawn(
-            "run_notifier", PORTAL_NOTIFY_TIMEOUT="1", PORTAL_NOTIFY_BACKOFF_SECONDS="0.1"
+            "run_notifier",
+            PORTAL_ALLOW_PRIVATE_TARGETS="1",
+            PORTAL_NOTIFY_TIMEOUT="1",
+            PORTAL_NOTIFY_BACKOFF_SECONDS="0.1",
         )
         wait_for(
             lambda: Delivery.objects.filter(status=Delivery.Status.SENT).exists(),

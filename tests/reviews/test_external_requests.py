@@ -484,7 +484,7 @@ def test_a_callback_into_the_portals_own_network_is_refused(agent, url, kind):
 
     assert error.startswith("$.callback_url: the host ")
     assert f"is {kind}, which the portal does not post to" in error
-    assert "PORTAL_CALLBACK_ALLOW_PRIVATE" in error
+    assert "PORTAL_ALLOW_PRIVATE_TARGETS" in error
 
 
 @pytest.mark.django_db
@@ -503,7 +503,7 @@ def test_a_callback_to_a_public_address_is_taken(agent, url):
 
 @pytest.mark.django_db
 def test_an_operator_may_allow_callbacks_into_the_portals_own_network(agent, settings):
-    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True
 
     for url in ("http://127.0.0.1:8000/hook", "http://localhost/hook", "http://10.0.0.5/"):
         assert agent.raise_(callback_url=url).status_code == 201
@@ -779,7 +779,7 @@ def test_a_callback_without_a_secret_to_sign_it_is_refused(agent_user):
 @pytest.fixture
 def hooked(agent_user, settings):
     """An agent with a webhook receiver on loopback that checks the token's secret."""
-    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True  # the receiver listens on loopback
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # the receiver listens on loopback
     row, token = api_token_create(user=agent_user, name="hooked", scopes=["request"])
     receiver = WebhookReceiver(row.webhook_secret).start()
     yield (
@@ -822,7 +822,7 @@ def test_the_answer_goes_to_the_callback_signed_and_the_agent_can_verify_it(hook
 def test_after_its_token_is_replaced_the_agent_still_verifies_answers_to_its_old_requests(
     agent_user, reviewer, settings
 ):
-    settings.PORTAL_CALLBACK_ALLOW_PRIVATE = True
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True
     old_row, old_token = api_token_create(user=agent_user, name="old", scopes=["request"])
     receiver = WebhookReceiver(old_row.webhook_secret).start()
     try:

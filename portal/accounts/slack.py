@@ -1,0 +1,78 @@
+"""Which Slack user is which portal user: linked once, by the user, never by names.
+
+A click from an unlinked Slack user is answered (only to them) with a link to their
+profile that carries a signed, short-lived code naming their Slack identity, as Slack
+vouched for it in a signed request. Signed in to the portal, they confirm the link on
+their profile page; it holds until they unlink it there. A Slack identity is linked to one
+portal user at most, and a user has one Slack identity (the database refuses a second).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core import signing
+from django.db import IntegrityError, transaction
+
+from portal.models import SlackLink
+
+# A code is good for this long: the time to open the link and confirm.
+CODE_SECONDS = 15 * 60
+_SALT = "portal.slack.link"
+
+
+class LinkRefused(ValueError):
+    """The link cannot be made; the message says why."""
+
+
+def slack_link_code(*, team_id: str, slack_user_id: str) -> str:
+    """The signed code a profile link carries for this Slack identity."""
+    return signing.dumps({"team": team_id, "user": slack_user_id}, salt=_SALT, compress=True)
+
+
+def slack_link_read(code: str) -> tuple[str, str]:
+    """The (team id, Slack user id) a code names; ``LinkRefused`` if forged or old."""
+    try:
+        data = signing.loads(code, salt=_SALT, max_age=CODE_SECONDS)
+    except signing.SignatureExpired:
+        raise LinkRefused(
+            "This link is older than 15 minutes. Click a button in Slack again for a new one."
+        ) from None
+    except signing.BadSignature:
+        raise LinkRefused(
+            "This link is not one the portal made. Click a button in Slack."
+        ) from None
+    return str(data["team"]), str(data["user"])
+
+
+def slack_link_create(*, user: Any, code: str) -> SlackLink:
+    """Link ``user`` to the Slack identity ``code`` names (``LinkRefused`` if ``user``
+    has one already, or that identity is another user's)."""
+    team_id, slack_user_id = slack_link_read(code)
+    if SlackLink.objects.filter(user=user).exists():
+        raise LinkRefused("Your account is linked to Slack already; unlink it first.")
+    try:
+        with transaction.atomic():
+            return SlackLink.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
+    except IntegrityError:
+        # The unique constraints are the last word when two confirmations race.
+        raise LinkRefused(
+            "That Slack user is linked to another portal account (or yours was just "
+            "linked). Unlink it there first."
+        ) from None
+
+
+def slack_link_delete(*, user: Any) -> bool:
+    """Unlink ``user`` from Slack; False when there was no link."""
+    deleted, _ = SlackLink.objects.filter(user=user).delete()
+    return bool(deleted)
+
+
+def slack_user(*, team_id: str, slack_user_id: str) -> Any | None:
+    """The active portal user linked to this Slack identity, or None."""
+    link = (
+        SlackLink.objects.select_related("user")
+        .filter(team_id=team_id, slack_user_id=slack_user_id, user__is_active=True)
+        .first()
+    )
+    return link.user if link is not None else None
