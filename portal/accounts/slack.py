@@ -9,12 +9,14 @@ portal user at most, and a user has one Slack identity (the database refuses a s
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.core import signing
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from portal.models import SlackLink
+from portal.models import SlackLink, SlackReplay
 
 # A code is good for this long: the time to open the link and confirm.
 CODE_SECONDS = 15 * 60
@@ -76,3 +78,18 @@ def slack_user(*, team_id: str, slack_user_id: str) -> Any | None:
         .first()
     )
     return link.user if link is not None else None
+
+
+def slack_signature_take(signature: str, *, forget_after: float) -> bool:
+    """Record that a signed Slack request was taken: False when it was taken before (a
+    replay). Signatures older than ``forget_after`` seconds are forgotten, since the
+    timestamp window refuses those requests anyway."""
+    try:
+        with transaction.atomic():
+            SlackReplay.objects.filter(
+                seen_at__lt=timezone.now() - timedelta(seconds=forget_after)
+            ).delete()
+            SlackReplay.objects.create(signature=signature[:80])
+    except IntegrityError:
+        return False
+    return True

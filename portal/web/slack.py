@@ -14,16 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from slack_sdk.signature import SignatureVerifier
@@ -31,7 +29,7 @@ from slack_sdk.signature import SignatureVerifier
 from portal.accounts import roles
 from portal.accounts import slack as links
 from portal.errors import DecisionRefused
-from portal.models import Approval, Decision, Interrupt, SlackLink, SlackReplay
+from portal.models import Approval, Decision, Interrupt, SlackLink
 from portal.notify import outbox
 from portal.notify import slack as messages_slack
 from portal.notify.delivery import post
@@ -59,14 +57,7 @@ def _checked(request: HttpRequest) -> HttpResponse | None:
         return _refuse(401, "The request's timestamp is missing or over five minutes old.")
     if not SignatureVerifier(secret).is_valid(request.body, stamp, signature):
         return _refuse(401, "The request's X-Slack-Signature does not match its body.")
-    try:
-        with transaction.atomic():
-            # Once a signature is past the window, the timestamp check refuses it anyway.
-            SlackReplay.objects.filter(
-                seen_at__lt=timezone.now() - timedelta(seconds=2 * WINDOW_SECONDS)
-            ).delete()
-            SlackReplay.objects.create(signature=signature[:80])
-    except IntegrityError:
+    if not links.slack_signature_take(signature, forget_after=2 * WINDOW_SECONDS):
         return _refuse(409, "This request was taken already: a replay is refused.")
     return None
 
