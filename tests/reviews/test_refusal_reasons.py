@@ -115,7 +115,7 @@ def test_a_policy_that_is_not_true_or_false_is_refused(settings):
     from portal.models import policies
 
     settings.PORTAL_POLICIES = {"*:*": {"refusal_needs_note": "no"}}
-    with pytest.raises(ValueError, match="refusal_needs_note.*true or false"):
+    with pytest.raises(ValueError, match=r"refusal_needs_note.*true or false"):
         policies.policy_for("refunds", "tool_approval")
 
 
