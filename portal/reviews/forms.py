@@ -78,6 +78,18 @@ def _args_schema(interrupt: Interrupt, args: Any = None) -> dict[str, Any] | Non
     return {**args, "properties": properties} if properties else None
 
 
+def _own_args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
+    """The ``args`` of a yes/no schema raised from inside a tool (no calls to key them
+    by): the fields the tool lets a reviewer change, as they are."""
+    if interrupt.tool_calls or not interrupt.tool_call_id:
+        return None
+    schema = interrupt.response_schema or {}
+    args = (schema.get("properties") or {}).get("args")
+    if isinstance(args, dict) and isinstance(args.get("properties"), dict) and args["properties"]:
+        return args
+    return None
+
+
 def original_args(interrupt: Interrupt) -> dict[str, Any]:
     return {call.id: call.args for call in interrupt.tool_calls}
 
@@ -122,9 +134,14 @@ class DecisionForm(forms.Form):
         elif _is_approval_schema(schema):
             self.mode = "approval"
             args_schema = _args_schema(interrupt)
+            initial: dict[str, Any] | None = original_args(interrupt)
+            if args_schema is None and (own := _own_args_schema(interrupt)) is not None:
+                # A tool that asks itself (the refunds demo) and lets its own arguments be
+                # changed: its schema's defaults are the arguments asked for.
+                args_schema, initial = own, None
             if args_schema is not None:
                 self.args_layout = SchemaLayout(
-                    args_schema, prefix="args", initial=original_args(interrupt), base=("args",)
+                    args_schema, prefix="args", initial=initial, base=("args",)
                 )
                 for field in self.args_layout.fields.values():
                     # Prefilled; an empty required argument is the schema's to report.
