@@ -393,6 +393,9 @@ if _agents_extra:
 # Largest accepted input for starting or resuming a thread, in bytes of JSON.
 PORTAL_MAX_INPUT_BYTES = env_int("PORTAL_MAX_INPUT_BYTES", 32_768, minimum=1024)
 PORTAL_MAX_NOTE_CHARS = env_int("PORTAL_MAX_NOTE_CHARS", 2_000, minimum=1)
+# A reviewer's claim on a request lapses this many seconds after it was taken (shown on
+# the request page); a lapsed claim blocks nobody, and anyone who may claim can take it.
+PORTAL_CLAIM_EXPIRES_SECONDS = env_int("PORTAL_CLAIM_EXPIRES_SECONDS", 15 * 60, minimum=1)
 # Run the worker loop inside the web process (the embedded demo). Off in production,
 # where `manage.py run_worker` processes do the work.
 PORTAL_EMBEDDED_WORKER = env_bool("PORTAL_EMBEDDED_WORKER", not (_database_url and REDIS_URL))

@@ -258,13 +258,25 @@ def pause_again(
     )
 
 
-def make_decision(*, interrupt: Interrupt, reviewer, value: Any = _DEFAULT, note: str = ""):
+# The reason a reviewer gives when a test refuses without naming one: a rejection or an
+# ignore needs a note by default (portal.reviews.checks.check_refusal_reason).
+REFUSAL_NOTE = "Not this one."
+
+
+def make_decision(
+    *, interrupt: Interrupt, reviewer, value: Any = _DEFAULT, note: str | None = None
+):
+    from portal.reviews.checks import refusal_kind
     from portal.reviews.decisions import decision_submit
 
+    value = {"approved": True} if value is _DEFAULT else value
+    if note is None:
+        has_own = isinstance(value, dict) and value.get("note")
+        note = REFUSAL_NOTE if refusal_kind(value) and not has_own else ""
     return decision_submit(
         interrupt=interrupt,
         reviewer=reviewer,
-        value={"approved": True} if value is _DEFAULT else value,
+        value=value,
         resume_interrupt_id=interrupt.pk,
         note=note,
     )

@@ -83,6 +83,7 @@ POST /threads/<str:thread_id>/retry         login 404   404   403   403   403   
 POST /threads/<str:thread_id>/cancel        login 404   404   403   403   403   404   403   302
 GET  /queue/                                login 403   403   200   403   403   403   200   200
 GET  /queue/ htmx                           login 403   403   200   403   403   403   200   200
+GET  /queue/next                            login 403   403   302   403   403   403   302   302
 GET  /interrupts/<str:interrupt_id>/        login 404   404   200   200   200   404   200   200
 GET  /interrupts/<str:interrupt_id>/catch-up login 404  404   200   200   200   404   200   200
 POST /interrupts/<str:interrupt_id>/decide  login 404   404   302   403   403   404   302   302
@@ -231,6 +232,7 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
             {"confirm": "yes"},
         ),
         ("GET", "/queue/"): ("/queue/", None),
+        ("GET", "/queue/next"): ("/queue/next", None),
         ("GET", "/interrupts/<str:interrupt_id>/"): (f"/interrupts/{i.pk}/", None),
         ("GET", "/interrupts/<str:interrupt_id>/catch-up"): (f"/interrupts/{i.pk}/catch-up", None),
         ("POST", "/interrupts/<str:interrupt_id>/decide"): (f"/interrupts/{i.pk}/decide", approve),

@@ -1,8 +1,10 @@
 """Refunds need a person's yes: the tool itself asks, with a schema for the answer.
 
-``issue_refund`` calls ``interrupt()`` before touching money. The demo pauses on two
-threads, shows a malformed answer being refused (the thread stays paused), then approves
-one refund and rejects the other with a note. Run: ``python -m agents.examples.refunds``.
+``issue_refund`` calls ``interrupt()`` before touching money. A reviewer approves, rejects
+(with a reason), or approves a smaller amount: the schema caps an edit at the amount asked
+for, and the tool checks it again (fail closed). The demo pauses on two threads, shows a
+malformed answer being refused (the thread stays paused), then approves one refund and
+rejects the other with a note. Run: ``python -m agents.examples.refunds``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from agents import (
     interrupt,
     pending_interrupt,
 )
-from agents.examples import DECISION_SCHEMA, dollars
+from agents.examples import dollars
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
 
 # What the portal shows of this agent (portal.runs.registry reads these): the chat picker's
@@ -44,6 +46,45 @@ SYSTEM_PROMPT = [
 ISSUED: list[dict[str, Any]] = []
 
 
+def refund_schema(amount: float) -> dict[str, Any]:
+    """Approve or reject, with a note; an approval may pay less than asked (a partial
+    refund), never more and never nothing."""
+    return {
+        "type": "object",
+        "properties": {
+            "approved": {"type": "boolean"},
+            "note": {"type": "string"},
+            "args": {
+                "type": "object",
+                "properties": {
+                    "amount": {
+                        "type": "number",
+                        "title": "Amount",
+                        "description": f"At most ${amount:,.2f}, the amount asked for.",
+                        "exclusiveMinimum": 0,
+                        "maximum": amount,
+                        "default": amount,
+                    }
+                },
+                "additionalProperties": False,
+            },
+        },
+        "required": ["approved"],
+    }
+
+
+def _paid(decision: dict[str, Any], asked: float) -> float | None:
+    """The amount to pay: as asked, or the reviewer's edit when it is a number above
+    zero and at most what was asked; None (pay nothing) otherwise."""
+    args = decision.get("args")
+    if args is None:
+        return asked
+    edited = args.get("amount", asked) if isinstance(args, dict) else None
+    if isinstance(edited, bool) or not isinstance(edited, int | float):
+        return None
+    return float(edited) if 0 < edited <= asked else None
+
+
 def issue_refund(order_id: str, amount: float) -> str:
     """Refund an order. A person must approve it first.
 
@@ -56,13 +97,22 @@ def issue_refund(order_id: str, amount: float) -> str:
         {"order_id": order_id, "amount": amount},
         message=f"Approve a ${amount:.2f} refund for order {order_id}?",
         reason="tool_approval",
-        response_schema=DECISION_SCHEMA,
+        response_schema=refund_schema(amount),
         summary=f"Refund ${amount:,.2f} to order {order_id}",
     )
     if not (isinstance(decision, dict) and decision.get("approved") is True):
         note = decision.get("note") if isinstance(decision, dict) else "the request was cancelled"
         return json.dumps({"status": "declined", "reason": note or "no reason given"})
-    ISSUED.append({"order_id": order_id, "amount": amount})
+    paid = _paid(decision, amount)
+    if paid is None:  # the schema refuses this; a tool that pays money checks again
+        reason = f"the approved amount was not between $0 and ${amount:,.2f}"
+        return json.dumps({"status": "declined", "reason": reason})
+    ISSUED.append({"order_id": order_id, "amount": paid})
+    if paid != amount:
+        return (
+            f"Refund of ${paid:,.2f} issued for order {order_id} (the reviewer changed "
+            f"amount: ${amount:,.2f} → ${paid:,.2f})."
+        )
     return f"Refund of ${amount:.2f} issued for order {order_id}."
 
 

@@ -24,6 +24,7 @@ class Policy:
     expires_after: timedelta | None = None
     approvals_required: int = 1
     rejections_required: int = 1
+    refusal_needs_note: bool = True
 
     @property
     def needs_several(self) -> bool:
@@ -68,6 +69,12 @@ def _count(value: Any, key: str, name: str) -> int:
     return value
 
 
+def _flag(value: Any, key: str, name: str = "refusal_needs_note") -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"PORTAL_POLICIES[{key!r}][{name!r}] must be true or false, got {value!r}")
+    return value
+
+
 def check_assignees(names: Any, where: str) -> tuple[str, ...]:
     """``names`` as a tuple of ``"user:<username>"``/``"group:<name>"`` strings; a
     ``ValueError`` saying what is wrong otherwise."""
@@ -108,6 +115,7 @@ def policy_for(agent: str, reason: str) -> Policy:
                 remind_before=_seconds(entry.get("remind_before"), key, "remind_before"),
                 escalate_after=_seconds(entry.get("escalate_after"), key, "escalate_after"),
                 escalate_to=entry.get("escalate_to") or None,
+                refusal_needs_note=_flag(entry.get("refusal_needs_note", True), key),
             )
     return Policy(key="")
 

@@ -3,12 +3,13 @@ checkpoint that raised it; and what a request's payload says (its tool calls, it
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from agents.interrupt import fallback_summary
 from portal.models import waiting
@@ -134,6 +135,24 @@ class Interrupt(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def claim_ends_at(self) -> datetime | None:
+        """When the current claim lapses (``PORTAL_CLAIM_EXPIRES_SECONDS`` after it was
+        taken), or None when nobody holds one."""
+        if self.claimed_by_id is None or self.claimed_at is None:
+            return None
+        return self.claimed_at + timedelta(seconds=settings.PORTAL_CLAIM_EXPIRES_SECONDS)
+
+    def claim_holder(self, now: datetime | None = None) -> Any:
+        """Who holds a claim that has not lapsed, or None: a lapsed claim blocks nobody,
+        so a reviewer who walked away does not stop the queue."""
+        if self.claimed_by_id is None:
+            return None
+        ends = self.claim_ends_at  # None: a claim recorded without its time never lapses
+        if ends is not None and ends <= (now or timezone.now()):
+            return None
+        return self.claimed_by
 
     @property
     def tool_calls(self) -> list[ToolCall]:

@@ -32,12 +32,14 @@ from portal.errors import (
 )
 from portal.models import Checkpoint, Decision, Interrupt, policies
 from portal.reviews.quorum import already_voted, quorum_of
+from portal.reviews.words import REFUSAL_NOTE_NEEDED
 
 __all__ = [
     "Answer",
     "already_decided",
     "check_decision",
     "check_pending_in_checkpoint",
+    "check_refusal_reason",
     "decision_forbidden",
 ]
 
@@ -82,6 +84,31 @@ def check_decision(*, interrupt: Interrupt | str, value: Any, note: str | None) 
         value = {**value, "note": note}
     _validate(schema, value, note)
     return Answer(pk=pk, value=value, note=note, said_no=said_no)
+
+
+def refusal_kind(value: Any, *, said_no: bool = False) -> str | None:
+    """ "reject" or "ignore" when ``value`` declines (a yes/no "no", an ignore), else None.
+    A response is not one: its text is the reason."""
+    if not isinstance(value, dict):
+        return None
+    if said_no or value.get("approved") is False:
+        return "reject"
+    return "ignore" if value.get("type") == "ignore" else None
+
+
+def check_refusal_reason(value: Any, note: str, *, said_no: bool, agent: str, reason: str) -> None:
+    """A rejection or an ignore needs a note (the agent and whoever asked read it as the
+    reason), unless the request's policy says ``refusal_needs_note: false``. Checked under
+    the lock after the status, so a late answer hears "already decided" first."""
+    kind = refusal_kind(value, said_no=said_no)
+    if kind is None or not policies.policy_for(agent, reason).refusal_needs_note:
+        return
+    # The note, or a reason the request's own schema asks for.
+    given = [note] + [value.get(k) for k in ("note", "reason") if isinstance(value, dict)]
+    if any(isinstance(text, str) and text.strip() for text in given):
+        return
+    what = REFUSAL_NOTE_NEEDED[kind]
+    raise InvalidDecision(f"Not recorded: {what}", errors=[f"$.note: {what}"])
 
 
 def already_decided(interrupt: Interrupt) -> DecisionRefused:
@@ -152,12 +179,13 @@ def decision_forbidden(
         return DecisionForbidden("Log in as a reviewer to decide requests.")
     if not roles.can_decide(user):
         return DecisionForbidden("Your role can read this request but not decide it.")
-    holder = interrupt.claimed_by if claims else None
-    # Claims coordinate reviewers; they do not block whoever may take claims over.
+    holder = interrupt.claim_holder() if claims else None
+    # Claims coordinate reviewers; they do not block whoever may take claims over, and a
+    # lapsed claim blocks nobody.
     if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
         return DecisionForbidden(
-            f"{who(holder)} claimed this request at {when(interrupt.claimed_at)}; "
-            "ask them to release it first."
+            f"{who(holder)} claimed this request at {when(interrupt.claimed_at)}; ask them "
+            f"to release it, or wait: the claim lapses at {when(interrupt.claim_ends_at)}."
         )
     try:
         policies.check_decider(interrupt=interrupt, user=user)

@@ -1,7 +1,9 @@
 """Claims: a reviewer marks a request as theirs so others see who is on it.
 
 A claim coordinates reviewers; it does not block whoever may take claims over
-(``roles.can_take_over_claims``). ``decision_forbidden`` reads it under the row lock.
+(``roles.can_take_over_claims``), and it lapses ``PORTAL_CLAIM_EXPIRES_SECONDS`` after it
+was taken (``Interrupt.claim_holder``), so a reviewer who walked away stops nobody.
+``decision_forbidden`` reads it under the row lock.
 """
 
 from __future__ import annotations
@@ -37,15 +39,20 @@ def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         )
         if locked.status != Interrupt.Status.PENDING:
             raise already_decided(locked)
-        holder = locked.claimed_by
-        if holder is not None and holder.pk != user.pk and not roles.can_take_over_claims(user):
+        holder, now = locked.claimed_by, timezone.now()
+        live = locked.claim_holder(now)
+        if live is not None and live.pk != user.pk and not roles.can_take_over_claims(user):
             raise ClaimConflict(
-                f"{who(holder)} already claimed this request at {when(locked.claimed_at)}."
+                f"{who(live)} already claimed this request at {when(locked.claimed_at)}; "
+                f"the claim lapses at {when(locked.claim_ends_at)}."
             )
-        if holder is None or holder.pk != user.pk:
-            locked.claimed_by, locked.claimed_at = user, timezone.now()
+        if holder is None or holder.pk != user.pk or live is None:
+            locked.claimed_by, locked.claimed_at = user, now
             locked.save(update_fields=["claimed_by", "claimed_at"])
-            taken = {"taken_over_from": holder.get_username()} if holder is not None else {}
+            # A takeover names whom it was taken from, and whether their claim had lapsed.
+            taken = {}
+            if holder is not None and holder.pk != user.pk:
+                taken = {"taken_over_from": holder.get_username(), "lapsed": live is None}
             audit_record(action=AuditEvent.Action.CLAIM, actor=user, target=locked, detail=taken)
             broadcast.queue_change_on_commit(locked)
     interrupt.claimed_by, interrupt.claimed_at = locked.claimed_by, locked.claimed_at
@@ -66,7 +73,8 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
         )
         holder = locked.claimed_by
         if holder is not None:
-            if holder.pk != user.pk and not roles.can_take_over_claims(user):
+            lapsed = locked.claim_holder() is None
+            if holder.pk != user.pk and not lapsed and not roles.can_take_over_claims(user):
                 raise DecisionForbidden(
                     f"{who(holder)} holds this claim; only they or an admin can release it."
                 )

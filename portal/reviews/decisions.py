@@ -22,6 +22,7 @@ from portal.reviews.checks import (
     already_decided,
     check_decision,
     check_pending_in_checkpoint,
+    check_refusal_reason,
     decision_forbidden,
     latest_checkpoint_columns,
 )
@@ -113,6 +114,9 @@ def decision_submit(
             forbidden = decision_forbidden(interrupt=locked, user=reviewer)
             if forbidden is not None:
                 raise forbidden
+            check_refusal_reason(
+                value, note, said_no=answer.said_no, agent=locked.agent, reason=locked.reason
+            )
             outcome, original, executed = outcome_and_args(locked, value, said_no=answer.said_no)
             if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
                 note = value["note"]

@@ -11,19 +11,13 @@ from django.conf import settings
 
 from agents import inbox
 from portal.errors import DecisionRefused
-from portal.models import Approval, Decision, Interrupt
+from portal.models import Approval, Decision, Interrupt, policies
 from portal.reviews.decisions import decision_submit
 from portal.reviews.schema_forms import SchemaLayout
-from portal.reviews.words import tool_words
+from portal.reviews.words import action_tone, action_words, note_help, tool_words
 
 APPROVE, REJECT, EDIT, SUBMIT = "approve", "reject", "edit", "submit"
 ACCEPT, RESPOND, IGNORE = "accept", "response", "ignore"  # with EDIT: agents.inbox's types
-_ACTION_LABELS = {
-    ACCEPT: "Accept",
-    EDIT: "Accept with these arguments",
-    RESPOND: "Send response",
-    IGNORE: "Ignore",
-}
 _APPROVAL_KEYS = {"approved", "note", "args"}
 
 
@@ -67,6 +61,18 @@ def _args_schema(interrupt: Interrupt, args: Any = None) -> dict[str, Any] | Non
     return {**args, "properties": properties} if properties else None
 
 
+def _own_args_schema(interrupt: Interrupt) -> dict[str, Any] | None:
+    """The ``args`` of a yes/no schema raised from inside a tool (no calls to key them
+    by): the fields the tool lets a reviewer change, as they are."""
+    if interrupt.tool_calls or not interrupt.tool_call_id:
+        return None
+    schema = interrupt.response_schema or {}
+    args = (schema.get("properties") or {}).get("args")
+    if isinstance(args, dict) and isinstance(args.get("properties"), dict) and args["properties"]:
+        return args
+    return None
+
+
 def original_args(interrupt: Interrupt) -> dict[str, Any]:
     return {call.id: call.args for call in interrupt.tool_calls}
 
@@ -92,7 +98,7 @@ class DecisionForm(forms.Form):
         required=False,
         strip=False,
         label="Note",
-        help_text="Recorded with the decision; for a rejection the agent sees it as the reason.",
+        help_text="Recorded with your answer.",
         widget=forms.Textarea(attrs={"rows": 3}),
     )
 
@@ -111,9 +117,14 @@ class DecisionForm(forms.Form):
         elif _is_approval_schema(schema):
             self.mode = "approval"
             args_schema = _args_schema(interrupt)
+            initial: dict[str, Any] | None = original_args(interrupt)
+            if args_schema is None and (own := _own_args_schema(interrupt)) is not None:
+                # A tool that asks itself (the refunds demo) and lets its own arguments be
+                # changed: its schema's defaults are the arguments asked for.
+                args_schema, initial = own, None
             if args_schema is not None:
                 self.args_layout = SchemaLayout(
-                    args_schema, prefix="args", initial=original_args(interrupt), base=("args",)
+                    args_schema, prefix="args", initial=initial, base=("args",)
                 )
                 for field in self.args_layout.fields.values():
                     # Prefilled; an empty required argument is the schema's to report.
@@ -127,6 +138,17 @@ class DecisionForm(forms.Form):
             if isinstance(props, dict) and "note" in props:
                 # The schema asks for a note itself; one note field is enough.
                 del self.fields["note"]
+        if "note" in self.fields:
+            # Speaks of the refusal this request offers, not of "a rejection" everywhere.
+            needed = policies.policy_for(interrupt.agent, interrupt.reason).refusal_needs_note
+            self.fields["note"].help_text = note_help(self.refusals, needed=needed)
+
+    @property
+    def refusals(self) -> list[str]:
+        """The answers on offer that decline: ``reject`` (a yes/no request) or ``ignore``."""
+        if self.declared is not None:
+            return [IGNORE] if IGNORE in self.declared.actions else []
+        return [REJECT] if self.mode == "approval" else []
 
     def _inbox_fields(self, declared: inbox.Declared) -> None:
         if EDIT in declared.actions and declared.args_schema is not None:
@@ -153,11 +175,11 @@ class DecisionForm(forms.Form):
 
     # --- what the template needs -------------------------------------------------------
 
-    def inbox_buttons(self) -> list[tuple[str, str]]:
-        """(action, label) of the answers a declaring request allows that are a plain
-        button (edit and response sit with their fields)."""
+    def inbox_buttons(self) -> list[tuple[str, str, str]]:
+        """(action, label, tone) of the answers a declaring request allows that are a
+        plain button (edit and response sit with their fields)."""
         actions = self.declared.actions if self.declared else []
-        return [(a, _ACTION_LABELS[a]) for a in actions if a in (ACCEPT, IGNORE)]
+        return [(a, action_words(a), action_tone(a)) for a in actions if a in (ACCEPT, IGNORE)]
 
     @property
     def allows_response(self) -> bool:
@@ -196,6 +218,8 @@ class DecisionForm(forms.Form):
         if action == EDIT and not self.can_edit_args:
             raise forms.ValidationError("This request has no arguments to edit.")
         cleaned["action"] = action
+        if action in (APPROVE, REJECT):
+            self._keep_typed(action, edit=EDIT)
         if self.layout is not None and not self.errors and self.layout.value(cleaned) is None:
             # An empty answer would mean "cancel the request" to the runtime; a reviewer
             # who left the box empty did not mean that.
@@ -210,16 +234,46 @@ class DecisionForm(forms.Form):
         action = {APPROVE: ACCEPT}.get(action, action)
         if action == REJECT and IGNORE in declared.actions:
             cleaned["action"] = REJECT
+            self._keep_typed(REJECT, edit=EDIT)
+            self._keep_response(REJECT, cleaned)
             return cleaned
         if action not in declared.actions:
-            allowed = ", ".join(_ACTION_LABELS[a].lower() for a in declared.actions)
+            allowed = ", ".join(action_words(a).lower() for a in declared.actions)
             raise forms.ValidationError(f"This request allows only: {allowed}.")
         if action == EDIT and self.args_layout is None:
             raise forms.ValidationError("This request has no arguments to edit.")
         if action == RESPOND and not cleaned.get("response"):
             self.add_error("response", "Write the response the agent should get.")
+        if action != RESPOND:
+            self._keep_response(action, cleaned)
+        if action in (ACCEPT, IGNORE):
+            self._keep_typed(action, edit=EDIT)
         cleaned["action"] = action
         return cleaned
+
+    def _keep_response(self, action: str, cleaned: dict[str, Any]) -> None:
+        if cleaned.get("response"):
+            self.add_error(
+                "response",
+                f"You wrote a response but chose {action_words(action)!r}: send the response, "
+                "or clear it and choose again. Nothing was recorded.",
+            )
+
+    def _keep_typed(self, action: str, *, edit: str) -> None:
+        """Refuse an answer that would drop arguments the reviewer changed: typed work is
+        never thrown away silently (the page asks first; this is the path without it)."""
+        if self.args_layout is None:
+            return
+        # Only fields the POST carries: a client that sends no editor changed nothing.
+        posted = [name for name in self.args_layout.fields if name in self.data]
+        changed = [name for name in self.changed_data if name in posted]
+        for name in changed:
+            self.add_error(
+                name,
+                f"You changed this but chose {action_words(action)!r}, which does not use "
+                f"it: choose {action_words(EDIT if self.declared else 'approve_edited')!r}, "
+                "or put it back. Nothing was recorded.",
+            )
 
     def value(self) -> Any:
         """The answer as JSON (call after ``is_valid()``)."""

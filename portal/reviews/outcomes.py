@@ -79,11 +79,16 @@ def outcome_and_args(
     if outcome != Decision.Outcome.APPROVED:
         return outcome, original, None
     executed = dict(original)
-    edits = value.get("args") if isinstance(value, dict) and calls else None
-    if isinstance(edits, dict):
+    edits = value.get("args") if isinstance(value, dict) else None
+    if isinstance(edits, dict) and calls:
         for call_id, args in edits.items():
             if call_id in executed and isinstance(args, dict):
                 executed[call_id] = args
+    elif isinstance(edits, dict) and edits and interrupt.tool_call_id:
+        # A tool that asked itself and let its arguments be changed (the refunds demo's
+        # amount): what it runs with is what it asked with, changed by the edit.
+        asked = original[interrupt.tool_call_id]
+        executed[interrupt.tool_call_id] = {**(asked or {}), **edits}
     if executed != original:
         outcome = Decision.Outcome.EDITED
     return outcome, original, executed

@@ -22,7 +22,7 @@ REASONS = {
 def recorded_words(result: Any) -> str:
     """What a reviewer is told once their answer is recorded: the decision, or (on a
     request that needs several reviewers) their vote and what the request waits for."""
-    outcome = result.get_outcome_display().lower()
+    outcome = outcome_words(str(result.outcome)).lower()
     needed = getattr(result, "needed", None)
     if needed:
         return f"Recorded your answer ({outcome}); the request now waits for {needed}."
@@ -238,3 +238,63 @@ def submitted_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str
     if value is None and outcome in ("expired", "cancelled"):
         return f"{outcome_words(outcome)}: nobody answered."
     return answer_words(outcome, value)
+
+
+# --- the decision form's words -------------------------------------------------------------
+# The buttons follow the kind of request: a yes/no approval is approved or rejected; a
+# request that declares Agent Inbox's answers is accepted, edited, responded to or
+# ignored. Their tone follows the consequence: going ahead is primary, only a refusal is
+# "danger" (red); an ignore or a response is neither.
+ACTIONS = {
+    "approve": "Approve",
+    "reject": "Reject",
+    "approve_edited": "Approve with these arguments",
+    "accept": "Accept",
+    "edit": "Accept with these arguments",
+    "response": "Send response",
+    "ignore": "Ignore",
+    "submit": "Submit decision",
+}
+_TONES = {
+    "approve": "primary",
+    "approve_edited": "primary",
+    "accept": "primary",
+    "edit": "primary",
+    "submit": "primary",
+    "reject": "danger",
+}
+
+
+def action_words(action: str) -> str:
+    """A decision button's label: ``ignore`` -> ``Ignore``."""
+    return ACTIONS.get(action) or tool_words(action)
+
+
+def action_tone(action: str) -> str:
+    """The button's class: ``primary`` (goes ahead), ``danger`` (a refusal), or ``""``."""
+    return _TONES.get(action, "")
+
+
+# Why a refusal without a note is refused, naming the answer chosen.
+REFUSAL_NOTE_NEEDED = {
+    "reject": "a rejection needs a reason: write a note (the agent and whoever asked read it)",
+    "ignore": "ignoring needs a reason: write a note (the agent and whoever asked read it)",
+}
+
+
+def note_help(refusals: list[str], *, needed: bool = True) -> str:
+    """The note's help text, speaking of the refusal this request offers (``reject`` or
+    ``ignore``), or of the answer alone when it offers none."""
+    if "reject" in refusals:
+        what = "If you reject, the agent and whoever asked read the note as the reason"
+    elif "ignore" in refusals:
+        what = "If you ignore it, the agent and whoever asked read the note as the reason"
+    else:
+        return "Recorded with your answer."
+    return f"Recorded with your answer. {what}{' (required then)' if needed else ''}."
+
+
+def outcome_tone(outcome: str) -> str:
+    """An outcome's colour class: ``ok`` went ahead, ``bad`` was refused, ``""`` neither
+    (ignored, answered in words, expired, cancelled)."""
+    return {"approved": "ok", "edited": "ok", "rejected": "bad"}.get(outcome, "")

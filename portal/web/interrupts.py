@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -91,13 +92,17 @@ def _claim_context(request: HttpRequest, interrupt: Interrupt) -> dict[str, Any]
     can_decide = roles.can_decide(request.user)
     forbidden = decision_forbidden(interrupt=interrupt, user=request.user)
     blocked = str(forbidden) if interrupt.is_pending and forbidden else ""
+    holder = interrupt.claim_holder()
     context = {
         "interrupt": interrupt,
+        # A claim that has not lapsed, and when it does (the page shows both).
+        "holder": holder,
+        "claim_minutes": settings.PORTAL_CLAIM_EXPIRES_SECONDS // 60,
         "can_decide": can_decide,
         "can_claim": roles.can_claim(request.user),
         "can_take_over": roles.can_take_over_claims(request.user),
         "blocked_reason": blocked,
-        "claimed_by_me": interrupt.claimed_by_id == request.user.pk,
+        "claimed_by_me": holder is not None and holder.pk == request.user.pk,
         # Whether this user may decide now; live.js disables the form when it turns false.
         "decide_open": interrupt.is_pending and can_decide and not blocked,
         # Only someone else's claim stands in the way: the form is shown, closed, and

@@ -13,11 +13,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
@@ -27,6 +28,7 @@ from portal.audit import history
 from portal.models import Approval, Interrupt, paging
 from portal.models.paging import Cursor
 from portal.notify.assignments import assigned_to
+from portal.reviews.checks import decision_forbidden
 from portal.reviews.words import agent_words, reason_words, tool_words
 
 
@@ -182,4 +184,35 @@ def queue(request: HtmxRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-urlpatterns = [path("queue/", queue, name="queue")]
+# How many of the oldest pending requests "Next request" looks through for one this
+# reviewer may decide (claimed by others, or theirs by separation of duties, are skipped).
+NEXT_SCAN = 200
+
+
+def next_for(user: Any, *, skip: str = "") -> Interrupt | None:
+    """The oldest pending request ``user`` may decide now, other than ``skip``."""
+    qs = pending_queryset().select_related("thread", "claimed_by").order_by("created_at", "id")
+    for item in qs[:NEXT_SCAN]:
+        if item.pk != skip and decision_forbidden(interrupt=item, user=user) is None:
+            return item
+    return None
+
+
+@require_GET
+@login_required
+def queue_next(request: HttpRequest) -> HttpResponse:
+    """ "Next request": the oldest pending request this reviewer may decide, or the queue
+    with a word when none is left."""
+    if not roles.can_decide(request.user):
+        raise PermissionDenied("The review queue is for reviewers.")
+    item = next_for(request.user, skip=request.GET.get("after", ""))
+    if item is None:
+        messages.info(request, "Nothing else is waiting for you: the queue is clear.")
+        return redirect("queue")
+    return redirect("interrupt_detail", interrupt_id=item.pk)
+
+
+urlpatterns = [
+    path("queue/", queue, name="queue"),
+    path("queue/next", queue_next, name="queue_next"),
+]

@@ -7,6 +7,8 @@
 //   a / r   approve / reject (decision page: presses the form's own button; accept /
 //           ignore on a request with typed answers, and the help names them so)
 //   n       focus the note (decision page)
+//   N       next request: the oldest one waiting for this reviewer (decision page)
+//   Escape  leave the text field being typed in, so the keys above work again
 //
 // The queue remembers its order for the tab (sessionStorage) when a request is opened from
 // it, so j / k on a decision page step through the same list; without one they lead back
@@ -92,6 +94,12 @@
       note.focus();
       return true;
     }
+    if (key === "N") {
+      const next = document.getElementById("next-request");
+      if (!next) return false;
+      next.click();
+      return true;
+    }
     if (key === "j" || key === "k") {
       const order = remembered();
       const at = order.indexOf(location.pathname);
@@ -104,7 +112,11 @@
 
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey) return;
-    if (typing(event.target)) return;
+    if (typing(event.target)) {
+      // Escape leaves the field (what was typed stays), so `r` no longer types an "r".
+      if (event.key === "Escape" && document.querySelector("[data-shortcuts]")) event.target.blur();
+      return;
+    }
     const help = document.querySelector("[data-shortcuts]");
     if (!help) return;
     const key = event.key;

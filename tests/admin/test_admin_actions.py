@@ -175,7 +175,7 @@ def test_a_reviewer_cannot_expire_a_request_someone_else_has_claimed(
 
     request = make_interrupt()
     interrupt_claim(interrupt=request, user=second_reviewer)
-    _refused_expiry(client, _staff(reviewer), request, "ask them to release it first")
+    _refused_expiry(client, _staff(reviewer), request, "ask them to release it, or wait")
 
 
 def test_a_reviewer_who_voted_cannot_expire_the_request_alone(client, settings, reviewer):

@@ -53,7 +53,7 @@ def test_a_takeover_names_whom_the_claim_was_taken_from(reviewer, admin_user):
     interrupt_claim(interrupt=interrupt, user=admin_user)
     interrupt_unclaim(interrupt=interrupt, user=admin_user)
     _claim, takeover, release = events()
-    assert takeover.detail == {"taken_over_from": "rita-reviewer"}
+    assert takeover.detail == {"taken_over_from": "rita-reviewer", "lapsed": False}
     assert (release.actor_name, release.detail) == ("ada-admin", {"held_by": "ada-admin"})
 
 

@@ -116,6 +116,7 @@ def test_deciding_from_the_page_and_the_admin_reports_no_csp_violation(
     assert csp_violations(page) == []
 
     admin = login(admin_user, start=admin_change_url(data["approval"]))
+    admin.locator("#admin-decision").get_by_label("Note").fill("Not a payment we make.")
     admin.locator("#admin-decision").get_by_role("button", name="Ignore").first.click()
     admin.wait_for_load_state("networkidle")
     assert "Recorded" in admin.content()

@@ -60,7 +60,7 @@ def test_the_form_offers_only_the_declared_answers_and_an_edit_reaches_the_decis
     shoot(page, "decision-inbox-edit")
     form.get_by_role("button", name="Accept with these arguments").click()
 
-    expect(page.locator("#decision-result")).to_contain_text("Edited")
+    expect(page.locator("#decision-result")).to_contain_text("Approved with edited arguments")
     decision = Decision.objects.get(interrupt=interrupt)
     assert decision.value == {"type": "edit", "args": {"order_id": "A-1001", "amount": 10}}
     assert decision.executed_args == {interrupt.tool_call_id: {"order_id": "A-1001", "amount": 10}}
@@ -78,7 +78,7 @@ def test_a_response_is_sent_as_text_and_recorded_as_responded(live, login, revie
     form.get_by_label("Your response").fill("Ask for a photo of the damage first.")
     form.get_by_role("button", name="Send response").click()
 
-    expect(page.locator("#decision-result")).to_contain_text("Responded")
+    expect(page.locator("#decision-result")).to_contain_text("Answered in words instead")
     decision = Decision.objects.get(interrupt=interrupt)
     assert decision.value == {"type": "response", "args": "Ask for a photo of the damage first."}
 
@@ -126,7 +126,7 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     shoot(page, "decision-tool-approval")
     form.get_by_role("button", name="Accept with these arguments").click()
 
-    expect(page.locator("#decision-result")).to_contain_text("Edited")
+    expect(page.locator("#decision-result")).to_contain_text("Approved with edited arguments")
     decision = Decision.objects.get(interrupt=interrupt)
     edited = {"amount": 4000, "recipient": "Alice"}
     assert decision.value == {"type": "edit", "args": {call_id: edited}}
@@ -149,7 +149,7 @@ def test_a_response_to_a_high_risk_tool_approval_declines_it_with_the_text(live,
     form.get_by_label("Your response").fill("Send $500 now and the rest after the invoice.")
     form.get_by_role("button", name="Send response").click()
 
-    expect(page.locator("#decision-result")).to_contain_text("Responded")
+    expect(page.locator("#decision-result")).to_contain_text("Answered in words instead")
     decision = Decision.objects.get(interrupt=interrupt)
     assert decision.value == {
         "type": "response",

@@ -102,6 +102,10 @@ def test_the_decision_page_approves_rejects_and_focuses_the_note_from_the_keyboa
 
     page.keyboard.press("j")
     expect(page).to_have_url(f"{live}/interrupts/{order[1]}/")
+    # A rejection needs its reason: n, the note, Escape to leave the field, then r.
+    page.keyboard.press("n")
+    page.keyboard.type("Wrong order.")
+    page.keyboard.press("Escape")
     page.keyboard.press("r")
     assert _decision(order[1]).outcome == Decision.Outcome.REJECTED
 
@@ -114,6 +118,10 @@ def test_a_and_r_accept_or_ignore_a_high_risk_tool_approval_too(
     interrupt = make_tool_approval(owner=support_agent)
     page = login(reviewer, start=f"/interrupts/{interrupt.pk}/")
     expect(page.locator("#decision-form")).to_be_visible()
+    if key == "r":  # ignoring needs its reason
+        page.keyboard.press("n")
+        page.keyboard.type("Not a payment we make.")
+        page.keyboard.press("Escape")
 
     page.keyboard.press(key)
 

@@ -67,7 +67,7 @@ def test_a_claim_and_a_release_show_on_every_open_page_with_who_did_it(
     expect(watching.get_by_role("button", name="Claim")).to_have_count(0)
     why = watching.locator("#decision-blocked")
     expect(why).to_contain_text("rita-reviewer claimed this request at")
-    expect(why).to_contain_text("ask them to release it first")
+    expect(why).to_contain_text("ask them to release it, or wait")
     shoot(watching, "interrupt-claimed-elsewhere")
 
     claiming.get_by_role("button", name="Release").click()
@@ -91,7 +91,7 @@ def test_a_page_opened_while_someone_else_holds_the_claim_opens_when_it_is_relea
         wait_live(page)
     mark_page(waiting)
     why = waiting.locator("#decision-blocked")
-    expect(why).to_contain_text("ask them to release it first")
+    expect(why).to_contain_text("ask them to release it, or wait")
     expect(waiting.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
 
     holding.get_by_role("button", name="Release").click()

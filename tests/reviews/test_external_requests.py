@@ -225,7 +225,9 @@ def test_a_request_over_the_thread_resume_endpoint_answers_without_a_run(agent, 
 
     response = Client().post(
         f"/api/threads/{body['thread_id']}/resume",
-        json.dumps({"resume": {"approved": False}, "resume_interrupt_id": body["id"]}),
+        json.dumps(
+            {"resume": {"approved": False, "note": "No."}, "resume_interrupt_id": body["id"]}
+        ),
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {api_token_create(user=reviewer)[1]}",
     )
@@ -867,6 +869,7 @@ def test_a_receiver_that_is_down_never_blocks_the_decision_and_gets_the_answer_l
         reviewer=reviewer,
         value={"approved": False},
         resume_interrupt_id=body["id"],
+        note="Not this one.",
     )
     _deliver_due()
 

@@ -83,7 +83,12 @@ def test_the_form_offers_exactly_the_answers_the_request_declares(client, review
             {"type": "response", "args": "Ask for a photo first."},
             None,
         ),
-        ({"action": "ignore"}, "ignored", {"type": "ignore"}, None),
+        (
+            {"action": "ignore", "note": "Not ours."},
+            "ignored",
+            {"type": "ignore", "note": "Not ours."},
+            None,
+        ),
     ],
 )
 def test_each_answer_is_recorded_as_its_own_outcome_and_resumes_the_thread_with_it(
@@ -231,7 +236,7 @@ def tool_message(thread) -> dict:
     [
         ({"action": "edit", "args.amount": "7"}, ["7"], "Gave $7.00."),
         ({"action": "accept"}, ["42.0"], "Gave $42.00."),
-        ({"action": "ignore"}, [], '"answer": "ignore"'),
+        ({"action": "ignore", "note": "no"}, [], '"answer": "ignore"'),
         ({"action": "response", "response": "Not today."}, [], '"text": "Not today."'),
     ],
 )
@@ -291,7 +296,7 @@ def test_an_edit_at_the_accounts_breakpoint_deletes_the_edited_account(
     [
         ({"action": "ignore", "note": "wrong user"}, "ignored", "wrong user"),
         ({"action": "response", "response": "Deactivate it instead."}, "responded", "Deactivate"),
-        ({"action": "reject"}, "rejected", "No approval was given."),  # a yes/no "no"
+        ({"action": "reject", "note": "Not allowed."}, "rejected", "Not allowed."),  # a yes/no "no"
     ],
 )
 def test_the_accounts_breakpoint_takes_typed_answers_each_its_own_outcome_and_runs_nothing(

@@ -182,11 +182,11 @@ def test_a_rejection_count_makes_a_rejection_wait_for_more(settings, panel):
     }
     request = make_interrupt()
 
-    first = answer(request, panel[0], REJECT)
+    first = answer(request, panel[0], REJECT, note="Wrong order.")
     assert isinstance(first, Approval)
     assert first.needed == "2 more approvals or 1 more rejection to decline it"
     assert isinstance(answer(request, panel[1]), Approval)  # 1 yes, 1 no
-    decision = answer(request, panel[2], REJECT)
+    decision = answer(request, panel[2], REJECT, note="Wrong amount.")
 
     assert isinstance(decision, Decision) and decision.outcome == "rejected"
     assert resumes(request) == 1
@@ -198,7 +198,7 @@ def test_a_tool_approvals_ignore_and_response_each_count_as_a_no(settings, panel
     }
     request = make_tool_approval()
 
-    first = answer(request, panel[0], {"type": "ignore"})
+    first = answer(request, panel[0], {"type": "ignore"}, note="Not a payment we make.")
     decision = answer(request, panel[1], {"type": "response", "args": "Ask for the invoice."})
 
     assert isinstance(first, Approval) and first.outcome == "ignored"

@@ -226,7 +226,7 @@ def test_a_tool_approval_offers_argument_editing_prefilled_with_the_model_argume
     assert form.mode == "inbox"
     assert form.can_edit_args and form.allows_response
     # Each button says the answer it records: ignoring is not called a rejection.
-    assert form.inbox_buttons() == [("accept", "Accept"), ("ignore", "Ignore")]
+    assert form.inbox_buttons() == [("accept", "Accept", "primary"), ("ignore", "Ignore", "")]
     assert form.fields[f"args.{call_id}.amount"].initial == 5000.0
     assert form.fields[f"args.{call_id}.recipient"].initial == "Alice"
     assert form.fields[f"args.{call_id}.amount"].label.startswith("Transfer funds")
@@ -243,14 +243,57 @@ def test_accepting_a_tool_call_without_editing_sends_no_arguments(action, sent):
         {
             "resume_interrupt_id": interrupt.pk,
             "action": action,
-            f"args.{call_id}.amount": "1",
-            f"args.{call_id}.recipient": "Mallory",
+            f"args.{call_id}.amount": "5000.0",
+            f"args.{call_id}.recipient": "Alice",
         },
         interrupt=interrupt,
     )
 
     assert form.is_valid(), form.errors
     assert form.value() == {"type": sent}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", ["accept", "approve", "ignore", "reject"])
+def test_an_answer_that_would_drop_changed_arguments_is_refused_naming_the_field(action):
+    # Without JavaScript nothing asks first: the server refuses rather than lose the edit.
+    interrupt = make_tool_approval()
+    call_id = interrupt.value["tool_calls"][0]["id"]
+
+    form = DecisionForm(
+        {
+            "resume_interrupt_id": interrupt.pk,
+            "action": action,
+            "note": "a reason",
+            f"args.{call_id}.amount": "1",
+            f"args.{call_id}.recipient": "Alice",
+        },
+        interrupt=interrupt,
+    )
+
+    assert not form.is_valid()
+    assert list(form.errors) == [f"args.{call_id}.amount"]
+    assert "You changed this but chose" in form.errors[f"args.{call_id}.amount"][0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", ["accept", "ignore", "reject"])
+def test_an_answer_that_would_drop_a_typed_response_is_refused_naming_the_field(action):
+    interrupt = make_tool_approval()
+
+    form = DecisionForm(
+        {
+            "resume_interrupt_id": interrupt.pk,
+            "action": action,
+            "note": "a reason",
+            "response": "Send $500 now, the rest later.",
+        },
+        interrupt=interrupt,
+    )
+
+    assert not form.is_valid()
+    assert "response" in form.errors
+    assert "You wrote a response but chose" in form.errors["response"][0]
 
 
 @pytest.mark.django_db

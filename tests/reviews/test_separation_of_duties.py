@@ -93,7 +93,7 @@ def test_a_decider_whose_words_reached_the_thread_cannot_approve_what_they_asked
     client.force_login(reviewer)
     response = client.post(
         f"/interrupts/{request.pk}/decide",
-        {"resume_interrupt_id": request.pk, "action": "reject"},
+        {"resume_interrupt_id": request.pk, "action": "reject", "note": "No."},
     )
     assert response.status_code == 302
     assert Decision.objects.get(interrupt=request).reviewer == reviewer

@@ -217,7 +217,8 @@ def test_ignoring_a_high_risk_tool_approval_is_offered_and_recorded_as_ignored(c
     login(client, reviewer)
 
     page = client.get(detail_url(interrupt)).content.decode()
-    assert 'value="ignore" class="danger">Ignore</button>' in page
+    # Ignoring is not a refusal: it is not red like Reject.
+    assert 'value="ignore">Ignore</button>' in page and 'class="danger"' not in page
     assert ">Reject</button>" not in page  # the button says the answer it records
     assert "<dt><kbd>r</kbd></dt><dd>Ignore</dd>" in page  # and so does its shortcut's help
     response = client.post(
@@ -299,7 +300,8 @@ def test_a_second_submission_gets_409_naming_who_decided_and_when(
     make_decision(interrupt=interrupt, reviewer=reviewer)
 
     response = login(client, second_reviewer).post(
-        decide_url(interrupt), {"resume_interrupt_id": interrupt.pk, "action": "reject"}
+        decide_url(interrupt),
+        {"resume_interrupt_id": interrupt.pk, "action": "reject", "note": "too late"},
     )
 
     assert response.status_code == 409
@@ -398,7 +400,7 @@ def test_a_reviewer_claims_and_others_see_who_holds_it(client, reviewer, second_
     # while the claim section says so, with the reason, and opens once it is released.
     assert 'data-open="0"' in html
     assert 'id="decision-form"' in html and 'data-open-while="decision-claim"' in html
-    assert "ask them to release it first.</p>" in html and "data-closed-why" in html
+    assert "the claim lapses at" in html and "data-closed-why" in html
 
 
 def test_a_form_waiting_for_a_claim_is_closed_without_javascript_and_the_claim_says_why(
@@ -413,7 +415,7 @@ def test_a_form_waiting_for_a_claim_is_closed_without_javascript_and_the_claim_s
     # The claim section gives this viewer's reason, for live.js to show should the form
     # close after the page loaded (a claim made meanwhile).
     claim = re.search(r'<section id="decision-claim"[^>]*>', waiting)
-    assert claim and "ask them to release it first." in claim[0]
+    assert claim and "ask them to release it, or wait:" in claim[0]
 
     holding = login(client, reviewer).get(detail_url(interrupt)).content.decode()
     assert '<fieldset class="bare">' in holding
@@ -433,7 +435,7 @@ def test_a_refused_answer_gives_the_claims_reason_once(client, reviewer, second_
 
     html = refused.content.decode()
     assert refused.status_code == 403
-    assert html.count("ask them to release it first.") == 1
+    assert html.count("ask them to release it, or wait:") == 1
     assert 'id="decision-blocked" data-closed-why hidden></p>' in html
     claim = re.search(r'<section id="decision-claim"[^>]*>', html)
     assert claim and 'data-why=""' in claim[0]
@@ -448,7 +450,7 @@ def test_a_claim_on_a_request_one_may_not_decide_anyway_shows_no_form(
     login(client, reviewer).post(reverse("interrupt_claim", args=[interrupt.pk]))
 
     html = login(client, second_reviewer).get(detail_url(interrupt)).content.decode()
-    assert "ask them to release it first." in html
+    assert "ask them to release it, or wait:" in html
     assert 'id="decision-form"' not in html and "data-closed-why" not in html
 
 

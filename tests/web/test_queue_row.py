@@ -44,7 +44,7 @@ def pending(
         reason=reason,
         message=message,
         created_at=CREATED,
-        claimed_by=get_user_model()(username=claimant) if claimant else None,
+        claimed_by=get_user_model()(id=7, username=claimant) if claimant else None,
         checkpoint_seq=1,
     )
 
