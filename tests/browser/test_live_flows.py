@@ -84,7 +84,7 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     interrupt = _wait_for(lambda: _pending(thread.pk), what="the interrupt row")
     row = queue.locator(f"#q-{interrupt.pk}")
     expect(row).to_be_visible(timeout=3000)
-    expect(row).to_contain_text("refunds")
+    expect(row).to_contain_text("Refunds")
     expect(row).to_contain_text("Tool approval")
     expect(row).to_contain_text("asked by sam-support")
     expect(row).to_contain_text("Approve a $42.50 refund")
