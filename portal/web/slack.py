@@ -146,7 +146,9 @@ def _decide(reviewer: Any, interrupt_id: str, approved: bool, response_url: str)
                 to=outbox.Target.slack_reply(response_url),
             )
     except DecisionRefused as refusal:
-        _reply(response_url, f"Nothing was recorded: {refusal.message}")
+        # A button carries no note: a refusal that needs one is given on the request's page.
+        page = f"{settings.PORTAL_BASE_URL}{reverse('interrupt_detail', args=[interrupt.pk])}"
+        _reply(response_url, f"Nothing was recorded: {refusal.message} (<{page}|open it>).")
     return HttpResponse(status=200)
 
 

@@ -48,9 +48,13 @@ def portal(server, transactional_db, roles) -> PortalClient:
     return PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
 
 
-def decide(request_id: str, reviewer, value) -> None:
+def decide(request_id: str, reviewer, value, note: str = "") -> None:
     decision_submit(
-        interrupt=request_id, reviewer=reviewer, value=value, resume_interrupt_id=request_id
+        interrupt=request_id,
+        reviewer=reviewer,
+        value=value,
+        resume_interrupt_id=request_id,
+        note=note,
     )
 
 
@@ -86,7 +90,7 @@ def test_invoke_until_answered_waits_by_long_poll_and_an_ignore_pays_nothing(por
             while not (pending := Interrupt.objects.filter(status="pending").first()):
                 assert time.monotonic() < deadline, "the graph never asked"
                 time.sleep(0.1)
-            decide(pending.pk, reviewer, {"type": "ignore"})
+            decide(pending.pk, reviewer, {"type": "ignore"}, note="Not today.")
         finally:
             connection.close()
 

@@ -44,12 +44,18 @@ def portal(server, transactional_db, roles) -> PortalClient:
     return PortalClient(server, token, webhook_secret=row.webhook_secret, timeout=20)
 
 
-def decide_soon(request_id: str, reviewer, value, *, after: float = 0.5) -> threading.Thread:
+def decide_soon(
+    request_id: str, reviewer, value, *, after: float = 0.5, note: str = ""
+) -> threading.Thread:
     def decide() -> None:
         time.sleep(after)
         try:
             decision_submit(
-                interrupt=request_id, reviewer=reviewer, value=value, resume_interrupt_id=request_id
+                interrupt=request_id,
+                reviewer=reviewer,
+                value=value,
+                resume_interrupt_id=request_id,
+                note=note,
             )
         finally:
             connection.close()
@@ -83,7 +89,7 @@ def test_a_script_raises_a_request_and_waits_for_the_reviewers_answer(portal, re
 
 def test_a_rejection_does_not_go_ahead(portal, reviewer):
     request = portal.raise_request(agent="invoice-bot", response_schema=YES_NO)
-    decide_soon(request.id, reviewer, {"approved": False}, after=0).join()
+    decide_soon(request.id, reviewer, {"approved": False}, after=0, note="Not this one.").join()
 
     answer = portal.get(request.id).answer
     assert answer.outcome == "rejected" and not answer.goes_ahead

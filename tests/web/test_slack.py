@@ -189,13 +189,31 @@ def test_a_linked_reviewers_click_decides_and_the_message_shows_the_outcome(
     assert f"Approved by {reviewer.username} in Slack" in update["text"]
 
 
-def test_a_click_on_reject_records_a_rejection(client, reviewer, fake_slack):
+def test_a_click_on_reject_records_a_rejection_where_no_reason_is_needed(
+    client, reviewer, fake_slack, settings
+):
+    settings.PORTAL_POLICIES = {"*:*": {"refusal_needs_note": False}}
     interrupt = make_interrupt()
     linked(reviewer, "U0RITA")
 
     click(client, interrupt, "U0RITA", fake_slack, slack_messages.REJECT)
 
     assert Decision.objects.get().outcome == "rejected"
+
+
+def test_a_click_on_reject_that_needs_a_reason_records_nothing_and_links_to_the_page(
+    client, reviewer, fake_slack
+):
+    interrupt = make_interrupt()
+    linked(reviewer, "U0RITA")
+
+    click(client, interrupt, "U0RITA", fake_slack, slack_messages.REJECT)
+
+    assert not Decision.objects.exists()
+    [reply] = fake_slack.to("/response/U0RITA")
+    assert reply["response_type"] == "ephemeral"
+    assert "Nothing was recorded" in reply["text"] and "note" in reply["text"]
+    assert f"https://portal.example.com/interrupts/{interrupt.pk}" in reply["text"]
 
 
 def test_a_tampered_click_is_refused_and_nothing_is_recorded(client, reviewer, fake_slack):
