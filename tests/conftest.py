@@ -230,6 +230,8 @@ def worker_env(effects: Path, transactional_db) -> dict[str, str]:
             "PORTAL_AGENTS_EXTRA": json.dumps(AGENTS),
             "PORTAL_TEST_EFFECTS": str(effects),
             "PORTAL_MODEL": "scripted",
+            # The tests' webhook receivers listen on loopback.
+            "PORTAL_ALLOW_PRIVATE_TARGETS": "1",
             "PORTAL_NO_WORKER": "1",
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",

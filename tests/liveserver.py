@@ -27,7 +27,16 @@ def live_portal(log_dir: Path, **env: str) -> Iterator[str]:
     skip = ("DATABASE_URL", "SQLITE_PATH", "PORTAL_NO_WORKER", "PORTAL_EMBEDDED_WORKER")
     full = {k: v for k, v in os.environ.items() if k not in skip}
     full.update(database_env())
-    full.update({"PYTHONUNBUFFERED": "1", "PORTAL_MODEL": "scripted", "DEBUG": "1", **env})
+    # The tests' webhook receivers listen on loopback, which the portal refuses by default.
+    full.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "PORTAL_MODEL": "scripted",
+            "DEBUG": "1",
+            "PORTAL_ALLOW_PRIVATE_TARGETS": "1",
+            **env,
+        }
+    )
     port = free_port()
     log = log_dir / "server.log"
     proc = subprocess.Popen(

@@ -35,7 +35,8 @@ def production_steps() -> ProductionSteps:
     text = README.read_text()
     section = text[text.index("\n## Production\n") :]
     section = section[: section.index("\n## ", 1)]
-    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    # A command may go on over several lines, as a shell reads a backslash at the end.
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section.replace("\\\n", " "), re.S)
     sql = [body for lang, body in blocks if lang == "sql"]
     sh = [body for lang, body in blocks if lang == "sh"]
     assert len(sql) == 1 and len(sh) == 4, "deployment.md's production section changed shape"

@@ -109,7 +109,12 @@ def deployment(tmp_path: Path) -> Iterator[dict[str, object]]:
             "env": env,
             "port": port,
             "setup": [rename(line) for line in steps.setup],
-            "start": [rename(line).replace("-p 8000", f"-p {port}") for line in steps.start],
+            "start": [
+                rename(line)
+                .replace("-p 8000", f"-p {port}")
+                .replace("--port 8000", f"--port {port}")
+                for line in steps.start
+            ],
             "logs": tmp_path,
         }
     finally:
@@ -133,14 +138,14 @@ def _run(line: str, deployment: dict[str, object], **extra: str) -> str:
 def _wait_until_up(url: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"daphne exited:\n{log.read_text()[-3000:]}"
+        assert proc.poll() is None, f"the web server exited:\n{log.read_text()[-3000:]}"
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 if response.status == 200:
                     return
         except OSError:
             time.sleep(0.2)
-    pytest.fail(f"daphne did not answer {url}:\n{log.read_text()[-3000:]}")
+    pytest.fail(f"the web server did not answer {url}:\n{log.read_text()[-3000:]}")
 
 
 def test_the_readme_production_profile_serves_pages_with_styles_scripts_and_live_updates(

@@ -18,8 +18,9 @@ from tests.loopback import WebhookReceiver
 
 
 def test_an_outside_agents_request_arrives_live_and_its_answer_goes_back(
-    live, login, shoot, reviewer
+    live, login, shoot, reviewer, settings
 ):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # this process delivers to loopback too
     queue = login(reviewer, start="/queue/")
     wait_live(queue)
     mark_page(queue)

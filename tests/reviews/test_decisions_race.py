@@ -172,6 +172,7 @@ def test_twenty_simultaneous_decisions_on_an_external_request_record_one(roles):
                 reviewer=reviewers[n],
                 value={"approved": n % 2 == 0},
                 resume_interrupt_id=interrupt_id,
+                note=f"reviewer {n}",
             )
         except Exception as exc:
             results[n] = exc
