@@ -147,6 +147,24 @@ class Declared:
     args_schema: dict[str, Any] | None
 
 
+# What a plain yes/no approval's schema may hold beside ``approved``.
+YES_NO_KEYS = frozenset({"approved", "note", "args"})
+
+
+def is_yes_no(schema: Any) -> bool:
+    """A plain approval: no schema, or ``{"approved": boolean}`` with at most a note and
+    arguments beside it (the shape the portal answers with Approve and Reject)."""
+    if schema is None:
+        return True
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return (
+        isinstance(props, dict)
+        and isinstance(props.get("approved"), dict)
+        and props["approved"].get("type") == "boolean"
+        and set(props) <= YES_NO_KEYS
+    )
+
+
 def declared(schema: Any) -> Declared | None:
     """The actions, offered arguments and their schema of a request, or None for a
     request that declares no actions (an agent's own schema, a yes/no approval)."""

@@ -39,7 +39,6 @@ REJECT = "portal.reject"
 OPEN = "portal.open"
 # The events that ask someone to decide: their messages carry the buttons.
 _ASKS = (REQUEST_CREATED, REQUEST_ASSIGNED, REQUEST_REMINDER, REQUEST_ESCALATED)
-_YES_NO_KEYS = {"approved", "note", "args"}
 
 
 def offers_buttons(schema: Any) -> bool:
@@ -47,14 +46,10 @@ def offers_buttons(schema: Any) -> bool:
     answer (no typed answer, no edit required; declared actions go to the page)."""
     if schema is None:
         return True
-    if not isinstance(schema, dict) or inbox.declared(schema) is not None:
-        return False
-    props = schema.get("properties")
     return (
-        isinstance(props, dict)
-        and isinstance(props.get("approved"), dict)
-        and props["approved"].get("type") == "boolean"
-        and set(props) <= _YES_NO_KEYS
+        isinstance(schema, dict)
+        and inbox.declared(schema) is None
+        and inbox.is_yes_no(schema)
         and set(schema.get("required") or []) <= {"approved"}
     )
 

@@ -18,19 +18,6 @@ from portal.reviews.words import action_tone, action_words, note_help, tool_word
 
 APPROVE, REJECT, EDIT, SUBMIT = "approve", "reject", "edit", "submit"
 ACCEPT, RESPOND, IGNORE = "accept", "response", "ignore"  # with EDIT: agents.inbox's types
-_APPROVAL_KEYS = {"approved", "note", "args"}
-
-
-def _is_approval_schema(schema: Any) -> bool:
-    if schema is None:
-        return True
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    return (
-        isinstance(props, dict)
-        and isinstance(props.get("approved"), dict)
-        and props["approved"].get("type") == "boolean"
-        and set(props) <= _APPROVAL_KEYS
-    )
 
 
 def _args_schema(interrupt: Interrupt, args: Any = None) -> dict[str, Any] | None:
@@ -114,7 +101,7 @@ class DecisionForm(forms.Form):
         if self.declared is not None:
             self.mode = "inbox"
             self._inbox_fields(self.declared)
-        elif _is_approval_schema(schema):
+        elif inbox.is_yes_no(schema):
             self.mode = "approval"
             args_schema = _args_schema(interrupt)
             initial: dict[str, Any] | None = original_args(interrupt)
