@@ -19,6 +19,7 @@ from portal.models.notifications import (
     outbox_backlog,
 )
 from portal.models.requests import Interrupt, ToolCall, summary_beside, tool_calls_in
+from portal.models.rules import Rule, RuleHit, RuleSimulation, RuleVersion
 from portal.models.slack import SlackLink, SlackReplay
 from portal.models.threads import TITLE_MAX_CHARS, Checkpoint, Run, Thread, conversation
 from portal.models.tokens import ApiToken, password_fingerprint
@@ -41,6 +42,10 @@ __all__ = [
     "Interrupt",
     "Notification",
     "RoutingEvent",
+    "Rule",
+    "RuleHit",
+    "RuleSimulation",
+    "RuleVersion",
     "Run",
     "SlackLink",
     "SlackReplay",

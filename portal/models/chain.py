@@ -55,7 +55,7 @@ DECISION_FIELDS = (
 )
 # Decision fields added later: in the canonical form only when set, so the rows recorded
 # before them hash as they always did, and a new row's value is sealed like the others.
-DECISION_LATER_FIELDS = ("door",)
+DECISION_LATER_FIELDS = ("door", "rule_version_id", "rule_hash")
 # The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
 # and resolution times change over an interrupt's life and are not part of it.
 PAYLOAD_FIELDS = (
@@ -136,7 +136,11 @@ class Chain:
 
 _ANSWER_EDITS = "a value, note, outcome, reviewer or time"
 DECISIONS = Chain(
-    "decision", DECISION_FIELDS, True, _ANSWER_EDITS + " (or the door)", DECISION_LATER_FIELDS
+    "decision",
+    DECISION_FIELDS,
+    True,
+    _ANSWER_EDITS + " (or the door or rule)",
+    DECISION_LATER_FIELDS,
 )
 APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
 EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")

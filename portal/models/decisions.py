@@ -61,6 +61,7 @@ class Decision(models.Model):
         MCP = "mcp"
         OPENAI_AGENTS = "openai-agents"
         LANGGRAPH = "langgraph"
+        RULE = "rule"  # a decision rule's version decided (``rule_version``), no person
 
     # OneToOne puts a unique constraint in the database: a second decision on the same
     # interrupt fails there even if two requests slip past the row lock.
@@ -83,6 +84,16 @@ class Decision(models.Model):
     door = models.CharField(
         max_length=16, choices=Door.choices, blank=True, default="", db_default=""
     )
+    # A decision rule's version that decided (door "rule"), with that version's hash as it
+    # was when it decided: both in the hash chain when set.
+    rule_version = models.ForeignKey(
+        "portal.RuleVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="decisions",
+    )
+    rule_hash = models.CharField(max_length=64, blank=True, default="", db_default="")
     # A default, not auto_now_add, so the time is known before
     # the insert and the hash chain (portal/models/chain.py) can cover it.
     created_at = models.DateTimeField(default=timezone.now, editable=False)

@@ -83,6 +83,16 @@ class Interrupt(models.Model):
     # it. A request that left the queue without one (its thread moved on) was not.
     decided = models.BooleanField(default=False, db_default=False)
     checkpoint_seq = models.PositiveIntegerField()
+    # Set when a decision rule routed it to people: how many approvals it needs then
+    # (at least its policy's), and the rule version that routed it.
+    approvals_required = models.PositiveSmallIntegerField(null=True, blank=True)
+    routed_by = models.ForeignKey(
+        "portal.RuleVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="routed",
+    )
 
     class Meta:
         permissions = [
