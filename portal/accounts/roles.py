@@ -39,6 +39,7 @@ RETRY_THREAD = "portal.retry_thread"
 CANCEL_THREAD = "portal.cancel_thread"
 VIEW_AUDIT_TRAIL = "portal.view_audit_trail"
 RAISE_REQUEST = "portal.raise_request"
+MANAGE_RULES = "portal.manage_rules"
 
 # Group name -> permission codenames (app "portal"), read by setup_roles (ensure_roles).
 ROLE_PERMISSIONS: dict[str, list[str]] = {
@@ -216,6 +217,11 @@ def may_cancel(user: User, thread: Any) -> bool:
 
 def can_raise_requests(user: User) -> bool:
     return _has(user, RAISE_REQUEST)
+
+
+def can_manage_rules(user: User) -> bool:
+    """Write, simulate, activate and switch off decision rules (``portal.reviews.rules``)."""
+    return _has(user, MANAGE_RULES)
 
 
 def deciders() -> QuerySet[AuthUser]:
