@@ -292,7 +292,7 @@ def test_the_requester_is_refused_under_separation_of_duties(client, fake_slack)
 
     click(client, interrupt, "U0SAM", fake_slack)
 
-    assert not Decision.objects.exists()
+    assert not Decision.objects.exists() and not Approval.objects.exists()
     [reply] = fake_slack.to("/response/U0SAM")
     assert reply["response_type"] == "ephemeral"
     assert "Nothing was recorded" in reply["text"]
@@ -318,6 +318,7 @@ def test_under_a_quorum_the_first_click_is_a_vote_and_the_second_voter_decides(
 
     decision = Decision.objects.get()
     assert (decision.reviewer, decision.door) == (second_reviewer, Decision.Door.SLACK)
+    assert [vote.door for vote in Approval.objects.all()] == ["slack", "slack"]
     to_rita = fake_slack.to("/response/U0RITA")
     [refused] = [m for m in to_rita if m.get("response_type") == "ephemeral"]
     assert "Nothing was recorded" in refused["text"]
