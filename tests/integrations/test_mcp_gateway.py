@@ -29,6 +29,7 @@ from portal.accounts.tokens import api_token_create
 from portal.errors import InvalidDecision
 from portal.models import ExternalRequest, Interrupt
 from portal.reviews.decisions import decision_submit
+from portal.reviews.expiry import interrupt_expire
 from tests.factories import make_user
 from tests.liveserver import ROOT, live_portal
 from tests.processes import free_port
@@ -300,6 +301,23 @@ def test_a_refused_call_is_not_made_and_the_client_reads_the_reason(
 
     assert result.is_error and "not on Fridays" in text(result)
     assert reviewer.username in text(result)
+    assert not target.exists()
+
+
+def test_an_expired_request_is_a_refusal_saying_so_and_the_call_is_not_made(
+    server, token, reviewer, tmp_path
+):
+    config = write_config(tmp_path, server)
+    target = tmp_path / "notes.txt"
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "late"}
+    )
+
+    interrupt_expire(interrupt=pending_request(), user=reviewer)  # as its deadline would
+    connection.close()
+    result = finish(helper, out)
+
+    assert result.is_error and "expired before a reviewer answered" in text(result)
     assert not target.exists()
 
 
