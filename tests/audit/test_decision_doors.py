@@ -19,6 +19,7 @@ from portal.models import Approval, AuditEvent, Decision, Interrupt, chain
 from portal.reviews.decisions import decision_submit
 from portal.reviews.expiry import interrupts_expire
 from tests.audit.test_audit import tampering
+from tests.reviews.test_quorum import _tamper
 from tests.factories import make_decision, make_interrupt
 
 pytestmark = pytest.mark.django_db
@@ -224,7 +225,6 @@ def test_an_edit_of_a_votes_door_is_caught(reviewer, settings):
     vote = Approval.objects.get()
     assert vote.door == "slack"
 
-    with tampering() as cursor:
-        cursor.execute("UPDATE portal_approval SET door = %s WHERE id = %s", ["admin", vote.pk])
+    _tamper("UPDATE portal_approval SET door = %s WHERE id = %s", ["admin", vote.pk])
 
     assert not verify_chain(Approval.objects.all(), chain=chain.APPROVALS).ok
