@@ -117,8 +117,7 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "decided_at": decided,
         "thread_id": values["thread_id"],
         "agent": values["interrupt__agent"],
-        # The outside door that raised it (client, langgraph, mcp, openai-agents); empty
-        # for a request of an agent the portal runs.
+        # The outside door that raised it (ExternalRequest.Source); empty for our agents.
         "raised_through": values["interrupt__external__source"] or "",
         "reason": values["interrupt__reason"],
         "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
@@ -517,16 +516,7 @@ EVENT_COLUMNS = [
     ("detail", "Detail"),
     ("hash", "Chain hash"),
 ]
-_EVENT_VALUES = (
-    "id",
-    "created_at",
-    "action",
-    "actor_name",
-    "target_type",
-    "target_id",
-    "detail",
-    "hash",
-)
+_EVENT_VALUES = tuple("id created_at action actor_name target_type target_id detail hash".split())
 
 
 def require_audit_trail_access(request: HttpRequest) -> None:

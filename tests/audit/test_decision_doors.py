@@ -19,8 +19,8 @@ from portal.models import Approval, AuditEvent, Decision, Interrupt, chain
 from portal.reviews.decisions import decision_submit
 from portal.reviews.expiry import interrupts_expire
 from tests.audit.test_audit import tampering
-from tests.reviews.test_quorum import _tamper
 from tests.factories import make_decision, make_interrupt
+from tests.reviews.test_quorum import _tamper
 
 pytestmark = pytest.mark.django_db
 
