@@ -19,6 +19,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import string
 import sys
 import tomllib
 import uuid
@@ -31,8 +32,13 @@ from typing import Any
 import mcp_types as types
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+
+# The SDK's own HTTP client with its transports' timeouts (what its session groups use),
+# so headers need no HTTP package of ours.
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from .portal_client import PortalClient, PortalError, Request
 
@@ -74,12 +80,46 @@ def destructive(tool: types.Tool) -> bool:
 
 @dataclass(frozen=True)
 class Upstream:
+    """One server behind the gateway: a ``command`` it starts (stdio), or the ``url`` of
+    one that serves streamable HTTP, with ``headers`` sent on each of its requests."""
+
     name: str
     command: str = ""
     args: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     cwd: str | None = None
     url: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+UPSTREAM_KEYS = {"name", "command", "args", "env", "cwd", "url", "headers"}
+
+
+def _upstream(raw: dict[str, Any], where: str) -> Upstream:
+    """An ``[[upstream]]`` table: a name, and a command or an http(s) url (``headers``
+    only with a url; ``${VAR}`` in a header's value is read from the environment)."""
+    if not raw.get("name") or bool(raw.get("command")) == bool(raw.get("url")):
+        raise ConfigError(f"{where} needs a name, and a command or a url (one of them)")
+    unknown = sorted(set(raw) - UPSTREAM_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; it takes {sorted(UPSTREAM_KEYS)}")
+    url = str(raw.get("url") or "")
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: url {url!r} is not http:// or https:// (streamable HTTP)")
+    headers = raw.get("headers") or {}
+    if headers and not url:
+        raise ConfigError(f"{where}: headers are sent to a url; a command takes env instead")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ConfigError(f"{where}: headers is a table of names to text values")
+    filled = {}
+    for name, value in headers.items():
+        try:
+            filled[str(name)] = string.Template(value).substitute(os.environ)
+        except KeyError as missing:  # fail closed: never send a header with a hole in it
+            raise ConfigError(f"{where}: header {name} names {missing}, which is not set") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}: header {name}: {exc}") from None
+    return Upstream(**{**raw, "headers": filled})
 
 
 @dataclass(frozen=True)
@@ -119,11 +159,10 @@ def load_config(path: Path) -> Config:
         raise ConfigError(
             f"{path}: [portal] needs url, and token or token_env naming a variable that is set"
         )
-    upstreams = []
-    for i, raw in enumerate(data.get("upstream") or []):
-        if not raw.get("name") or bool(raw.get("command")) == bool(raw.get("url")):
-            raise ConfigError(f"{path}: upstream {i + 1} needs a name, and a command or a url")
-        upstreams.append(Upstream(**raw))
+    upstreams = [
+        _upstream(raw, f"{path}: upstream {i + 1}")
+        for i, raw in enumerate(data.get("upstream") or [])
+    ]
     if not upstreams:
         raise ConfigError(f"{path}: no [[upstream]] server to put the gateway in front of")
     rules = []
@@ -253,9 +292,19 @@ class Gateway:
         """Connect to every upstream and learn its tools (two with one name: refused)."""
         async with AsyncExitStack() as stack:
             for upstream in self.config.upstreams:
-                target: StdioServerParameters | str = upstream.url or StdioServerParameters(
-                    command=upstream.command, args=upstream.args, env=upstream.env, cwd=upstream.cwd
-                )
+                target: Any
+                if upstream.url:
+                    http = await stack.enter_async_context(
+                        create_mcp_http_client(headers=upstream.headers or None)
+                    )
+                    target = streamable_http_client(upstream.url, http_client=http)
+                else:
+                    target = StdioServerParameters(
+                        command=upstream.command,
+                        args=upstream.args,
+                        env=upstream.env,
+                        cwd=upstream.cwd,
+                    )
                 client = await stack.enter_async_context(Client(target))
                 cursor: str | None = None
                 while True:

@@ -7,8 +7,9 @@ waits for the answers (long-poll), applies ``state.approve(item)`` or
 until it finishes. ``save_state`` receives ``state.to_string()`` before anyone is asked:
 store it, and after a restart pass ``RunState.from_string(agent, saved)`` back in. Each
 request's idempotency key comes from the run's id and the tool call's id (kept in the
-state), so asking again finds the same requests. With a webhook instead, collect the
-requests ``portal.verify_webhook`` returns and call ``apply_answers`` then ``Runner.run``.
+state), so asking again finds the same requests. With a webhook instead (``callback_url``
+among ``ask_portal``'s fields), pass each signed POST to ``collect_webhook`` and, once it
+says every call is answered, call ``apply_answers`` then ``Runner.run``.
 
 The SDK's package is named ``agents`` too: this module imports nothing of it (the caller
 passes its ``Runner``) and only relative siblings (docs/openai-agents.md).
@@ -23,7 +24,15 @@ from typing import Any
 
 from .portal_client import PortalClient, Request
 
-__all__ = ["SOURCE", "apply_answers", "ask_portal", "await_answers", "reason", "run_with_portal"]
+__all__ = [
+    "SOURCE",
+    "apply_answers",
+    "ask_portal",
+    "await_answers",
+    "collect_webhook",
+    "reason",
+    "run_with_portal",
+]
 
 SOURCE = "openai-agents"
 # A reviewer approves the call as it is, or refuses it saying why (the model reads it).
@@ -84,6 +93,24 @@ async def await_answers(
             raise TimeoutError(f"portal request {done.id} is still pending")
         answered[call_id] = done
     return answered
+
+
+def collect_webhook(
+    portal: PortalClient,
+    body: bytes,
+    signature: str | None,
+    asked: Mapping[str, str],
+    answers: dict[str, Request],
+) -> bool:
+    """Take one signed webhook: verify it (``agents.signing.SignatureError`` naming what is
+    wrong; nothing is taken), then file its answer in ``answers`` under the tool call it
+    answers (``asked``: call id to request id, as ``ask_portal`` raised them). A webhook
+    for another request is ignored. True once every asked call has its answer."""
+    request = portal.verify_webhook(body, signature)
+    for call_id, request_id in asked.items():
+        if request_id == request.id and not request.pending:
+            answers[call_id] = request
+    return all(call_id in answers for call_id in asked)
 
 
 def reason(request: Request) -> str:

@@ -16,7 +16,7 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal.models import SlackLink, SlackReplay
+from portal.models import AuditEvent, SlackLink, SlackReplay, audit_record
 
 # A code is good for this long: the time to open the link and confirm.
 CODE_SECONDS = 15 * 60
@@ -49,13 +49,20 @@ def slack_link_read(code: str) -> tuple[str, str]:
 
 def slack_link_create(*, user: Any, code: str) -> SlackLink:
     """Link ``user`` to the Slack identity ``code`` names (``LinkRefused`` if ``user``
-    has one already, or that identity is another user's)."""
+    has one already, or that identity is another user's); the link is in the audit trail."""
     team_id, slack_user_id = slack_link_read(code)
     if SlackLink.objects.filter(user=user).exists():
         raise LinkRefused("Your account is linked to Slack already; unlink it first.")
     try:
         with transaction.atomic():
-            return SlackLink.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
+            link = SlackLink.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
+            audit_record(
+                action=AuditEvent.Action.SLACK_LINK,
+                actor=user,
+                target=user,
+                detail={"team": team_id, "slack_user": slack_user_id},
+            )
+            return link
     except IntegrityError:
         # The unique constraints are the last word when two confirmations race.
         raise LinkRefused(
@@ -65,9 +72,20 @@ def slack_link_create(*, user: Any, code: str) -> SlackLink:
 
 
 def slack_link_delete(*, user: Any) -> bool:
-    """Unlink ``user`` from Slack; False when there was no link."""
-    deleted, _ = SlackLink.objects.filter(user=user).delete()
-    return bool(deleted)
+    """Unlink ``user`` from Slack, in the audit trail; False when there was no link."""
+    with transaction.atomic():
+        # Row lock: two unlink clicks at once would otherwise both record an unlinking.
+        link = SlackLink.objects.select_for_update().filter(user=user).first()
+        if link is None:
+            return False
+        link.delete()
+        audit_record(
+            action=AuditEvent.Action.SLACK_UNLINK,
+            actor=user,
+            target=user,
+            detail={"team": link.team_id, "slack_user": link.slack_user_id},
+        )
+    return True
 
 
 def slack_user(*, team_id: str, slack_user_id: str) -> Any | None:

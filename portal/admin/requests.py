@@ -106,7 +106,7 @@ class InterruptAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset.select_related("thread"),
-            lambda i: interrupt_expire(interrupt=i, user=request.user),
+            lambda i: interrupt_expire(interrupt=i, user=request.user, door=Decision.Door.ADMIN),
             "Expired",
         )
 
@@ -119,7 +119,9 @@ class InterruptAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda i: threads.interrupt_withdraw(interrupt=i, user=request.user),
+            lambda i: threads.interrupt_withdraw(
+                interrupt=i, user=request.user, door=Decision.Door.ADMIN
+            ),
             "Withdrawn",
         )
 
@@ -256,6 +258,7 @@ _APPROVAL_FIELDS: list[str] = [
     "outcome",
     "note",
     "answer",
+    "door",
     "created_at",
     "payload_hash",
     "prev_hash",
@@ -268,8 +271,8 @@ class ApprovalAdmin(ReadOnlyAdmin):
     """Each reviewer's vote on a request that needs several; written once, never changed."""
 
     ordering = ["-id"]  # ids grow with time
-    list_display = ["interrupt", "outcome", "reviewer", "created_at"]
-    list_filter = ["outcome"]
+    list_display = ["interrupt", "outcome", "reviewer", "door", "created_at"]
+    list_filter = ["outcome", "door"]
     search_fields = ["interrupt__id", "reviewer__username", "note"]
     list_select_related = ["reviewer", "interrupt"]
     fields = tuple(_APPROVAL_FIELDS)

@@ -74,7 +74,7 @@ class ThreadAdmin(ReadOnlyAdmin):
             self,
             request,
             queryset,
-            lambda t: threads.thread_cancel(thread=t, user=request.user),
+            lambda t: threads.thread_cancel(thread=t, user=request.user, door=Decision.Door.ADMIN),
             "Cancelled",
         )
 

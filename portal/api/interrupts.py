@@ -14,7 +14,7 @@ from portal.api.lookups import interrupt_or_404, visible_interrupts
 from portal.api.pages import InterruptPage
 from portal.api.schemas import InterruptOut
 from portal.errors import InterruptNotPending
-from portal.models import ApiToken
+from portal.models import ApiToken, Decision
 from portal.notify.assignments import assigned_to
 from portal.reviews.claims import interrupt_claim, interrupt_unclaim
 from portal.reviews.threads import interrupt_withdraw
@@ -112,7 +112,7 @@ def withdraw_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
             "reviewers reject it instead (POST /api/threads/{thread_id}/resume).",
         )
     try:
-        run = interrupt_withdraw(interrupt=interrupt, user=user)
+        run = interrupt_withdraw(interrupt=interrupt, user=user, door=Decision.Door.API)
     except InterruptNotPending as exc:
         raise ApiProblem(409, f"Not withdrawn: {exc}.") from None
     return Status(

@@ -26,7 +26,7 @@ from portal.errors import (
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
-from portal.models import ApiToken, Approval, Interrupt, Run, Thread, paging, waiting
+from portal.models import ApiToken, Approval, Decision, Interrupt, Run, Thread, paging, waiting
 from portal.reviews.decisions import decision_submit_for_thread
 from portal.reviews.threads import thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -415,7 +415,7 @@ def cancel_thread(request: HttpRequest, thread_id: str) -> Any:
     is done with nothing queued."""
     thread = thread_or_404(request, thread_id)
     try:
-        stopped = thread_cancel(thread=thread, user=token_user(request))
+        stopped = thread_cancel(thread=thread, user=token_user(request), door=Decision.Door.API)
     except ThreadActionForbidden as exc:
         raise ApiProblem(403, str(exc)) from None
     except ThreadNotCancellable as exc:

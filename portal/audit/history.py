@@ -48,6 +48,7 @@ _VALUES = (
     "thread_id",
     "interrupt_id",
     "interrupt__agent",
+    "interrupt__external__source",
     "interrupt__reason",
     "interrupt__node",
     "interrupt__message",
@@ -74,6 +75,7 @@ COLUMNS = [
     ("decided_at", "Decided at"),
     ("thread_id", "Thread"),
     ("agent", "Agent"),
+    ("raised_through", "Raised through"),
     ("reason", "Reason"),
     ("tools", "Tools"),
     ("node", "Node"),
@@ -115,6 +117,8 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "decided_at": decided,
         "thread_id": values["thread_id"],
         "agent": values["interrupt__agent"],
+        # The outside door that raised it (ExternalRequest.Source); empty for our agents.
+        "raised_through": values["interrupt__external__source"] or "",
         "reason": values["interrupt__reason"],
         "tools": tool_names(values["interrupt__value"], values["interrupt__tool"]),
         "node": values["interrupt__node"],
@@ -512,16 +516,7 @@ EVENT_COLUMNS = [
     ("detail", "Detail"),
     ("hash", "Chain hash"),
 ]
-_EVENT_VALUES = (
-    "id",
-    "created_at",
-    "action",
-    "actor_name",
-    "target_type",
-    "target_id",
-    "detail",
-    "hash",
-)
+_EVENT_VALUES = tuple("id created_at action actor_name target_type target_id detail hash".split())
 
 
 def require_audit_trail_access(request: HttpRequest) -> None:

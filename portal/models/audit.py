@@ -54,6 +54,8 @@ class AuditEvent(models.Model):
         EXPIRE = "interrupt.expire", "expired a request"
         THREAD_RETRY = "thread.retry", "retried a thread"
         THREAD_CANCEL = "thread.cancel", "cancelled a thread"
+        SLACK_LINK = "slack.link", "linked a Slack account"
+        SLACK_UNLINK = "slack.unlink", "unlinked a Slack account"
 
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     # Not a choices field on purpose: other parts add their actions (assignments,

@@ -56,6 +56,7 @@ DECISION_FIELDS = (
 # Decision fields added later: in the canonical form only when set, so the rows recorded
 # before them hash as they always did, and a new row's value is sealed like the others.
 DECISION_LATER_FIELDS = ("door", "rule_version_id", "rule_hash")
+APPROVAL_LATER_FIELDS = ("door",)
 # The interrupt fields that make up "the payload as the reviewer saw it". Status, claims
 # and resolution times change over an interrupt's life and are not part of it.
 PAYLOAD_FIELDS = (
@@ -142,7 +143,9 @@ DECISIONS = Chain(
     _ANSWER_EDITS + " (or the door or rule)",
     DECISION_LATER_FIELDS,
 )
-APPROVALS = Chain("approval", APPROVAL_FIELDS, True, _ANSWER_EDITS)
+APPROVALS = Chain(
+    "approval", APPROVAL_FIELDS, True, _ANSWER_EDITS + " (or the door)", APPROVAL_LATER_FIELDS
+)
 EVENTS = Chain("event", EVENT_FIELDS, False, "an action, actor, target, detail or time")
 
 

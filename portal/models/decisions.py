@@ -165,6 +165,10 @@ class Approval(models.Model):
     outcome = models.CharField(max_length=16, choices=Decision.Outcome.choices)
     value = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
+    # Where the vote came in, as a decision's door; empty on votes recorded before doors were.
+    door = models.CharField(
+        max_length=16, choices=Decision.Door.choices, blank=True, default="", db_default=""
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     payload_hash = models.CharField(max_length=64, blank=True)
     prev_hash = models.CharField(max_length=64, blank=True)

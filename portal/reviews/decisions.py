@@ -122,7 +122,7 @@ def decision_submit(
                 note = value["note"]
             policy = policies.policy_for(locked.agent, locked.reason)
             if policy.needs_several:
-                vote = vote_record(locked, reviewer, value, note, outcome, policy)
+                vote = vote_record(locked, reviewer, value, note, outcome, policy, door=door)
                 if vote is not None:  # counted; the request waits for more reviewers
                     if isinstance(interrupt, Interrupt):
                         interrupt.claimed_by_id = locked.claimed_by_id

@@ -88,7 +88,7 @@ def expire_due(pk: str, now: datetime) -> Decision | None:
         return None
 
 
-def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
+def _expire(locked: Interrupt, now: datetime, *, by: Any, door: str = "") -> Decision:
     """Resolve the row-locked, pending ``locked`` as expired and queue a declining resume."""
     value = _decline_value(locked, now)
     note = f"Expired at {when(now)} without a decision."
@@ -103,13 +103,15 @@ def _expire(locked: Interrupt, now: datetime, *, by: Any) -> Decision:
         note=note,
         original_args=outcome_and_args(locked, None)[1],
         at=now,
+        door=door,
     )
     return decision
 
 
-def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
+def interrupt_expire(*, interrupt: Interrupt, user: Any, door: str = "") -> Decision:
     """Expire one pending request now, as if its time had run out (the admin's bulk
-    action): the run resumes with a decline, and the decision names ``user``.
+    action): the run resumes with a decline, and the decision names ``user`` and ``door``
+    (a ``Decision.Door``; the audit event says it too).
 
     A decline is a decision, so ``user`` must be allowed to decide this request as
     ``decision_submit`` would allow them: the role, another reviewer's claim, the policy's
@@ -133,12 +135,12 @@ def interrupt_expire(*, interrupt: Interrupt, user: Any) -> Decision:
         forbidden = decision_forbidden(interrupt=locked, user=user)
         if forbidden is not None:
             raise forbidden
-        decision = _expire(locked, now, by=user)
+        decision = _expire(locked, now, by=user, door=door)
         audit_record(
             action=AuditEvent.Action.EXPIRE,
             actor=user,
             target=locked,
-            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+            detail={"thread": str(locked.thread_id), "decision": decision.pk, "door": door},
         )
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return decision

@@ -90,8 +90,11 @@ def vote_record(
     note: str,
     outcome: str,
     policy: policies.Policy,
+    *,
+    door: str = "",
 ) -> Approval | None:
-    """Record ``reviewer``'s vote on ``locked``; caller holds the row lock. Returns it when
+    """Record ``reviewer``'s vote on ``locked``, as coming in at ``door`` (a
+    ``Decision.Door``, sealed with the vote); caller holds the row lock. Returns it when
     the request still waits for more; None when this vote reached a count, and the caller
     goes on to record the decision with this answer."""
     votes = list(
@@ -120,7 +123,12 @@ def vote_record(
         # A savepoint, so a unique violation leaves the outer transaction usable.
         with transaction.atomic():
             vote = Approval.objects.create(
-                interrupt=locked, reviewer=reviewer, outcome=outcome, value=value, note=note
+                interrupt=locked,
+                reviewer=reviewer,
+                outcome=outcome,
+                value=value,
+                note=note,
+                door=door,
             )
     except IntegrityError:
         raise AlreadyVoted("You already answered this request. Nothing was changed.") from None

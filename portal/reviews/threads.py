@@ -115,9 +115,10 @@ def thread_start(*, agent: str, input: Any, user: Any) -> tuple[Thread, Run]:
     return thread, run
 
 
-def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
+def interrupt_withdraw(*, interrupt: Interrupt, user: Any, door: str = "") -> Run | None:
     """Withdraw a pending request: the thread resumes with ``None`` (the tool declines)
-    and goes on. (``thread_cancel`` stops the whole thread instead.)
+    and goes on. (``thread_cancel`` stops the whole thread instead.) ``door`` is where it
+    came in (a ``Decision.Door``), sealed with the decision and in the audit event.
 
     Raises ``InterruptNotPending`` when it was already decided, cancelled or expired.
     """
@@ -141,6 +142,7 @@ def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
             value=None,
             by=_user_or_none(user),
             at=timezone.now(),
+            door=door,
         )
         audit_record(
             action=(
@@ -150,7 +152,7 @@ def interrupt_withdraw(*, interrupt: Interrupt, user: Any) -> Run | None:
             ),
             actor=user,
             target=locked,
-            detail={"thread": str(locked.thread_id), "decision": decision.pk},
+            detail={"thread": str(locked.thread_id), "decision": decision.pk, "door": door},
         )
     interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return run
@@ -212,7 +214,7 @@ def thread_retry(*, thread: Thread, user: Any) -> Run:
     return run
 
 
-def thread_cancel(*, thread: Thread, user: Any) -> Thread:
+def thread_cancel(*, thread: Thread, user: Any, door: str = "") -> Thread:
     """Cancel ``thread`` for good, failing closed: its queued and running runs are
     cancelled, its pending request leaves the queue as a cancelled decision (the thread is
     not resumed), and it is marked ``cancelled`` with who did it and when.
@@ -221,9 +223,10 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
     checkpointer's compare-and-swap refuses writes to a cancelled thread, and a tool
     call runs only after it has been recorded. So no pending tool call runs afterwards.
 
-    ``user`` must own the thread or may cancel any (``roles.may_cancel``), else
-    ``ThreadActionForbidden``. ``ThreadNotCancellable`` when it was already cancelled, or
-    is done with nothing queued (there is nothing to stop).
+    ``door`` (a ``Decision.Door``) is where it came in, sealed with each cancelled
+    request's decision and in the audit event. ``user`` must own the thread or may cancel
+    any (``roles.may_cancel``), else ``ThreadActionForbidden``. ``ThreadNotCancellable``
+    when it was already cancelled, or is done with nothing queued (nothing to stop).
     """
     if not roles.may_cancel(user, thread):
         raise ThreadActionForbidden(
@@ -292,6 +295,7 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
                 note=f"The conversation was cancelled by {by_whom}.",
                 at=now,
                 resume=False,
+                door=door,
             )
         locked.status, locked.cancelled_at, locked.cancelled_by = (
             Thread.Status.CANCELLED,
@@ -306,6 +310,7 @@ def thread_cancel(*, thread: Thread, user: Any) -> Thread:
             detail={
                 "runs": sorted(str(pk) for pk in cancelled_runs),
                 "requests": [request.pk for request in pending],
+                "door": door,
             },
         )
         # Whoever waits for the thread's work to settle (the API's ?wait=) is answered.

@@ -202,7 +202,7 @@ def chat_withdraw(request: HttpRequest, thread_id: str) -> HttpResponse:
         )
     else:
         try:
-            interrupt_withdraw(interrupt=pending, user=request.user)
+            interrupt_withdraw(interrupt=pending, user=request.user, door=Decision.Door.DASHBOARD)
         except InterruptNotPending as exc:  # a reviewer decided a moment earlier
             messages.warning(request, f"Not withdrawn: {exc}.")
         else:

@@ -25,7 +25,7 @@ from django_htmx.middleware import HtmxDetails
 
 from portal.audit import history, metrics
 from portal.audit.history import COLUMNS, EVENT_COLUMNS, EventFilter, HistoryFilter
-from portal.models import Checkpoint, Decision, tool_calls_in
+from portal.models import Checkpoint, Decision, ExternalRequest, Interrupt, tool_calls_in
 from portal.reviews.words import (
     agent_words,
     answer_words,
@@ -213,6 +213,12 @@ def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]
     return asked, rows
 
 
+def _raised_through(interrupt: Interrupt) -> str:
+    """The outside door that raised the request, in words; empty for the portal's agents."""
+    outside = ExternalRequest.objects.filter(interrupt=interrupt).first()
+    return outside.get_source_display() if outside is not None else ""
+
+
 @require_GET
 @login_required
 def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
@@ -264,6 +270,7 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
             default=str,
         ),
         "next_steps": next_steps,
+        "raised_through": _raised_through(interrupt),
         **thread_context,
     }
     return render(request, "portal/decision.html", context)

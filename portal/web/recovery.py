@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from portal.accounts import access, roles
 from portal.errors import ThreadActionForbidden, ThreadNotCancellable, ThreadNotRetryable
-from portal.models import Thread
+from portal.models import Decision, Thread
 from portal.reviews.threads import thread_cancel, thread_retry
 
 
@@ -62,7 +62,7 @@ def thread_cancel_view(request: HttpRequest, thread_id: str) -> HttpResponse:
         context = {"thread": thread, "back": request.POST.get("back", ""), "back_url": back}
         return render(request, "portal/thread_cancel_confirm.html", context)
     try:
-        thread_cancel(thread=thread, user=request.user)
+        thread_cancel(thread=thread, user=request.user, door=Decision.Door.DASHBOARD)
     except (ThreadNotCancellable, ThreadActionForbidden) as exc:
         messages.warning(request, f"Not cancelled: {exc}.")
     else:

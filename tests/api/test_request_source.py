@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse
 
 from portal.accounts.tokens import api_token_create
-from portal.models import AuditEvent, ExternalRequest, Interrupt
+from portal.models import AuditEvent, Decision, ExternalRequest, Interrupt
+from portal.reviews.decisions import decision_submit
 from tests.factories import make_user
 
 URL = "/api/requests"
@@ -68,3 +70,29 @@ def test_the_same_key_from_another_door_returns_the_first_request(post):
 
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["source"] == "langgraph"
+
+
+@pytest.mark.django_db
+def test_the_history_its_export_the_decision_page_and_the_audit_trail_show_the_raising_door(
+    post, client, auditor, reviewer
+):
+    request_id = post(source="openai-agents", title="Pay invoice 7").json()["id"]
+    decision_submit(
+        interrupt=request_id,
+        reviewer=reviewer,
+        value={"approved": True},
+        resume_interrupt_id=request_id,
+        door=Decision.Door.DASHBOARD,
+    )
+    decision = Decision.objects.get()
+    client.force_login(auditor)
+
+    page = client.get(reverse("history")).content.decode()
+    assert "raised via openai-agents" in page and "via dashboard" in page
+    export = client.get(reverse("history_export_jsonl"))
+    [row] = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
+    assert (row["raised_through"], row["door"]) == ("openai-agents", "dashboard")
+    detail = client.get(reverse("decision_detail", args=[decision.pk])).content.decode()
+    assert "OpenAI Agents SDK adapter" in detail
+    trail = client.get(reverse("audit_trail"), {"action": "interrupt.raise"}).content.decode()
+    assert "openai-agents" in trail

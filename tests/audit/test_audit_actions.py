@@ -100,6 +100,7 @@ def test_withdrawing_a_request_from_the_chat_is_recorded_with_its_decision(clien
     assert withdrawal.detail == {
         "thread": str(interrupt.thread_id),
         "decision": interrupt.decision.pk,
+        "door": "dashboard",
     }
     call_command("verify_audit")
 

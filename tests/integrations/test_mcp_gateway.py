@@ -9,6 +9,8 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -27,6 +29,7 @@ from portal.accounts.tokens import api_token_create
 from portal.errors import InvalidDecision
 from portal.models import ExternalRequest, Interrupt
 from portal.reviews.decisions import decision_submit
+from portal.reviews.expiry import interrupt_expire
 from tests.factories import make_user
 from tests.liveserver import ROOT, live_portal
 from tests.processes import free_port
@@ -63,6 +66,78 @@ UPSTREAM = textwrap.dedent(
 )
 
 
+# The same, serving streamable HTTP on loopback behind a bearer token (the gateway's
+# ``headers``): a request without it gets 401 and never reaches the MCP server.
+HTTP_UPSTREAM = textwrap.dedent(
+    '''
+    """An upstream MCP server over streamable HTTP with one tool that writes."""
+    import os
+    import sys
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+    from mcp_types import ToolAnnotations
+
+    server = MCPServer("tickets")
+
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def file_ticket(path: str, title: str) -> str:
+        """File a ticket (a line in a file)."""
+        with open(path, "a") as out:
+            out.write(title + "\\n")
+        return f"filed {title!r}"
+
+
+    app = server.streamable_http_app()
+    expected = f"Bearer {os.environ['UPSTREAM_TOKEN']}".encode()
+
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no token"})
+            return
+        await app(scope, receive, send)
+
+
+    uvicorn.run(guarded, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    '''
+)
+UPSTREAM_TOKEN = "upstream-secret"
+
+
+@pytest.fixture(scope="module")
+def http_upstream(tmp_path_factory) -> Iterator[str]:
+    """The streamable-HTTP upstream in a process of its own; yields its MCP URL."""
+    where = tmp_path_factory.mktemp("http-upstream")
+    (where / "upstream.py").write_text(HTTP_UPSTREAM)
+    port = free_port()
+    env = {**os.environ, "UPSTREAM_TOKEN": UPSTREAM_TOKEN}
+    log = (where / "upstream.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, str(where / "upstream.py"), str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the HTTP upstream exited: {(where / 'upstream.log').read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the HTTP upstream did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
     with django_db_blocker.unblock(), live_portal(tmp_path_factory.mktemp("mcp")) as base:
@@ -88,24 +163,31 @@ def _swap(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def write_config(tmp_path: Path, portal_url: str) -> Path:
-    """docs/mcp-gateway.md's configuration, with this test's portal and upstream."""
+def write_config(tmp_path: Path, portal_url: str, http_upstream: str = "") -> Path:
+    """docs/mcp-gateway.md's configuration, with this test's portal and upstream (and,
+    given ``http_upstream``, its streamable-HTTP upstream uncommented, at that URL)."""
     (tmp_path / "upstream.py").write_text(UPSTREAM)
     text = _swap(_block("toml"), 'url = "http://127.0.0.1:8000"', f'url = "{portal_url}"')
     text = _swap(text, 'command = "python"', f'command = "{sys.executable}"')
     text = _swap(text, 'args = ["files_server.py"]', f'args = ["{tmp_path / "upstream.py"}"]')
+    if http_upstream:
+        for line in ("[[upstream]]", 'name = "tickets"', "headers = {"):
+            text = _swap(text, f"# {line}", line)
+        text = _swap(text, '# url = "http://127.0.0.1:9000/mcp"', f'url = "{http_upstream}"')
     config = tmp_path / "gateway.toml"
     config.write_text(text)
     return config
 
 
 def gateway(config: Path, token: str) -> StdioServerParameters:
-    """The gateway as docs/mcp-gateway.md tells a desktop client to start it."""
+    """The gateway as docs/mcp-gateway.md tells a desktop client to start it (with the
+    variable its streamable-HTTP upstream's header names, should the config use it)."""
     text = _swap(_block("json"), "/path/to/portal/.venv/bin/python", sys.executable)
     text = _swap(text, "/path/to/gateway.toml", str(config))
     text = _swap(_swap(text, "/path/to/portal", str(ROOT)), "<the token>", token)
     (entry,) = json.loads(text)["mcpServers"].values()
-    return StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"])
+    env = {**entry["env"], "TICKETS_TOKEN": UPSTREAM_TOKEN}
+    return StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
 
 
 def call_in_background(config: Path, token: str, tool: str, arguments: dict[str, Any]):
@@ -222,6 +304,23 @@ def test_a_refused_call_is_not_made_and_the_client_reads_the_reason(
     assert not target.exists()
 
 
+def test_an_expired_request_is_a_refusal_saying_so_and_the_call_is_not_made(
+    server, token, reviewer, tmp_path
+):
+    config = write_config(tmp_path, server)
+    target = tmp_path / "notes.txt"
+    helper, out = call_in_background(
+        config, token, "append_line", {"path": str(target), "text": "late"}
+    )
+
+    interrupt_expire(interrupt=pending_request(), user=reviewer)  # as its deadline would
+    connection.close()
+    result = finish(helper, out)
+
+    assert result.is_error and "expired before a reviewer answered" in text(result)
+    assert not target.exists()
+
+
 def test_a_read_only_tool_an_allow_rule_covers_goes_straight_through(server, token, tmp_path):
     config = write_config(tmp_path, server)
     (tmp_path / "notes.txt").write_text("kept\n")
@@ -284,4 +383,41 @@ def test_a_portal_that_cannot_be_reached_refuses_the_call(server, token, tmp_pat
     result = finish(helper, out)
 
     assert result.is_error and "cannot be reached" in text(result)
+    assert not target.exists()
+
+
+def test_a_streamable_http_upstream_is_listed_and_an_approved_call_reaches_it_once(
+    server, token, reviewer, tmp_path, http_upstream
+):
+    config = write_config(tmp_path, server, http_upstream)
+    target = tmp_path / "tickets.txt"
+    helper, out = call_in_background(
+        config, token, "file_ticket", {"path": str(target), "title": "printer on fire"}
+    )
+
+    request = pending_request()
+    assert request.value["server"] == "tickets" and request.value["tool"] == "file_ticket"
+    assert not target.exists()
+    decide(request, reviewer, {"type": "accept"})
+    result = finish(helper, out)
+
+    assert not result.is_error, text(result)
+    assert "filed 'printer on fire'" in text(result)
+    assert target.read_text() == "printer on fire\n"
+    assert [t.name for t in out["tools"]] == ["append_line", "read_lines", "file_ticket"]
+
+
+def test_a_refused_call_never_reaches_the_streamable_http_upstream(
+    server, token, reviewer, tmp_path, http_upstream
+):
+    config = write_config(tmp_path, server, http_upstream)
+    target = tmp_path / "tickets.txt"
+    helper, out = call_in_background(
+        config, token, "file_ticket", {"path": str(target), "title": "reboot prod"}
+    )
+
+    decide(pending_request(), reviewer, {"type": "response", "args": "not during the sale"})
+    result = finish(helper, out)
+
+    assert result.is_error and "not during the sale" in text(result)
     assert not target.exists()

@@ -6,20 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
+from agents import signing
 from agents.testing.fake_openai import FakeOpenAI
 from portal.accounts.tokens import api_token_create
 from portal.models import ExternalRequest, Interrupt
+from portal.notify.notifier import Notifier
 from portal.reviews.decisions import decision_submit
 from tests.factories import make_user
 from tests.liveserver import ROOT, live_portal
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("openai_agents")]
 
@@ -45,12 +51,13 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def env(server, fake, transactional_db, roles, tmp_path) -> dict[str, str]:
-    token = api_token_create(user=make_user("invoice-agent", role="agent"), scopes=["request"])[1]
+    row, token = api_token_create(user=make_user("invoice-agent", role="agent"), scopes=["request"])
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     return {
         **{k: v for k, v in os.environ.items() if k in keep},
         "PORTAL_URL": server,
         "PORTAL_TOKEN": token,
+        "PORTAL_WEBHOOK_SECRET": row.webhook_secret,
         "OPENAI_BASE_URL": fake.base_url,
         "OPENAI_API_KEY": "sk-fake",
         "STATE_FILE": str(tmp_path / "run.json"),
@@ -139,6 +146,59 @@ def test_a_restart_between_the_pause_and_the_answer_loses_nothing_and_asks_once(
 
     decide(request, reviewer, {"type": "accept"})
     done = finish(example("resume", env))  # a new process, from the stored state
+
+    assert done["output"] == "Done as the reviewer said."
+    assert paid(env) == [{"invoice": 7, "amount": 120}]
+    assert ExternalRequest.objects.count() == 1
+    assert not Path(env["STATE_FILE"]).exists()
+
+
+def _listening(proc: subprocess.Popen[str], port: int) -> None:
+    deadline = time.monotonic() + 90
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"the webhook listener ended early: {proc.communicate()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the webhook listener did not start"
+            time.sleep(0.1)
+
+
+def _post(url: str, body: bytes, signature: str) -> int:
+    sent = urllib.request.Request(url, body, {"Portal-Signature": signature}, method="POST")
+    try:
+        with urllib.request.urlopen(sent, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_a_signed_webhook_to_a_restarted_process_resumes_the_run_and_a_forged_one_does_nothing(
+    env, fake, reviewer, settings
+):
+    settings.PORTAL_ALLOW_PRIVATE_TARGETS = True  # this process delivers to loopback too
+    port = free_port()
+    env |= {"CALLBACK_URL": f"http://127.0.0.1:{port}/hook", "CALLBACK_PORT": str(port)}
+    asked = finish(example("ask-hook", env))  # raised with a callback_url; that process is gone
+    request = pending_request()
+    assert asked["asked"] == [request.pk]
+    listener = example("hook", env)  # a new process, from the stored state
+    _listening(listener, port)
+
+    # An approval the portal never signed: refused, and the run stays paused.
+    forged = json.dumps({"data": {"id": request.pk, "status": "decided"}}).encode()
+    assert _post(env["CALLBACK_URL"], forged, signing.sign("whsec_forged", forged)) == 401
+    assert listener.poll() is None and paid(env) == []
+
+    decide(request, reviewer, {"type": "accept"})
+    deadline = time.monotonic() + 60
+    while listener.poll() is None:  # the portal's notifier sends the signed answer
+        assert time.monotonic() < deadline, "no webhook resumed the run"
+        Notifier(name="test-notifier").tick()
+        time.sleep(0.2)
+    done = finish(listener)
 
     assert done["output"] == "Done as the reviewer said."
     assert paid(env) == [{"invoice": 7, "amount": 120}]

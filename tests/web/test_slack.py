@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from portal.accounts import slack as links
-from portal.models import Approval, Decision, SlackLink, Subscription
+from portal.models import Approval, AuditEvent, Decision, SlackLink, Subscription
 from portal.notify import outbox
 from portal.notify import slack as slack_messages
 from portal.notify.notifier import Notifier
@@ -292,7 +294,7 @@ def test_the_requester_is_refused_under_separation_of_duties(client, fake_slack)
 
     click(client, interrupt, "U0SAM", fake_slack)
 
-    assert not Decision.objects.exists()
+    assert not Decision.objects.exists() and not Approval.objects.exists()
     [reply] = fake_slack.to("/response/U0SAM")
     assert reply["response_type"] == "ephemeral"
     assert "Nothing was recorded" in reply["text"]
@@ -318,6 +320,7 @@ def test_under_a_quorum_the_first_click_is_a_vote_and_the_second_voter_decides(
 
     decision = Decision.objects.get()
     assert (decision.reviewer, decision.door) == (second_reviewer, Decision.Door.SLACK)
+    assert [vote.door for vote in Approval.objects.all()] == ["slack", "slack"]
     to_rita = fake_slack.to("/response/U0RITA")
     [refused] = [m for m in to_rita if m.get("response_type") == "ephemeral"]
     assert "Nothing was recorded" in refused["text"]
@@ -361,6 +364,10 @@ def test_a_user_links_their_slack_identity_once_from_their_profile(client, revie
     link = SlackLink.objects.get()
     assert (link.user, link.team_id, link.slack_user_id) == (reviewer, TEAM, "U0RITA")
     assert "Unlink Slack" in client.get(reverse("profile")).content.decode()
+    [event] = AuditEvent.objects.filter(action="slack.link")
+    assert (event.actor, event.target_id) == (reviewer, str(reviewer.pk))
+    assert event.detail == {"team": TEAM, "slack_user": "U0RITA"}
+    call_command("verify_audit", stdout=io.StringIO())
 
 
 def test_a_forged_link_code_links_nothing(client, reviewer):
@@ -371,6 +378,7 @@ def test_a_forged_link_code_links_nothing(client, reviewer):
 
     assert response.status_code == 400
     assert not SlackLink.objects.exists()
+    assert not AuditEvent.objects.filter(action="slack.link").exists()
 
 
 def test_a_slack_identity_linked_to_someone_else_is_not_linked_again(
@@ -385,6 +393,7 @@ def test_a_slack_identity_linked_to_someone_else_is_not_linked_again(
     assert response.status_code == 400
     assert "another portal account" in response.content.decode()
     assert SlackLink.objects.get().user == second_reviewer
+    assert not AuditEvent.objects.filter(action="slack.link").exists()
 
 
 def test_unlinking_from_the_profile_stops_the_clicks(client, reviewer, fake_slack):
@@ -396,3 +405,9 @@ def test_unlinking_from_the_profile_stops_the_clicks(client, reviewer, fake_slac
     click(client, make_interrupt(), "U0RITA", fake_slack)
 
     assert not SlackLink.objects.exists() and not Decision.objects.exists()
+    [event] = AuditEvent.objects.filter(action="slack.unlink")
+    assert event.actor == reviewer and event.detail["slack_user"] == "U0RITA"
+    client.force_login(reviewer)
+    client.post(reverse("slack_unlink"))  # nothing left to unlink: nothing recorded
+    assert AuditEvent.objects.filter(action="slack.unlink").count() == 1
+    call_command("verify_audit", stdout=io.StringIO())
