@@ -21,7 +21,7 @@ from portal.api.auth import BearerToken
 from portal.api.errors import ApiProblem, Problem
 from portal.api.schemas import WAIT_MAX_SECONDS
 from portal.models import ApiToken, ExternalRequest, waiting
-from portal.reviews import external
+from portal.reviews import external, rule_decisions
 
 router = Router(tags=["external agents"], auth=BearerToken(ApiToken.Scope.REQUEST))
 
@@ -138,7 +138,7 @@ def raise_request(request: HttpRequest, payload: RequestIn) -> Any:
         assign_to=payload.assign_to.dict() if payload.assign_to else None,
     )
     try:
-        row, created = external.external_request_create(
+        row, created = rule_decisions.external_request_raise(
             user=request.user, spec=spec, token=getattr(request, "api_token", None)
         )
     except PermissionError as exc:

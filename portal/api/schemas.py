@@ -180,7 +180,7 @@ class InterruptOut(Schema):
 
     @staticmethod
     def resolve_approvals_required(obj: Interrupt) -> int:
-        return policies.policy_for(obj.agent, obj.reason).approvals_required
+        return policies.policy_of(obj).approvals_required
 
     @staticmethod
     def resolve_rejections_required(obj: Interrupt) -> int:
