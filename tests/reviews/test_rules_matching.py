@@ -197,8 +197,13 @@ def test_every_call_of_a_tool_approval_must_match():
 
 def test_the_first_switched_on_rule_that_matches_wins(roles):
     interrupt = _refund(4.99)
-    active_rule("refuse big", position=1, action="refuse", refusal_reason="Too big.",
-                conditions=_payload(amount={"minimum": 100}))
+    active_rule(
+        "refuse big",
+        position=1,
+        action="refuse",
+        refusal_reason="Too big.",
+        conditions=_payload(amount={"minimum": 100}),
+    )
     small = active_rule("approve small", position=2, conditions=_payload(amount={"maximum": 10}))
     active_rule("refuse refunds", position=3, action="refuse", refusal_reason="No refunds.")
 
