@@ -315,13 +315,12 @@ class Worker:
             queue.release(run, owner=self.lease_owner, error=outcome.error)
             return
         tell = queue.finish(run, owner=self.lease_owner, status=outcome.status, error=outcome.error)
-        if tell is None:
-            return
-        # Committed: told from the worker's own loop (no hop to the publishing thread).
-        try:
-            self._event_loop().run_until_complete(tell())
-        except Exception:
-            log.warning("run %s: publishing its outcome failed", run.pk, exc_info=True)
+        if tell is not None:
+            # Committed: told from the worker's own loop (no hop to the publishing thread).
+            try:
+                self._event_loop().run_until_complete(tell())
+            except Exception:
+                log.warning("run %s: publishing its outcome failed", run.pk, exc_info=True)
         if outcome.status == Run.Status.INTERRUPTED and self._arrived is not None:
             try:
                 self._arrived(run.thread_id)
