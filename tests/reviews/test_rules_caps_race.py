@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from portal.audit.chains import verify_chain
-from portal.models import AuditEvent, Decision, Interrupt, Notification, Run, RuleHit, chain
+from portal.models import AuditEvent, Decision, Interrupt, Notification, RuleHit, Run, chain
 from portal.reviews.rule_decisions import CAP_REACHED, rules_apply
 from tests.factories import make_interrupt
 from tests.reviews.rulebook import active_rule

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.models import Decision, Interrupt, Run, RuleHit, Thread
+from portal.models import Decision, Interrupt, RuleHit, Run, Thread
 from portal.reviews import threads
 from tests.processes import output, wait_for
 from tests.reviews.rulebook import active_rule
