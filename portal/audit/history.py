@@ -233,7 +233,7 @@ def _day_start(day: Any) -> datetime:
 QS = TypeVar("QS", QuerySet[Decision], QuerySet[AuditEvent])
 
 
-def _between_days(qs: QS, criteria: dict[str, Any]) -> QS:
+def between_days(qs: QS, criteria: dict[str, Any]) -> QS:
     """``qs`` created from the start of ``date_from`` to the end of ``date_to`` (either may
     be missing)."""
     if day := criteria.get("date_from"):
@@ -381,7 +381,7 @@ def text_q(text: str) -> Q:
 def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
     """Decisions matching ``criteria`` (``HistoryFilter.criteria()``) on threads ``viewer``
     may see (as a decision's own page does), newest first."""
-    qs = _between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
+    qs = between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
     if agent := criteria.get("agent"):
         qs = qs.filter(interrupt__agent=agent)
     if who := criteria.get("reviewer"):
@@ -409,7 +409,7 @@ class Page:
     next_cursor: Cursor | None
 
 
-def _page_of(
+def page_of(
     qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], cursor: Cursor | None, size: int
 ) -> Page:
     values, more = _keyset(qs, cursor, size)
@@ -417,7 +417,7 @@ def _page_of(
     return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
 
 
-def _walk(
+def walk(
     qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], batch_size: int
 ) -> Iterator[dict[str, Any]]:
     cursor = None
@@ -440,7 +440,7 @@ def page(
 ) -> Page:
     """One page of rows after ``cursor``: a single query whatever the page number."""
     qs = filtered(criteria, viewer).values(*_VALUES)
-    return _page_of(qs, row_from, cursor, size or PAGE_SIZE)
+    return page_of(qs, row_from, cursor, size or PAGE_SIZE)
 
 
 def iter_rows(
@@ -448,7 +448,7 @@ def iter_rows(
 ) -> Iterator[dict[str, Any]]:
     """Every matching row, newest first, reading ``batch_size`` rows per query."""
     qs = filtered(criteria, viewer).values(*_VALUES)
-    return _walk(qs, row_from, batch_size or EXPORT_BATCH)
+    return walk(qs, row_from, batch_size or EXPORT_BATCH)
 
 
 # The reasons the runtime raises: offered even before any request of theirs was decided.
@@ -495,105 +495,4 @@ def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str
         **choices_from(decided, selected or {}),
         "reviewers": [*reviewers, SYSTEM],
         "outcomes": [value for value, _ in Decision.Outcome.choices],
-    }
-
-
-# --- the audit trail of actions -------------------------------------------------------
-# The same shape as the decisions above: one filter form, one queryset of plain rows, read
-# by keyset on (created_at, id) by the page and both exports.
-
-EVENT_COLUMNS = [
-    ("event_id", "Event"),
-    ("at", "At"),
-    ("action", "Action"),
-    ("actor", "By"),
-    ("target_type", "Target kind"),
-    ("target_id", "Target"),
-    ("detail", "Detail"),
-    ("hash", "Chain hash"),
-]
-_EVENT_VALUES = (
-    "id",
-    "created_at",
-    "action",
-    "actor_name",
-    "target_type",
-    "target_id",
-    "detail",
-    "hash",
-)
-
-
-def require_audit_trail_access(request: HttpRequest) -> None:
-    if not roles.can_view_audit_trail(request.user):
-        raise PermissionDenied("The audit trail of actions is for auditors.")
-
-
-def require_audit_trail_export(request: HttpRequest) -> None:
-    require_audit_trail_access(request)
-    require_export_access(request)
-
-
-class EventFilter(KeysetFilter):
-    action = forms.CharField(required=False, max_length=64)
-    actor = forms.CharField(required=False, max_length=150, label="By")
-    target_type = forms.CharField(required=False, max_length=32, label="Target kind")
-    target_id = forms.CharField(required=False, max_length=64, label="Target")
-
-
-def event_row(values: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "event_id": values["id"],
-        "at": values["created_at"],
-        "action": values["action"],
-        "action_label": _ACTION_LABELS.get(values["action"], values["action"]),
-        "actor": values["actor_name"] or SYSTEM,
-        "target_type": values["target_type"],
-        "target_id": values["target_id"],
-        "detail": values["detail"],
-        "hash": values["hash"],
-    }
-
-
-def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
-    """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
-    qs = _between_days(AuditEvent.objects.all(), criteria)
-    if action := criteria.get("action"):
-        # "interrupt." (ending in a dot) is every action on requests.
-        qs = (
-            qs.filter(action__startswith=action)
-            if action.endswith(".")
-            else qs.filter(action=action)
-        )
-    if who := criteria.get("actor"):
-        qs = qs.filter(actor_name="") if who == SYSTEM else qs.filter(actor_name=who)
-    if kind := criteria.get("target_type"):
-        qs = qs.filter(target_type=kind)
-    if ident := criteria.get("target_id"):
-        qs = qs.filter(target_id=ident)
-    return qs.order_by("-created_at", "-id")
-
-
-def events_page(
-    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
-) -> Page:
-    qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    return _page_of(qs, event_row, cursor, size or PAGE_SIZE)
-
-
-def iter_event_rows(
-    criteria: dict[str, Any], *, batch_size: int | None = None
-) -> Iterator[dict[str, Any]]:
-    qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    return _walk(qs, event_row, batch_size or EXPORT_BATCH)
-
-
-_ACTION_LABELS = dict(AuditEvent.Action.choices)
-
-
-def event_filter_choices() -> dict[str, list[str]]:
-    """Suggestions for the event filters: the known actions and target kinds."""
-    return {
-        "actions": sorted(_ACTION_LABELS),
-        "target_types": ["apitoken", "interrupt", "subscription", "thread", "user"],
     }
