@@ -32,7 +32,9 @@ from portal.models import (
     Checkpoint,
     Decision,
     Interrupt,
+    Rule,
     paging,
+    rule_words,
     summary_beside,
     tool_calls_in,
 )
@@ -63,6 +65,10 @@ _VALUES = (
     "outcome",
     "reviewer__username",
     "door",
+    "rule_version_id",
+    "rule_version__number",
+    "rule_version__rule__name",
+    "rule_hash",
     "reviewer_id",
     "thread__owner_id",
     "hash",
@@ -86,6 +92,7 @@ COLUMNS = [
     ("note", "Note"),
     ("outcome", "Outcome"),
     ("decided_by", "Decided by"),
+    ("rule", "Rule"),
     ("door", "Door"),
     ("requested_at", "Requested at"),
     ("time_to_decision_seconds", "Time to decision (s)"),
@@ -109,6 +116,13 @@ def tool_names(payload: Any, tool: str = "") -> list[str]:
 def row_from(values: dict[str, Any]) -> dict[str, Any]:
     """One decision as the page and the exports show it."""
     decided, requested = values["created_at"], values["interrupt__created_at"]
+    rule = None
+    if values["rule_version_id"] is not None:
+        rule = {
+            "name": values["rule_version__rule__name"],
+            "version": values["rule_version__number"],
+            "hash": values["rule_hash"],
+        }
     waited = (decided - requested).total_seconds() if decided and requested else None
     return {
         "decision_id": values["id"],
@@ -129,7 +143,12 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "executed_args": values["executed_args"],
         "note": values["note"],
         "outcome": values["outcome"],
-        "decided_by": values["reviewer__username"] or SYSTEM,
+        "decided_by": rule_words(rule["name"], rule["version"])
+        if rule
+        else values["reviewer__username"] or SYSTEM,
+        # The decision rule's version that decided (no person), with its hash; else None.
+        "rule": rule,
+        "reviewer": values["reviewer__username"],
         # Where it came in (empty for decisions recorded before doors were).
         "door": values["door"],
         "requested_at": requested,
@@ -166,7 +185,9 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
     """The decision if its thread is visible to the user (404 otherwise); 403 for a user who
     may see the thread but not the history (a support agent on their own thread)."""
     try:
-        related = Decision.objects.select_related("interrupt", "thread", "reviewer")
+        related = Decision.objects.select_related(
+            "interrupt", "thread", "reviewer", "rule_version__rule"
+        )
         decision = access.in_visible_threads(related, request.user).get(pk=decision_id)
     except Decision.DoesNotExist:
         raise Http404("No such decision") from None
@@ -220,6 +241,8 @@ class KeysetFilter(forms.Form):
 class HistoryFilter(KeysetFilter):
     agent = forms.CharField(required=False, max_length=64)
     reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
+    by_rules = forms.BooleanField(required=False, label="Decided by rules")
+    rule = forms.CharField(required=False, max_length=120, label="Rule")
     outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
     reason = forms.CharField(required=False, max_length=64)
     tool = forms.CharField(required=False, max_length=128)
@@ -386,8 +409,14 @@ def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
         qs = qs.filter(interrupt__agent=agent)
     if who := criteria.get("reviewer"):
         qs = (
-            qs.filter(reviewer__isnull=True) if who == SYSTEM else qs.filter(reviewer__username=who)
+            qs.filter(reviewer__isnull=True, rule_version__isnull=True)
+            if who == SYSTEM
+            else qs.filter(reviewer__username=who)
         )
+    if criteria.get("by_rules"):
+        qs = qs.filter(rule_version__isnull=False)
+    if rule := criteria.get("rule"):
+        qs = qs.filter(rule_version__rule__name=rule)
     if outcome := criteria.get("outcome"):
         qs = qs.filter(outcome=outcome)
     if reason := criteria.get("reason"):
@@ -494,5 +523,6 @@ def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str
     return {
         **choices_from(decided, selected or {}),
         "reviewers": [*reviewers, SYSTEM],
+        "rules": list(Rule.objects.order_by("name").values_list("name", flat=True)[:200]),
         "outcomes": [value for value, _ in Decision.Outcome.choices],
     }

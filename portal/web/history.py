@@ -100,6 +100,7 @@ def _choices(form: HistoryFilter) -> dict[str, list[tuple[str, str]]]:
         "tools": [(t, tool_words(t)) for t in codes["tools"]],
         "outcomes": outcome_choices(),
         "reviewers": [(r, r) for r in codes["reviewers"]],
+        "rules": [(r, r) for r in codes["rules"]],
     }
 
 

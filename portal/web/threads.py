@@ -153,7 +153,9 @@ def _timeline(thread: Thread) -> list[dict[str, Any]]:
         events.append({"kind": "checkpoint", "at": cp.created_at, "obj": cp})
     for it in Interrupt.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "interrupt", "at": it.created_at, "obj": it})
-    decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "thread")
+    decisions = Decision.objects.filter(thread=thread).select_related(
+        "reviewer", "thread", "rule_version__rule"
+    )
     for d in decisions.order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "decision", "at": d.created_at, "obj": d})
     for run in Run.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
