@@ -148,6 +148,7 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         else values["reviewer__username"] or SYSTEM,
         # The decision rule's version that decided (no person), with its hash; else None.
         "rule": rule,
+        "rule_version_id": values["rule_version_id"],  # for a link to the version's page
         "reviewer": values["reviewer__username"],
         # Where it came in (empty for decisions recorded before doors were).
         "door": values["door"],
