@@ -29,6 +29,7 @@ from portal.models import (
     RuleHit,
     RuleVersion,
     audit_record,
+    policies,
 )
 from portal.notify import broadcast, outbox
 from portal.notify.assignments import request_assign
@@ -213,6 +214,10 @@ def rules_apply(interrupt_id: str) -> RuleHit | None:
         return None
     answer = None
     if version.action != RuleVersion.Action.ROUTE:
+        if policies.policy_of(interrupt).needs_several:
+            # Its policy asks several people to sign: one rule is not several people.
+            log.info("%s leaves request %s to people: it needs votes", version, interrupt.pk)
+            return None
         answer = _answer(version, interrupt)
         if answer is None:
             return None

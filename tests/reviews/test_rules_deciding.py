@@ -302,3 +302,36 @@ def test_a_rule_decision_is_in_the_chain_and_verify_audit_passes(roles, reviewer
     out = StringIO()
     call_command("verify_audit", stdout=out)
     assert out.getvalue().startswith("ok")
+
+
+def test_a_request_whose_policy_needs_several_people_is_not_decided_by_a_rule(roles, settings):
+    settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
+    active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund()
+
+    assert rules_apply(interrupt.pk) is None
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_rules_that_fail_leave_the_request_to_people_and_the_worker_goes_on(
+    roles, support_agent, monkeypatch
+):
+    active_rule("refunds", agent="refunds")
+
+    def broken(interrupt):
+        raise RuntimeError("the rules' database went away")
+
+    monkeypatch.setattr("portal.reviews.rule_decisions.rule_for", broken)
+    thread, _ = thread_start(
+        agent="refunds",
+        input={"messages": [{"role": "user", "content": "Refund $4.99 for order A-1001."}]},
+        user=support_agent,
+    )
+
+    Worker(name="rules-test", arrived=rules_on_pause).run_forever(once=True)
+
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.INTERRUPTED
+    assert Interrupt.objects.get(thread=thread).status == Interrupt.Status.PENDING
+    assert not Decision.objects.filter(thread=thread).exists()
