@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
+from datetime import UTC, date, datetime
 from typing import Any
 
 import re2
@@ -43,6 +44,7 @@ __all__ = [
     "schema_problem",
     "text_problem",
     "validator_for",
+    "when_of",
 ]
 
 MAX_DEPTH = 64
@@ -201,6 +203,53 @@ _Validator = validators.extend(  # type: ignore[no-untyped-call]
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
     },
+)
+
+
+# --- dates: JSON Schema has no comparison of them ----------------------------------------
+# ``formatMinimum``, ``formatMaximum`` and their ``formatExclusive...`` forms (as ajv-formats
+# writes them) bound a string of ``format`` "date" or "date-time" by a date or time of the
+# same format: "on or after 2026-01-01". A string the format cannot read is outside every
+# bound (fail closed), and so is a bound that cannot be read. A date-time without an offset
+# is read as UTC. Only ``validator_for(..., dates=True)`` knows them (decision rules'
+# conditions); elsewhere they stay annotations, as the draft says.
+DATE_BOUNDS = {
+    "formatMinimum": lambda v, b: v >= b,
+    "formatMaximum": lambda v, b: v <= b,
+    "formatExclusiveMinimum": lambda v, b: v > b,
+    "formatExclusiveMaximum": lambda v, b: v < b,
+}
+
+
+def when_of(text: Any, fmt: Any) -> date | datetime | None:
+    """``text`` read as the ``fmt`` ("date" or "date-time") names it, or None."""
+    if not isinstance(text, str) or fmt not in ("date", "date-time"):
+        return None
+    try:
+        if fmt == "date":
+            return date.fromisoformat(text) if len(text) == 10 else None
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _date_bound(keyword: str) -> Any:
+    def check(validator: Any, bound: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        if not validator.is_type(instance, "string"):
+            return
+        fmt = schema.get("format")
+        value, limit = when_of(instance, fmt), when_of(bound, fmt)
+        if value is None or limit is None:
+            yield ValidationError(f"{instance!r} cannot be compared as a {fmt} with {bound!r}")
+        elif not DATE_BOUNDS[keyword](value, limit):
+            yield ValidationError(f"{instance!r} is outside {keyword} {bound!r}")
+
+    return check
+
+
+_DatesValidator = validators.extend(  # type: ignore[no-untyped-call]
+    _Validator, {keyword: _date_bound(keyword) for keyword in DATE_BOUNDS}
 )
 
 
@@ -406,22 +455,24 @@ class SchemaRefused(ValueError):
 
 
 @functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Any:
+def _validator(schema_json: str, dates: bool = False) -> Any:
     problem = _checked(schema_json)
     if problem is not None:
         return SchemaRefused(problem)
-    return _Validator(json.loads(schema_json), registry=_NO_RETRIEVAL)
+    kind = _DatesValidator if dates else _Validator
+    return kind(json.loads(schema_json), registry=_NO_RETRIEVAL)
 
 
-def validator_for(schema: dict[str, Any]) -> Any:
-    """A validator for ``schema`` that never retrieves and matches with RE2.
+def validator_for(schema: dict[str, Any], *, dates: bool = False) -> Any:
+    """A validator for ``schema`` that never retrieves and matches with RE2; with
+    ``dates``, one that also compares dates (``DATE_BOUNDS``).
 
     Raises ``SchemaRefused`` for a schema that ``schema_problem`` refuses (a request stored
     before schemas were checked). Schemas repeat (one per tool or agent) and building a
     validator costs more than validating a small answer, so recent ones are kept.
     """
     try:
-        result = _validator(_canonical_json(schema))
+        result = _validator(_canonical_json(schema), dates)
     except (TypeError, ValueError, RecursionError):
         result = SchemaRefused(schema_problem(schema) or "$: the schema is not JSON data")
     if isinstance(result, SchemaRefused):

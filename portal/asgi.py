@@ -31,10 +31,12 @@ application = ProtocolTypeRouter(
 if settings.PORTAL_EMBEDDED_WORKER and os.environ.get("PORTAL_NO_WORKER") != "1":
     from portal.notify.notifier import start_embedded_notifier
     from portal.reviews.expiry import interrupts_expire
+    from portal.reviews.rule_decisions import rules_on_pause
     from portal.runs.worker import start_embedded_worker
 
-    # Overdue requests expire as with run_worker: the worker declines them between runs.
-    start_embedded_worker(expire=interrupts_expire)
+    # As with run_worker: overdue requests expire between runs, and the decision rules
+    # act on each new request once its run has paused.
+    start_embedded_worker(expire=interrupts_expire, arrived=rules_on_pause)
     start_embedded_notifier()
 
 # Everything imported and built above lives as long as the process, yet each full garbage

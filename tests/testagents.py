@@ -25,6 +25,9 @@ count executions across processes that share nothing else.
   marked points when the test asks it to (``hold``): ``turn`` as the model is about to ask
   for the call, ``before`` and ``after`` the payment, and ``saved`` once its result is in
   the thread (the model's next turn).
+- ``ruled``: "pay N" calls ``pay_once(amount)`` (idempotent), which asks for a yes/no
+  approval, then stops at ``approved`` when the test asks it to (``hold``), then pays
+  through ``ledger`` (once per idempotency key), for the decision rules' crash test.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ AGENTS = {
     "asker": "tests.testagents.build_asker",
     "refunds": "tests.testagents.build_refunds",
     "inbox": "tests.testagents.build_inbox",
+    "ruled": "tests.testagents.build_ruled",
 }
 
 APPROVAL = {
@@ -338,3 +342,36 @@ def build_refunds(model: ChatModel | None = None) -> ReactAgent:
         model=model or _HoldingModel(script, name="scripted-refunds"),
         tools=[refund, refund_once, refund_fenced],
     )
+
+
+# --- ruled ------------------------------------------------------------------------------
+
+
+@tool(idempotent=True)
+def pay_once(amount: float) -> str:
+    """Pay out an amount once it is approved, through a ledger that pays once per key.
+
+    Args:
+        amount: Dollars to pay.
+    """
+    decision = interrupt(
+        {"amount": amount},
+        message=f"Approve paying ${amount:.2f}?",
+        reason="tool_approval",
+        response_schema=APPROVAL,
+    )
+    if not (isinstance(decision, dict) and decision.get("approved") is True):
+        return json.dumps({"status": "declined", "reason": decision and decision.get("note")})
+    key = idempotency_key()
+    hold("approved")
+    ledger(key, f"{current_run().thread_id} {amount}")
+    return f"Paid ${amount:.2f}."
+
+
+def _pay_once(match: Any) -> Reply:
+    return Reply("Asking for approval.", CallTool("pay_once", amount=float(match[1])))
+
+
+def build_ruled(model: ChatModel | None = None) -> ReactAgent:
+    script = RuleScript([(r"pay (\d+)", _pay_once)])
+    return ReactAgent(model=model or ScriptedModel(script, name="scripted-ruled"), tools=[pay_once])

@@ -11,6 +11,7 @@ from portal.accounts import roles
 from portal.api.auth import token_user
 from portal.api.errors import ApiProblem, Problem
 from portal.api.pages import AFTER_HELP, API_PAGE_MAX, LIMIT_HELP, cursor_from, next_page
+from portal.api.schemas import RuleOut
 from portal.audit import history
 from portal.models import Decision
 
@@ -26,6 +27,8 @@ class DecisionFilter(Schema):
     reviewer: str | None = Field(
         None, description=f"Who decided (a username; `{history.SYSTEM}` for expiries)."
     )
+    by_rules: bool | None = Field(None, description="Only decisions made by decision rules.")
+    rule: str | None = Field(None, description="Only decisions made by this rule (its name).")
     outcome: str | None = Field(None, description=f"One of {', '.join(Decision.Outcome.values)}.")
     reason: str | None = Field(None, description="The request's reason label.")
     tool: str | None = Field(None, description="A tool the request was about.")
@@ -55,7 +58,13 @@ class DecisionOut(Schema):
     )
     note: str
     outcome: str = Field(..., description=f"One of {', '.join(Decision.Outcome.values)}.")
-    decided_by: str = Field(..., description=f"A username, or `{history.SYSTEM}`.")
+    decided_by: str = Field(
+        ..., description=f"A username, `rule <name> v<n>`, or `{history.SYSTEM}`."
+    )
+    reviewer: str | None = Field(None, description="The person who decided; null otherwise.")
+    rule: RuleOut | None = Field(
+        None, description="The decision rule's version that decided (no person); else null."
+    )
     door: str = Field(
         ...,
         description=f"Where it came in: one of {', '.join(Decision.Door.values)}; empty for "

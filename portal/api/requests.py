@@ -19,9 +19,9 @@ from pydantic import ConfigDict
 from agents import inbox
 from portal.api.auth import BearerToken
 from portal.api.errors import ApiProblem, Problem
-from portal.api.schemas import WAIT_MAX_SECONDS
+from portal.api.schemas import WAIT_MAX_SECONDS, RuleOut
 from portal.models import ApiToken, ExternalRequest, waiting
-from portal.reviews import external
+from portal.reviews import external, rule_decisions
 
 router = Router(tags=["external agents"], auth=BearerToken(ApiToken.Scope.REQUEST))
 
@@ -93,10 +93,15 @@ class AnswerOut(Schema):
     )
     value: Any = Field(None, description="The answer, validated against the request's schema.")
     note: str = ""
-    decided_by: str | None = Field(None, description="The reviewer; null when the system did.")
+    decided_by: str | None = Field(
+        None, description="The reviewer; null when the system or a decision rule did."
+    )
     decided_at: datetime
     decision_id: int
     audit_hash: str = Field(description="The decision's hash in the audit chain.")
+    rule: RuleOut | None = Field(
+        None, description="The decision rule's version that decided (no person); else null."
+    )
 
 
 class RequestOut(Schema):
@@ -138,7 +143,7 @@ def raise_request(request: HttpRequest, payload: RequestIn) -> Any:
         assign_to=payload.assign_to.dict() if payload.assign_to else None,
     )
     try:
-        row, created = external.external_request_create(
+        row, created = rule_decisions.external_request_raise(
             user=request.user, spec=spec, token=getattr(request, "api_token", None)
         )
     except PermissionError as exc:

@@ -80,6 +80,14 @@ def attach_latest_user_messages(interrupts: list[Interrupt]) -> None:
         interrupt._latest_user_message = found  # type: ignore[attr-defined]
 
 
+class RuleOut(Schema):
+    """The decision rule's version that made a decision (no person did)."""
+
+    name: str = Field(..., description="The rule's name.")
+    version: int = Field(..., description="The version's number within its rule.")
+    hash: str = Field(..., description="The version's hash, as it was when it decided.")
+
+
 class ApprovalOut(Schema):
     reviewer: str = Field(..., description="Who answered (their username).")
     outcome: str = Field(
@@ -180,7 +188,7 @@ class InterruptOut(Schema):
 
     @staticmethod
     def resolve_approvals_required(obj: Interrupt) -> int:
-        return policies.policy_for(obj.agent, obj.reason).approvals_required
+        return policies.policy_of(obj).approvals_required
 
     @staticmethod
     def resolve_rejections_required(obj: Interrupt) -> int:

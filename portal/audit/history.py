@@ -32,7 +32,9 @@ from portal.models import (
     Checkpoint,
     Decision,
     Interrupt,
+    Rule,
     paging,
+    rule_words,
     summary_beside,
     tool_calls_in,
 )
@@ -64,6 +66,10 @@ _VALUES = (
     "outcome",
     "reviewer__username",
     "door",
+    "rule_version_id",
+    "rule_version__number",
+    "rule_version__rule__name",
+    "rule_hash",
     "reviewer_id",
     "thread__owner_id",
     "hash",
@@ -88,6 +94,7 @@ COLUMNS = [
     ("note", "Note"),
     ("outcome", "Outcome"),
     ("decided_by", "Decided by"),
+    ("rule", "Rule"),
     ("door", "Door"),
     ("requested_at", "Requested at"),
     ("time_to_decision_seconds", "Time to decision (s)"),
@@ -111,6 +118,13 @@ def tool_names(payload: Any, tool: str = "") -> list[str]:
 def row_from(values: dict[str, Any]) -> dict[str, Any]:
     """One decision as the page and the exports show it."""
     decided, requested = values["created_at"], values["interrupt__created_at"]
+    rule = None
+    if values["rule_version_id"] is not None:
+        rule = {
+            "name": values["rule_version__rule__name"],
+            "version": values["rule_version__number"],
+            "hash": values["rule_hash"],
+        }
     waited = (decided - requested).total_seconds() if decided and requested else None
     return {
         "decision_id": values["id"],
@@ -133,7 +147,13 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "executed_args": values["executed_args"],
         "note": values["note"],
         "outcome": values["outcome"],
-        "decided_by": values["reviewer__username"] or SYSTEM,
+        "decided_by": rule_words(rule["name"], rule["version"])
+        if rule
+        else values["reviewer__username"] or SYSTEM,
+        # The decision rule's version that decided (no person), with its hash; else None.
+        "rule": rule,
+        "rule_version_id": values["rule_version_id"],  # for a link to the version's page
+        "reviewer": values["reviewer__username"],
         # Where it came in (empty for decisions recorded before doors were).
         "door": values["door"],
         "requested_at": requested,
@@ -170,7 +190,9 @@ def get_decision_for_user(request: HttpRequest, decision_id: int) -> Decision:
     """The decision if its thread is visible to the user (404 otherwise); 403 for a user who
     may see the thread but not the history (a support agent on their own thread)."""
     try:
-        related = Decision.objects.select_related("interrupt", "thread", "reviewer")
+        related = Decision.objects.select_related(
+            "interrupt", "thread", "reviewer", "rule_version__rule"
+        )
         decision = access.in_visible_threads(related, request.user).get(pk=decision_id)
     except Decision.DoesNotExist:
         raise Http404("No such decision") from None
@@ -224,6 +246,8 @@ class KeysetFilter(forms.Form):
 class HistoryFilter(KeysetFilter):
     agent = forms.CharField(required=False, max_length=64)
     reviewer = forms.CharField(required=False, max_length=150, label="Decided by")
+    by_rules = forms.BooleanField(required=False, label="Decided by rules")
+    rule = forms.CharField(required=False, max_length=120, label="Rule")
     outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Decision.Outcome.choices])
     reason = forms.CharField(required=False, max_length=64)
     tool = forms.CharField(required=False, max_length=128)
@@ -237,7 +261,7 @@ def _day_start(day: Any) -> datetime:
 QS = TypeVar("QS", QuerySet[Decision], QuerySet[AuditEvent])
 
 
-def _between_days(qs: QS, criteria: dict[str, Any]) -> QS:
+def between_days(qs: QS, criteria: dict[str, Any]) -> QS:
     """``qs`` created from the start of ``date_from`` to the end of ``date_to`` (either may
     be missing)."""
     if day := criteria.get("date_from"):
@@ -385,13 +409,19 @@ def text_q(text: str) -> Q:
 def filtered(criteria: dict[str, Any], viewer: Any) -> QuerySet[Decision]:
     """Decisions matching ``criteria`` (``HistoryFilter.criteria()``) on threads ``viewer``
     may see (as a decision's own page does), newest first."""
-    qs = _between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
+    qs = between_days(access.in_visible_threads(Decision.objects.all(), viewer), criteria)
     if agent := criteria.get("agent"):
         qs = qs.filter(interrupt__agent=agent)
     if who := criteria.get("reviewer"):
         qs = (
-            qs.filter(reviewer__isnull=True) if who == SYSTEM else qs.filter(reviewer__username=who)
+            qs.filter(reviewer__isnull=True, rule_version__isnull=True)
+            if who == SYSTEM
+            else qs.filter(reviewer__username=who)
         )
+    if criteria.get("by_rules"):
+        qs = qs.filter(rule_version__isnull=False)
+    if rule := criteria.get("rule"):
+        qs = qs.filter(rule_version__rule__name=rule)
     if outcome := criteria.get("outcome"):
         qs = qs.filter(outcome=outcome)
     if reason := criteria.get("reason"):
@@ -413,7 +443,7 @@ class Page:
     next_cursor: Cursor | None
 
 
-def _page_of(
+def page_of(
     qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], cursor: Cursor | None, size: int
 ) -> Page:
     values, more = _keyset(qs, cursor, size)
@@ -421,7 +451,7 @@ def _page_of(
     return Page(rows, Cursor.of(values[-1], "created_at") if more else None)
 
 
-def _walk(
+def walk(
     qs: Any, to_row: Callable[[dict[str, Any]], dict[str, Any]], batch_size: int
 ) -> Iterator[dict[str, Any]]:
     cursor = None
@@ -444,7 +474,7 @@ def page(
 ) -> Page:
     """One page of rows after ``cursor``: a single query whatever the page number."""
     qs = filtered(criteria, viewer).values(*_VALUES)
-    return _page_of(qs, row_from, cursor, size or PAGE_SIZE)
+    return page_of(qs, row_from, cursor, size or PAGE_SIZE)
 
 
 def iter_rows(
@@ -452,7 +482,7 @@ def iter_rows(
 ) -> Iterator[dict[str, Any]]:
     """Every matching row, newest first, reading ``batch_size`` rows per query."""
     qs = filtered(criteria, viewer).values(*_VALUES)
-    return _walk(qs, row_from, batch_size or EXPORT_BATCH)
+    return walk(qs, row_from, batch_size or EXPORT_BATCH)
 
 
 # The reasons the runtime raises: offered even before any request of theirs was decided.
@@ -498,97 +528,6 @@ def filter_choices(selected: dict[str, Any] | None = None) -> dict[str, list[str
     return {
         **choices_from(decided, selected or {}),
         "reviewers": [*reviewers, SYSTEM],
+        "rules": list(Rule.objects.order_by("name").values_list("name", flat=True)[:200]),
         "outcomes": [value for value, _ in Decision.Outcome.choices],
-    }
-
-
-# --- the audit trail of actions -------------------------------------------------------
-# The same shape as the decisions above: one filter form, one queryset of plain rows, read
-# by keyset on (created_at, id) by the page and both exports.
-
-EVENT_COLUMNS = [
-    ("event_id", "Event"),
-    ("at", "At"),
-    ("action", "Action"),
-    ("actor", "By"),
-    ("target_type", "Target kind"),
-    ("target_id", "Target"),
-    ("detail", "Detail"),
-    ("hash", "Chain hash"),
-]
-_EVENT_VALUES = tuple("id created_at action actor_name target_type target_id detail hash".split())
-
-
-def require_audit_trail_access(request: HttpRequest) -> None:
-    if not roles.can_view_audit_trail(request.user):
-        raise PermissionDenied("The audit trail of actions is for auditors.")
-
-
-def require_audit_trail_export(request: HttpRequest) -> None:
-    require_audit_trail_access(request)
-    require_export_access(request)
-
-
-class EventFilter(KeysetFilter):
-    action = forms.CharField(required=False, max_length=64)
-    actor = forms.CharField(required=False, max_length=150, label="By")
-    target_type = forms.CharField(required=False, max_length=32, label="Target kind")
-    target_id = forms.CharField(required=False, max_length=64, label="Target")
-
-
-def event_row(values: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "event_id": values["id"],
-        "at": values["created_at"],
-        "action": values["action"],
-        "action_label": _ACTION_LABELS.get(values["action"], values["action"]),
-        "actor": values["actor_name"] or SYSTEM,
-        "target_type": values["target_type"],
-        "target_id": values["target_id"],
-        "detail": values["detail"],
-        "hash": values["hash"],
-    }
-
-
-def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
-    """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
-    qs = _between_days(AuditEvent.objects.all(), criteria)
-    if action := criteria.get("action"):
-        # "interrupt." (ending in a dot) is every action on requests.
-        qs = (
-            qs.filter(action__startswith=action)
-            if action.endswith(".")
-            else qs.filter(action=action)
-        )
-    if who := criteria.get("actor"):
-        qs = qs.filter(actor_name="") if who == SYSTEM else qs.filter(actor_name=who)
-    if kind := criteria.get("target_type"):
-        qs = qs.filter(target_type=kind)
-    if ident := criteria.get("target_id"):
-        qs = qs.filter(target_id=ident)
-    return qs.order_by("-created_at", "-id")
-
-
-def events_page(
-    criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
-) -> Page:
-    qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    return _page_of(qs, event_row, cursor, size or PAGE_SIZE)
-
-
-def iter_event_rows(
-    criteria: dict[str, Any], *, batch_size: int | None = None
-) -> Iterator[dict[str, Any]]:
-    qs = events_filtered(criteria).values(*_EVENT_VALUES)
-    return _walk(qs, event_row, batch_size or EXPORT_BATCH)
-
-
-_ACTION_LABELS = dict(AuditEvent.Action.choices)
-
-
-def event_filter_choices() -> dict[str, list[str]]:
-    """Suggestions for the event filters: the known actions and target kinds."""
-    return {
-        "actions": sorted(_ACTION_LABELS),
-        "target_types": ["apitoken", "interrupt", "subscription", "thread", "user"],
     }

@@ -20,7 +20,7 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from portal.inputs import DayField
-from portal.models import WITHDRAWN, Decision, Interrupt
+from portal.models import WITHDRAWN, Decision, Interrupt, RuleVersion
 
 MAX_BUCKETS = 90
 TOP_N = 8
@@ -242,20 +242,24 @@ def summary(start: datetime, end: datetime) -> dict[str, Any]:
         RateRow(g["interrupt__agent"] or "(none)", g["total"], {o: g[o] for o in OUTCOMES})
         for g in groups[:TOP_N]
     ]
-    # Grouped by the id, not the username: no join, and the few names are looked up after.
+    # Grouped by the ids, not the names: no join, and the few names are looked up after.
+    # A decision rule's version is a decider of its own ("rule R v3"), never a person.
     top = list(
-        qs.values("reviewer_id")
+        qs.values("reviewer_id", "rule_version_id")
         .annotate(**_outcome_counts())
-        .order_by("-total", "reviewer_id")[:TOP_N]
+        .order_by("-total", "reviewer_id", "rule_version_id")[:TOP_N]
     )
     names = dict(
         get_user_model()
         .objects.filter(pk__in=[r["reviewer_id"] for r in top if r["reviewer_id"]])
         .values_list("pk", "username")
     )
+    versions = RuleVersion.objects.filter(pk__in=[r["rule_version_id"] for r in top])
+    rules = {v.pk: str(v) for v in versions.select_related("rule")}
     by_reviewer = [
         RateRow(
-            names.get(r["reviewer_id"], "system") if r["reviewer_id"] else "system",
+            rules.get(r["rule_version_id"])
+            or (names.get(r["reviewer_id"], "system") if r["reviewer_id"] else "system"),
             r["total"],
             {o: r[o] for o in OUTCOMES},
         )

@@ -34,6 +34,7 @@ from portal.models import (
     Delivery,
     Interrupt,
     Notification,
+    RuleHit,
     Run,
     WorkerHeartbeat,
     outbox_backlog,
@@ -265,6 +266,16 @@ def _decisions() -> Iterator[Metric]:
     )
     waited.add_metric([], _buckets(row, DECISION_BUCKETS), _seconds(row["sum"]))
     yield waited
+    # What decision rules did instead of people: decided (approve, refuse) or routed.
+    hits = CounterMetricFamily(
+        "portal_rule_hits",
+        "Requests decision rules acted on, by rule and action.",
+        labels=["rule", "action"],
+    )
+    acted = RuleHit.objects.values_list("rule__name", "action").annotate(n=Count("pk"))
+    for name, action, n in acted.order_by("rule__name", "action"):
+        hits.add_metric([name, action], n)
+    yield hits
 
 
 def _runs() -> Iterator[Metric]:

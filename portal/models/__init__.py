@@ -19,7 +19,7 @@ from portal.models.notifications import (
     outbox_backlog,
 )
 from portal.models.requests import Interrupt, ToolCall, summary_beside, tool_calls_in
-from portal.models.rules import Rule, RuleHit, RuleSimulation, RuleVersion
+from portal.models.rules import Rule, RuleHit, RuleSimulation, RuleVersion, rule_of, rule_words
 from portal.models.slack import SlackLink, SlackReplay
 from portal.models.threads import TITLE_MAX_CHARS, Checkpoint, Run, Thread, conversation
 from portal.models.tokens import ApiToken, password_fingerprint
@@ -57,6 +57,8 @@ __all__ = [
     "conversation",
     "outbox_backlog",
     "password_fingerprint",
+    "rule_of",
+    "rule_words",
     "summary_beside",
     "tool_calls_in",
 ]

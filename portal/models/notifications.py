@@ -165,6 +165,7 @@ class Assignment(models.Model):
         POLICY = "policy"
         INTERRUPT = "interrupt"  # the agent named its reviewers when it asked
         ESCALATION = "escalation"
+        RULE = "rule"  # a decision rule routed it (``Interrupt.routed_by``)
 
     interrupt = models.ForeignKey(Interrupt, on_delete=models.CASCADE, related_name="assignments")
     user = models.ForeignKey(

@@ -4,7 +4,7 @@ More in docs/architecture.md (`models/policies.py`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -118,6 +118,17 @@ def policy_for(agent: str, reason: str) -> Policy:
                 refusal_needs_note=_flag(entry.get("refusal_needs_note", True), key),
             )
     return Policy(key="")
+
+
+def policy_of(interrupt: Any) -> Policy:
+    """The policy of one request: ``policy_for`` its agent and reason, needing more
+    approvals when a decision rule routed it with a higher count
+    (``Interrupt.approvals_required``; never fewer than the policy's)."""
+    policy = policy_for(interrupt.agent, interrupt.reason)
+    more = getattr(interrupt, "approvals_required", None)
+    if more is not None and more > policy.approvals_required:
+        return replace(policy, approvals_required=more)
+    return policy
 
 
 def _check_routing(entry: dict[str, Any], key: str) -> None:

@@ -42,6 +42,20 @@ VERSION_FIELDS = (
 )
 
 
+def rule_words(name: str, number: int) -> str:
+    """How a rule's version is named wherever a decision shows who made it: "rule R v3"."""
+    return f"rule {name} v{number}"
+
+
+def rule_of(decision: Any) -> dict[str, Any] | None:
+    """The rule version that decided ``decision`` (name, version, hash as it decided), or
+    None when a person or the system did: the API's and the exports' ``rule``."""
+    version = decision.rule_version
+    if version is None:
+        return None
+    return {"name": version.rule.name, "version": version.number, "hash": decision.rule_hash}
+
+
 class Rule(models.Model):
     """A decision rule: its name, its place in the order (first match wins), whether it
     is switched on, and the version that decides while it is."""
@@ -121,7 +135,7 @@ class RuleVersion(models.Model):
         ordering = ["rule", "-number"]
 
     def __str__(self) -> str:
-        return f"rule {self.rule.name} v{self.number}"
+        return rule_words(self.rule.name, self.number)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self._state.adding:

@@ -27,6 +27,9 @@ REQUEST_REMINDER = "request.reminder"
 REQUEST_ASSIGNED = "request.assigned"
 REQUEST_ESCALATED = "request.escalated"
 RUN_FAILED = "run.failed"
+# A decision rule's cap held requests back (once per cap and window): for operators.
+RULE_CAP_REACHED = "rule.cap_reached"
+CAP_WORDS = {"per_hour": "cap of decisions an hour", "amount_per_day": "cap of amount a day"}
 # Not a subscription's kind: the reply to one Slack click, to that click's response_url.
 SLACK_REPLY = "slack.reply"
 KINDS = (
@@ -38,6 +41,7 @@ KINDS = (
     REQUEST_ASSIGNED,
     REQUEST_ESCALATED,
     RUN_FAILED,
+    RULE_CAP_REACHED,
 )
 # Events about people being asked: those also go to the assigned users' addresses.
 TO_ASSIGNEES = (REQUEST_ASSIGNED, REQUEST_REMINDER, REQUEST_ESCALATED)
@@ -158,11 +162,16 @@ def _summary(note: Notification) -> str:
     if note.kind == RUN_FAILED:
         error = (note.payload.get("run") or {}).get("error", "")
         return f"A run of {who} failed: {error}"
+    if note.kind == RULE_CAP_REACHED:
+        rule = f"{note.payload.get('rule')} v{note.payload.get('version')}"
+        cap = CAP_WORDS.get(str(note.payload.get("cap")), "cap")
+        return f"Rule {rule} reached its {cap} of {note.payload.get('limit')}: people decide"
     decision = note.payload.get("decision") or {}
+    by = decision.get("rule_words") or decision.get("reviewer")
     titles = {
         REQUEST_CREATED: f"New request from {who}",
         REQUEST_DECIDED: f"Request from {who} {decision.get('outcome', 'decided')}"
-        + (f" by {decision['reviewer']}" if decision.get("reviewer") else ""),
+        + (f" by {by}" if by else ""),
         REQUEST_EXPIRED: f"Request from {who} expired without a decision",
         REQUEST_WITHDRAWN: f"Request from {who} withdrawn",
         REQUEST_REMINDER: f"Reminder: a request from {who} expires at {request.get('expires_at')}",

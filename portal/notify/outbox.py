@@ -25,6 +25,7 @@ from portal.models import (
     Run,
     Subscription,
     audit_record,
+    rule_of,
     waiting,
 )
 from portal.notify.delivery import backoff, outbox_deliver, send
@@ -39,6 +40,7 @@ from portal.notify.events import (
     REQUEST_EXPIRED,
     REQUEST_REMINDER,
     REQUEST_WITHDRAWN,
+    RULE_CAP_REACHED,
     RUN_FAILED,
     SLACK_REPLY,
     TO_ASSIGNEES,
@@ -65,6 +67,7 @@ __all__ = [
     "REQUEST_EXPIRED",
     "REQUEST_REMINDER",
     "REQUEST_WITHDRAWN",
+    "RULE_CAP_REACHED",
     "RUN_FAILED",
     "SLACK_REPLY",
     "TO_ASSIGNEES",
@@ -230,6 +233,7 @@ def notify_decision(decision: Decision, interrupt: Interrupt) -> Notification:
     else:
         kind = REQUEST_DECIDED
     reviewer = decision.reviewer.get_username() if decision.reviewer is not None else None
+    rule = decision.rule_version
     payload = {
         "request": request_payload(interrupt),
         "decision": {
@@ -237,6 +241,9 @@ def notify_decision(decision: Decision, interrupt: Interrupt) -> Notification:
             "reviewer": reviewer,
             "note": decision.note,
             "at": iso(decision.created_at),
+            # A decision rule's version decided (no person): which, with its hash.
+            "rule": rule_of(decision),
+            "rule_words": str(rule) if rule is not None else None,
         },
     }
     return outbox_enqueue(kind=kind, payload=payload, interrupt=interrupt)

@@ -32,7 +32,7 @@ from portal.errors import (
 )
 from portal.models import Checkpoint, Decision, Interrupt, policies
 from portal.reviews.quorum import already_voted, quorum_of
-from portal.reviews.words import REFUSAL_NOTE_NEEDED
+from portal.reviews.words import REFUSAL_NOTE_NEEDED, decided_by_words
 
 __all__ = [
     "Answer",
@@ -115,7 +115,7 @@ def already_decided(interrupt: Interrupt) -> DecisionRefused:
     decision = Decision.objects.select_related("reviewer").filter(interrupt=interrupt).first()
     if decision is not None:
         return AlreadyDecided(
-            f"This request was already decided by {who(decision.reviewer)} at "
+            f"This request was already decided by {decided_by_words(decision)} at "
             f"{when(decision.created_at)} ({decision.outcome}). Nothing was changed."
         )
     # Resolved without a decision: the thread moved past it (a newer pause superseded it).

@@ -120,7 +120,7 @@ def decision_submit(
             outcome, original, executed = outcome_and_args(locked, value, said_no=answer.said_no)
             if not note and isinstance(value, dict) and isinstance(value.get("note"), str):
                 note = value["note"]
-            policy = policies.policy_for(locked.agent, locked.reason)
+            policy = policies.policy_of(locked)
             if policy.needs_several:
                 vote = vote_record(locked, reviewer, value, note, outcome, policy, door=door)
                 if vote is not None:  # counted; the request waits for more reviewers

@@ -45,6 +45,7 @@ from portal.models import (
     Thread,
     audit_record,
     chain,
+    rule_of,
 )
 from portal.notify import broadcast, outbox, targets
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -478,7 +479,9 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
     hash chain (``manage.py verify_audit``)."""
     interrupt = request.interrupt
     decision = (
-        Decision.objects.select_related("reviewer").filter(interrupt_id=interrupt.pk).first()
+        Decision.objects.select_related("reviewer", "rule_version__rule")
+        .filter(interrupt_id=interrupt.pk)
+        .first()
         if interrupt.status != Interrupt.Status.PENDING
         else None
     )
@@ -492,6 +495,7 @@ def external_answer(request: ExternalRequest) -> dict[str, Any]:
             "decided_at": _iso(decision.created_at),
             "decision_id": decision.pk,
             "audit_hash": decision.hash,
+            "rule": rule_of(decision),
         }
     return {
         "id": interrupt.pk,

@@ -52,7 +52,7 @@ class Quorum:
 def quorum_of(interrupt: Any) -> Quorum | None:
     """The votes on ``interrupt`` if its policy needs several reviewers, else None (no
     query then). Uses the ``approvals`` a page prefetched (with their reviewers)."""
-    policy = policies.policy_for(interrupt.agent, interrupt.reason)
+    policy = policies.policy_of(interrupt)
     if not policy.needs_several:
         return None
     votes: list[Approval] = []

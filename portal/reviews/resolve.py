@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.inputs import check_input
-from portal.models import Decision, Interrupt, Run, Thread, waiting
+from portal.models import Decision, Interrupt, RuleVersion, Run, Thread, waiting
 from portal.notify import broadcast, outbox
 from portal.reviews import external
 from portal.runs.queue import enqueue
@@ -50,6 +50,12 @@ def thread_resume(
     return run
 
 
+def _door(by: Any, rule_version: RuleVersion | None) -> str:
+    if rule_version is not None:
+        return Decision.Door.RULE
+    return Decision.Door.SYSTEM if by is None else ""
+
+
 def resolve(
     locked: Interrupt,
     *,
@@ -63,11 +69,14 @@ def resolve(
     at: datetime | None = None,
     resume: bool = True,
     door: str = "",
+    rule_version: RuleVersion | None = None,
 ) -> tuple[Decision, Run | None]:
     """Close the pending request ``locked`` with a decision; caller holds the row lock
     (``select_for_update`` in its transaction) and has checked that it may close it.
 
-    Records the ``Decision`` (``by`` None: the system; ``door``: where it came in), marks
+    Records the ``Decision`` (``by`` None: the system, or with ``rule_version`` the
+    decision rule's version that decided, its hash sealed beside it; ``door``: where it
+    came in), marks
     the request ``status`` at ``at`` (default now), queues the outbox event, resumes the
     thread with ``value`` or, without ``resume``, only answers an outside agent; announces
     the change on commit.
@@ -85,7 +94,9 @@ def resolve(
             outcome=outcome,
             original_args=original_args,
             executed_args=executed_args,
-            door=door or (Decision.Door.SYSTEM if by is None else ""),
+            door=door or _door(by, rule_version),
+            rule_version=rule_version,
+            rule_hash=rule_version.hash if rule_version is not None else "",
         )
     except IntegrityError as exc:
         # No savepoint to recover in (a round trip each way, for a clash the row lock

@@ -2,7 +2,8 @@
 
 A version matches a request when its agent, reason and tool (each "" for any) are the
 request's and every document the request gives (``documents``: one per tool call, or one
-for the request) satisfies its conditions. How a rule reads: docs/rules.md.
+for the request) satisfies its conditions, dates compared (``agents.schema.DATE_BOUNDS``).
+Rules that decide: ``rule_decisions``. How a rule reads: docs/rules.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents.schema import SchemaRefused, schema_problem, validator_for
+from agents.schema import DATE_BOUNDS, SchemaRefused, schema_problem, validator_for, when_of
 from portal.accounts import roles
 from portal.errors import Refused
 from portal.models import (
@@ -94,7 +95,7 @@ def version_matches(version: RuleVersion, interrupt: Interrupt) -> bool:
     if not version.conditions:
         return True
     try:
-        validator = validator_for(version.conditions)
+        validator = validator_for(version.conditions, dates=True)
     except SchemaRefused:
         return False
     return all(validator.is_valid(doc) for doc in docs)
@@ -109,7 +110,7 @@ def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:
     for name in ("agent", "reason", "tool", "refusal_reason", "route_group", "cap_amount_field"):
         out[name] = str(out[name] or "").strip()
     out["conditions"] = out["conditions"] or {}
-    problem = schema_problem(out["conditions"])
+    problem = schema_problem(out["conditions"]) or _date_bounds_problem(out["conditions"])
     if problem is not None:
         raise RuleRefused(
             f"the conditions are not a usable JSON Schema: {problem}", field="conditions"
@@ -158,6 +159,26 @@ def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:
                 field="cap_amount_field",
             )
     return out
+
+
+def _date_bounds_problem(schema: Any) -> str | None:
+    """A ``formatMinimum``-like bound (``DATE_BOUNDS``) that is not a date or date-time of
+    its subschema's ``format``: it would match nothing, so it is refused when written."""
+    stack = [("$", schema)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, list):
+            stack.extend((f"{path}[{n}]", item) for n, item in enumerate(node))
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            if key in DATE_BOUNDS and when_of(value, node.get("format")) is None:
+                return (
+                    f"{path}.{key}: {value!r} is not a {node.get('format') or 'date'}; a date "
+                    'bound needs "format": "date" (2026-01-31) or "date-time" beside it'
+                )
+            stack.append((f"{path}.{key}", value))
+    return None
 
 
 def version_diff(old: RuleVersion | None, new: RuleVersion) -> list[tuple[str, Any, Any]]:

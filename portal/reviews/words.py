@@ -49,6 +49,17 @@ def call_words(name: str, args: dict[str, Any] | None) -> str:
     return text[:1].upper() + text[1:]
 
 
+def decided_by_words(decision: Any) -> str:
+    """Who made ``decision``, as every page, the chat and the exports name them: the
+    reviewer's username, "rule R v3" for a decision rule's version (never a person), or
+    "the system" (an expiry, a cancelled thread)."""
+    if decision.rule_version_id is not None:
+        return str(decision.rule_version)
+    if decision.reviewer_id is not None:
+        return str(decision.reviewer.get_username())
+    return "the system"
+
+
 @dataclass(frozen=True)
 class Decided:
     """Who answered the request a tool call waited on, and how."""

@@ -74,13 +74,13 @@ QUEUE = """, stale AS (
                                   response_schema, tool_call_id, tool, summary, status,
                                   created_at,
                                   expires_at, claimed_by_id, claimed_at, resolved_at,
-                                  decided, checkpoint_seq)
+                                  decided, checkpoint_seq, approvals_required, routed_by_id)
     SELECT %(pending_key)s::varchar, id, agent, %(key)s::varchar, %(request_node)s::varchar,
            %(value)s::jsonb, %(message)s::text, %(reason)s::varchar, %(schema)s::jsonb,
            %(tool_call_id)s::varchar, %(tool)s::varchar, %(summary)s::varchar,
            %(pending)s::varchar,
            %(now)s::timestamptz,
-           %(expires_at)s::timestamptz, NULL, NULL, NULL, false, %(seq)s::integer
+           %(expires_at)s::timestamptz, NULL, NULL, NULL, false, %(seq)s::integer, NULL, NULL
     FROM moved WHERE %(pending_key)s::varchar <> ''
     ON CONFLICT (id) DO NOTHING
     RETURNING id, thread_id, agent

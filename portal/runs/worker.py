@@ -4,7 +4,8 @@
 ``Worker`` holds the loop, the heartbeats (its own, and a run's lease renewed while the run
 executes) and the event loop with its async connection. A worker that finds its lease gone
 stops its graph; ``run_worker`` exits instead (``EXIT_FENCED``). Periodic work handed in
-from above (``expire``: overdue requests) runs between claims. Run it with
+from above (``expire``: overdue requests) runs between claims, and ``arrived`` (decision
+rules) after a run pauses. Run it with
 ``python manage.py run_worker``; the demo runs it in a daemon thread
 (``start_embedded_worker``). docs/architecture.md (## runs) tells the rules.
 """
@@ -138,7 +139,9 @@ class Worker:
     """One claim-execute loop. ``name`` names it in logs and heartbeats (host:pid:random
     by default); its leases carry the name and a token of its own. ``expire``, called
     every ``EXPIRY_CHECK_SECONDS`` between claims, declines overdue requests and returns
-    them (the worker does not know what a request is; its starter does)."""
+    them (the worker does not know what a request is; its starter does). ``arrived``,
+    called with the thread's id once a run's pause is recorded, lets the rules above act
+    on the new request; a worker that dies first leaves it to people."""
 
     def __init__(
         self,
@@ -149,6 +152,7 @@ class Worker:
         max_attempts: int | None = None,
         exit_when_fenced: bool = False,
         expire: Callable[[], Sized] | None = None,
+        arrived: Callable[[Any], object] | None = None,
     ) -> None:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         # What its leases carry: the name and a token of this worker alone, so that two
@@ -167,6 +171,7 @@ class Worker:
         self.stopping = threading.Event()
         self._listener: Any = None
         self._expire = expire
+        self._arrived = arrived
         self._last_expiry = -EXPIRY_CHECK_SECONDS
         self._heartbeat = loops.Heartbeat(self.name, kind=WorkerHeartbeat.Kind.WORKER)
         # One event loop for the worker's life (a loop per run costs a thread and a new
@@ -310,13 +315,17 @@ class Worker:
             queue.release(run, owner=self.lease_owner, error=outcome.error)
             return
         tell = queue.finish(run, owner=self.lease_owner, status=outcome.status, error=outcome.error)
-        if tell is None:
-            return
-        # Committed: told from the worker's own loop (no hop to the publishing thread).
-        try:
-            self._event_loop().run_until_complete(tell())
-        except Exception:
-            log.warning("run %s: publishing its outcome failed", run.pk, exc_info=True)
+        if tell is not None:
+            # Committed: told from the worker's own loop (no hop to the publishing thread).
+            try:
+                self._event_loop().run_until_complete(tell())
+            except Exception:
+                log.warning("run %s: publishing its outcome failed", run.pk, exc_info=True)
+        if outcome.status == Run.Status.INTERRUPTED and self._arrived is not None:
+            try:
+                self._arrived(run.thread_id)
+            except Exception:
+                log.exception("run %s: the rules could not act on its request", run.pk)
 
     def _abandon(self, taken: bool) -> None:
         """Our lease is gone: ``taken`` over by another worker (or maybe: the database was
@@ -459,15 +468,20 @@ class Worker:
 # -- the embedded worker ---------------------------------------------------------------
 
 _embedded = loops.Embedded(
-    lambda expire: Worker(name=f"embedded:{socket.gethostname()}:{os.getpid()}", expire=expire),
+    lambda expire, arrived: Worker(
+        name=f"embedded:{socket.gethostname()}:{os.getpid()}", expire=expire, arrived=arrived
+    ),
     thread_name="portal-worker",
 )
 
 
-def start_embedded_worker(*, expire: Callable[[], Sized] | None) -> Worker:
+def start_embedded_worker(
+    *, expire: Callable[[], Sized] | None, arrived: Callable[[Any], object] | None = None
+) -> Worker:
     """Run the worker loop in a daemon thread of this process (the one-command demo), with
-    ``expire`` as ``Worker`` takes it. Idempotent: a second call returns the running worker."""
-    return _embedded.start(expire=expire)
+    ``expire`` and ``arrived`` as ``Worker`` takes them. Idempotent: a second call returns
+    the running worker."""
+    return _embedded.start(expire=expire, arrived=arrived)
 
 
 def stop_embedded_worker(timeout: float = 10) -> None:

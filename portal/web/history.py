@@ -23,8 +23,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
-from portal.audit import history, metrics
-from portal.audit.history import COLUMNS, EVENT_COLUMNS, EventFilter, HistoryFilter
+from portal.audit import history, metrics, trail
+from portal.audit.history import COLUMNS, HistoryFilter
+from portal.audit.trail import EVENT_COLUMNS, EventFilter
 from portal.models import Checkpoint, Decision, ExternalRequest, Interrupt, tool_calls_in
 from portal.reviews.words import (
     agent_words,
@@ -99,6 +100,7 @@ def _choices(form: HistoryFilter) -> dict[str, list[tuple[str, str]]]:
         "tools": [(t, tool_words(t)) for t in codes["tools"]],
         "outcomes": outcome_choices(),
         "reviewers": [(r, r) for r in codes["reviewers"]],
+        "rules": [(r, r) for r in codes["rules"]],
     }
 
 
@@ -381,17 +383,17 @@ def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 @require_GET
 @login_required
 def audit_trail(request: HtmxRequest) -> HttpResponse:
-    history.require_audit_trail_access(request)
+    trail.require_audit_trail_access(request)
     form = _filter_form(request, EventFilter)
-    page = history.events_page(form.criteria(), form.cursor())
-    context = {"choices": history.event_filter_choices()}
+    page = trail.events_page(form.criteria(), form.cursor())
+    context = {"choices": trail.event_filter_choices()}
     return _results(request, form, page, "portal/audit_trail.html#audit-results", context)
 
 
 def _export_events(request: HttpRequest, kind: str) -> HttpResponse | StreamingHttpResponse:
-    history.require_audit_trail_export(request)
+    trail.require_audit_trail_export(request)
     form = _filter_form(request, EventFilter)
-    return _stream(form, history.iter_event_rows, EVENT_COLUMNS, kind, "audit-trail")
+    return _stream(form, trail.iter_event_rows, EVENT_COLUMNS, kind, "audit-trail")
 
 
 @require_GET

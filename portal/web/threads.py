@@ -22,7 +22,13 @@ from portal.accounts import access, roles
 from portal.audit import history
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread, paging
 from portal.models.paging import Cursor
-from portal.reviews.words import Decided, agent_words, call_words, result_words
+from portal.reviews.words import (
+    Decided,
+    agent_words,
+    call_words,
+    decided_by_words,
+    result_words,
+)
 
 
 class HtmxRequest(HttpRequest):
@@ -59,14 +65,16 @@ def display_message(
 def decisions_by_call(thread: Thread) -> dict[str, Decided]:
     """Who answered each request of ``thread`` that a tool call waited on, by call id."""
     out: dict[str, Decided] = {}
-    decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "interrupt")
+    decisions = Decision.objects.filter(thread=thread).select_related(
+        "reviewer", "interrupt", "rule_version__rule"
+    )
     for decision in decisions:
         request = decision.interrupt
         ids = [call.id for call in request.tool_calls]
         if request.tool_call_id:
             ids.append(request.tool_call_id)
         entry = Decided(
-            who=decision.reviewer.get_username() if decision.reviewer else "the system",
+            who=decided_by_words(decision),
             outcome=decision.outcome,
             withdrawn=decision.is_withdrawal(thread),
         )
@@ -145,7 +153,9 @@ def _timeline(thread: Thread) -> list[dict[str, Any]]:
         events.append({"kind": "checkpoint", "at": cp.created_at, "obj": cp})
     for it in Interrupt.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "interrupt", "at": it.created_at, "obj": it})
-    decisions = Decision.objects.filter(thread=thread).select_related("reviewer", "thread")
+    decisions = Decision.objects.filter(thread=thread).select_related(
+        "reviewer", "thread", "rule_version__rule"
+    )
     for d in decisions.order_by("-created_at")[:TIMELINE_LIMIT]:
         events.append({"kind": "decision", "at": d.created_at, "obj": d})
     for run in Run.objects.filter(thread=thread).order_by("-created_at")[:TIMELINE_LIMIT]:

@@ -159,6 +159,7 @@ def test_a_decision_closes_the_request_without_running_anything(agent, reviewer)
         "decided_at": answer["answer"]["decided_at"],
         "decision_id": decision.pk,
         "audit_hash": Decision.objects.get(pk=decision.pk).hash,
+        "rule": None,  # a person decided, not a decision rule
     }
     assert ExternalRequest.objects.get(pk=body["id"]).collected_at is not None
 

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.audit import history
-from portal.audit.history import EVENT_COLUMNS
+from portal.audit.trail import EVENT_COLUMNS
 from portal.models import AuditEvent, audit_record
 from tests.factories import make_interrupt
 

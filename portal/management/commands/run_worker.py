@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal import loops
 from portal.reviews.expiry import interrupts_expire
+from portal.reviews.rule_decisions import rules_on_pause
 from portal.runs.worker import Worker
 
 
@@ -32,11 +33,13 @@ class Command(BaseCommand):
         loops.keep_connections()
         try:
             # Overdue requests are declined between runs: no cron job for expire_interrupts.
+            # The decision rules act on each new request once its run has paused.
             worker = Worker(
                 name=options["name"],
                 poll=options["poll"],
                 exit_when_fenced=True,
                 expire=interrupts_expire,
+                arrived=rules_on_pause,
             )
         except ValueError as exc:
             raise CommandError(f"--id: {exc}") from None

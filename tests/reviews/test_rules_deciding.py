@@ -1,0 +1,337 @@
+"""Rules decide through the one closing path: approve, refuse with the version's reason
+(which reaches the agent), or route to people; the rails and caps send requests to people
+instead, and a rule switched off decides nothing from the next request on."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+
+from agents.examples import refunds
+from portal.models import (
+    Approval,
+    Assignment,
+    AuditEvent,
+    Checkpoint,
+    Decision,
+    Interrupt,
+    Notification,
+    RuleHit,
+    Run,
+    Thread,
+)
+from portal.reviews.rule_decisions import CAP_REACHED, risks, rules_apply, rules_on_pause
+from portal.reviews.rules import rule_switch_off
+from portal.reviews.threads import thread_start
+from portal.runs.worker import Worker
+from portal.web.threads import transcript
+from tests.factories import (
+    make_decision,
+    make_interrupt,
+    make_tool_approval,
+    make_user,
+    pause_again,
+)
+from tests.reviews.rulebook import active_rule
+
+pytestmark = pytest.mark.django_db
+
+
+def _refund(amount: float = 4.99, **value: Any) -> Interrupt:
+    return make_interrupt(value={"order_id": "A-1001", "amount": amount, **value})
+
+
+SMALL = {"properties": {"payload": {"properties": {"amount": {"type": "number", "maximum": 10}}}}}
+
+
+def test_an_approving_rule_records_a_decision_by_its_version_and_queues_the_resume(roles):
+    version = active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund(4.99)
+
+    hit = rules_apply(interrupt.pk)
+
+    assert hit is not None and hit.action == "approve"
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.reviewer is None
+    assert decision.door == Decision.Door.RULE
+    assert (decision.rule_version, decision.rule_hash) == (version, version.hash)
+    assert decision.outcome == Decision.Outcome.APPROVED
+    assert decision.value == {"approved": True}
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.RESOLVED
+    (run,) = Run.objects.filter(thread=interrupt.thread, kind=Run.Kind.RESUME)
+    assert run.input == {"resume": {"approved": True}, "resume_interrupt_id": interrupt.pk}
+
+
+def test_no_rule_matched_leaves_the_request_to_people(roles, reviewer):
+    active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund(42.50)
+
+    assert rules_apply(interrupt.pk) is None
+
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not RuleHit.objects.exists()
+    assert make_decision(interrupt=interrupt, reviewer=reviewer).reviewer == reviewer
+
+
+def test_a_rule_acts_once_on_a_request(roles):
+    active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund()
+
+    assert rules_apply(interrupt.pk) is not None
+    assert rules_apply(interrupt.pk) is None
+
+    assert Decision.objects.filter(interrupt=interrupt).count() == 1
+    assert Run.objects.filter(thread=interrupt.thread, kind=Run.Kind.RESUME).count() == 1
+
+
+def test_a_request_a_person_decided_first_is_left_alone(roles, reviewer):
+    active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund()
+    make_decision(interrupt=interrupt, reviewer=reviewer, value={"approved": False})
+
+    assert rules_apply(interrupt.pk) is None
+    assert Decision.objects.get(interrupt=interrupt).reviewer == reviewer
+
+
+def test_a_refusing_rule_gives_its_reason_as_the_note(roles):
+    active_rule("no refunds on A", action="refuse", refusal_reason="Orders A-* are final sale.")
+    interrupt = _refund()
+
+    rules_apply(interrupt.pk)
+
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.outcome == Decision.Outcome.REJECTED
+    assert decision.note == "Orders A-* are final sale."
+    assert decision.value == {"approved": False, "note": "Orders A-* are final sale."}
+
+
+def test_a_refusing_rules_reason_reaches_the_agent_and_the_chat(roles, support_agent, settings):
+    settings.PORTAL_POLICIES = {}
+    refunds.ISSUED.clear()
+    active_rule(
+        "no refunds", agent="refunds", action="refuse", refusal_reason="Refunds are paused today."
+    )
+    thread, _ = thread_start(
+        agent="refunds",
+        input={"messages": [{"role": "user", "content": "Refund $42.50 for order A-1001."}]},
+        user=support_agent,
+    )
+
+    Worker(name="rules-test", arrived=rules_on_pause).run_forever(once=True)
+
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert refunds.ISSUED == []
+    steps = Checkpoint.objects.filter(thread=thread).conversation()
+    (result,) = [m for m in steps if m.get("role") == "tool"]
+    assert "Refunds are paused today." in result["content"]  # what the model reads
+    assert Decision.objects.get(thread=thread).door == Decision.Door.RULE
+    # What support reads in the chat: who declined, and why.
+    (shown,) = [m for m in transcript(thread, steps) if m["role"] == "tool"]
+    assert shown["content"] == (
+        "Issue refund declined by rule no refunds v1: Refunds are paused today."
+    )
+
+
+def test_an_approving_rule_resumes_the_run_and_the_refund_is_issued_once(roles, support_agent):
+    refunds.ISSUED.clear()
+    active_rule("refunds", agent="refunds")
+    thread, _ = thread_start(
+        agent="refunds",
+        input={"messages": [{"role": "user", "content": "Refund $4.99 for order A-1001."}]},
+        user=support_agent,
+    )
+
+    Worker(name="rules-test", arrived=rules_on_pause).run_forever(once=True)
+
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.DONE
+    assert refunds.ISSUED == [{"order_id": "A-1001", "amount": 4.99}]
+    assert Run.objects.filter(thread=thread, kind=Run.Kind.RESUME).count() == 1
+
+
+def test_a_request_that_asks_a_question_is_not_answered_by_a_rule(roles):
+    active_rule("anything", action="approve")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    interrupt = pause_again(make_interrupt().thread, schema=schema, reason="input_required")
+
+    assert rules_apply(interrupt.pk) is None
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_a_tool_approval_is_high_risk_and_needs_the_rule_to_name_its_tools(roles):
+    interrupt = make_tool_approval(args={"amount": 5.0, "recipient": "Bob"})
+    assert risks(interrupt) == ["transfer_funds"]
+    active_rule("small transfers", agent="transfers")
+
+    assert rules_apply(interrupt.pk) is None
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_a_rule_that_names_the_risk_approves_a_tool_approval_as_its_schema_expects(roles):
+    interrupt = make_tool_approval(args={"amount": 5.0, "recipient": "Bob"})
+    active_rule("small transfers", agent="transfers", names_risk=["transfer_funds"])
+
+    assert rules_apply(interrupt.pk) is not None
+
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.value == {"type": "accept"}
+    assert decision.outcome == Decision.Outcome.APPROVED
+    call_id = interrupt.value["tool_calls"][0]["id"]
+    assert decision.executed_args == {call_id: {"amount": 5.0, "recipient": "Bob"}}
+
+
+def test_a_payload_marked_high_risk_needs_its_tool_named(roles):
+    interrupt = _refund(risk="high")
+    assert risks(interrupt) == ["issue_refund"]
+    active_rule("refunds", agent="refunds", names_risk=["delete_account"])
+
+    assert rules_apply(interrupt.pk) is None
+
+
+def test_refusing_a_high_risk_request_needs_no_named_risk(roles):
+    interrupt = make_tool_approval()
+    active_rule("no transfers", action="refuse", refusal_reason="Transfers go through the bank.")
+
+    rules_apply(interrupt.pk)
+
+    decision = Decision.objects.get(interrupt=interrupt)
+    assert decision.outcome == Decision.Outcome.REJECTED
+    assert decision.value == {"type": "ignore", "note": "Transfers go through the bank."}
+
+
+def test_a_routing_rule_assigns_the_group_and_requires_more_approvals(roles, reviewer, settings):
+    settings.PORTAL_POLICIES = {}
+    finance = Group.objects.create(name="finance")
+    reviewer.groups.add(finance)
+    version = active_rule("big refunds", action="route", route_group="finance", route_approvals=2)
+    interrupt = _refund(420.0)
+
+    hit = rules_apply(interrupt.pk)
+
+    assert hit is not None and hit.action == "route"
+    interrupt.refresh_from_db()
+    assert (interrupt.approvals_required, interrupt.routed_by) == (2, version)
+    assert interrupt.status == Interrupt.Status.PENDING
+    assignment = Assignment.objects.get(interrupt=interrupt)
+    assert (assignment.group, assignment.source) == (finance, Assignment.Source.RULE)
+    # Two approvals now: the first is a vote, the second decides.
+    first = make_decision(interrupt=interrupt, reviewer=reviewer)
+    assert isinstance(first, Approval)
+    second = make_decision(interrupt=interrupt, reviewer=make_user("r2", role="reviewer"))
+    assert isinstance(second, Decision) and second.rule_version is None
+
+
+def test_switching_a_rule_off_takes_effect_on_the_next_request(roles):
+    version = active_rule("small refunds", conditions=SMALL)
+    first, second = _refund(), _refund()
+    assert rules_apply(first.pk) is not None
+
+    rule_switch_off(version.rule, by=version.written_by)
+
+    assert rules_apply(second.pk) is None
+    second.refresh_from_db()
+    assert second.status == Interrupt.Status.PENDING
+
+
+def test_past_the_hourly_cap_requests_go_to_people_and_operators_are_told_once(roles):
+    active_rule("small refunds", conditions=SMALL, cap_per_hour=2)
+    requests = [_refund() for _ in range(4)]
+
+    hits = [rules_apply(r.pk) for r in requests]
+
+    assert [h is not None for h in hits] == [True, True, False, False]
+    (notice,) = AuditEvent.objects.filter(action=CAP_REACHED)
+    assert notice.detail["cap"] == "per_hour" and notice.detail["limit"] == "2"
+    assert notice.actor is None
+    (told,) = Notification.objects.filter(kind="rule.cap_reached")
+    assert told.payload["rule"] == "small refunds"
+    assert told.payload["request"]["id"] == requests[2].pk
+
+
+def test_the_daily_amount_cap_sums_the_field_since_midnight_utc(roles):
+    active_rule(
+        "small refunds",
+        conditions=SMALL,
+        cap_amount_field="/payload/amount",
+        cap_amount_per_day="12.00",
+    )
+    amounts = [4.99, 5.00, 2.02, 0.01]
+
+    hits = [rules_apply(_refund(a).pk) for a in amounts]
+
+    # 4.99 + 5.00 = 9.99; + 2.02 would be 12.01, over 12; 0.01 still fits.
+    assert [h is not None for h in hits] == [True, True, False, True]
+    assert sorted(str(h.amount) for h in RuleHit.objects.all()) == ["0.01", "4.99", "5.00"]
+    assert AuditEvent.objects.get(action=CAP_REACHED).detail["cap"] == "amount_per_day"
+
+
+def test_an_amount_the_cap_cannot_read_leaves_the_request_to_people(roles):
+    active_rule("refunds", cap_amount_field="/payload/total", cap_amount_per_day="100")
+
+    assert rules_apply(_refund().pk) is None
+
+
+def test_a_person_still_decides_a_request_a_rule_refused_to_approve(roles, reviewer):
+    interrupt = make_tool_approval()
+    active_rule("transfers", agent="transfers")
+    rules_apply(interrupt.pk)
+
+    decision = make_decision(interrupt=interrupt, reviewer=reviewer)
+
+    assert decision.reviewer == reviewer and decision.rule_version is None
+
+
+def test_a_rule_decision_is_in_the_chain_and_verify_audit_passes(roles, reviewer):
+    make_decision(interrupt=_refund(), reviewer=reviewer)
+    version = active_rule("small refunds", conditions=SMALL)
+    rules_apply(_refund().pk)
+    make_decision(interrupt=_refund(42.0), reviewer=reviewer, value={"approved": False})
+
+    first, by_rule, last = Decision.objects.order_by("id")
+    assert by_rule.rule_version == version
+    assert by_rule.prev_hash == first.hash and last.prev_hash == by_rule.hash
+    out = StringIO()
+    call_command("verify_audit", stdout=out)
+    assert out.getvalue().startswith("ok")
+
+
+def test_a_request_whose_policy_needs_several_people_is_not_decided_by_a_rule(roles, settings):
+    settings.PORTAL_POLICIES = {"refunds:*": {"approvals_required": 2}}
+    active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund()
+
+    assert rules_apply(interrupt.pk) is None
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
+def test_rules_that_fail_leave_the_request_to_people_and_the_worker_goes_on(
+    roles, support_agent, monkeypatch
+):
+    active_rule("refunds", agent="refunds")
+
+    def broken(interrupt):
+        raise RuntimeError("the rules' database went away")
+
+    monkeypatch.setattr("portal.reviews.rule_decisions.rule_for", broken)
+    thread, _ = thread_start(
+        agent="refunds",
+        input={"messages": [{"role": "user", "content": "Refund $4.99 for order A-1001."}]},
+        user=support_agent,
+    )
+
+    Worker(name="rules-test", arrived=rules_on_pause).run_forever(once=True)
+
+    thread.refresh_from_db()
+    assert thread.status == Thread.Status.INTERRUPTED
+    assert Interrupt.objects.get(thread=thread).status == Interrupt.Status.PENDING
+    assert not Decision.objects.filter(thread=thread).exists()
