@@ -7,8 +7,9 @@ for the request) satisfies its conditions. How a rule reads: docs/rules.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.utils import timezone
@@ -18,7 +19,6 @@ from portal.accounts import roles
 from portal.errors import Refused
 from portal.models import (
     MAX_AUDIT_DETAIL_CHARS,
-    Interrupt,
     Rule,
     RuleSimulation,
     RuleVersion,
@@ -34,6 +34,7 @@ __all__ = [
     "rule_switch_off",
     "rule_write",
     "version_diff",
+    "version_matcher",
     "version_matches",
 ]
 
@@ -62,7 +63,22 @@ class RuleRefused(Refused):
         self.message, self.field = message, field
 
 
-def documents(interrupt: Interrupt) -> list[dict[str, Any]]:
+class Requested(Protocol):
+    """What matching reads of a request: an ``Interrupt``, or a row read for a simulation."""
+
+    @property
+    def agent(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def message(self) -> str: ...
+
+
+def documents(interrupt: Requested) -> list[dict[str, Any]]:
     """What a version's conditions are checked against: one document per tool call the
     request asks about, or one for the request; each names the agent, reason, tool, the
     call's arguments (``{}`` without one), the whole payload and the message."""
@@ -81,23 +97,33 @@ def documents(interrupt: Interrupt) -> list[dict[str, Any]]:
     ]
 
 
-def version_matches(version: RuleVersion, interrupt: Interrupt) -> bool:
+def version_matches(version: RuleVersion, interrupt: Requested) -> bool:
     """Whether ``version`` matches ``interrupt`` (see the module docstring). A version whose
     conditions can no longer be compiled matches nothing: people decide."""
-    if version.agent and version.agent != interrupt.agent:
-        return False
-    if version.reason and version.reason != interrupt.reason:
-        return False
-    docs = documents(interrupt)
-    if version.tool and any(doc["tool"] != version.tool for doc in docs):
-        return False
-    if not version.conditions:
-        return True
-    try:
-        validator = validator_for(version.conditions)
-    except SchemaRefused:
-        return False
-    return all(validator.is_valid(doc) for doc in docs)
+    return version_matcher(version)(interrupt)
+
+
+def version_matcher(version: RuleVersion) -> Callable[[Requested], bool]:
+    """``version_matches`` for many requests: the conditions are compiled once."""
+    validator = None
+    if version.conditions:
+        try:
+            validator = validator_for(version.conditions)
+        except SchemaRefused:
+            return lambda interrupt: False
+    agent, reason, tool = version.agent, version.reason, version.tool
+
+    def matches(interrupt: Requested) -> bool:
+        if agent and agent != interrupt.agent:
+            return False
+        if reason and reason != interrupt.reason:
+            return False
+        docs = documents(interrupt)
+        if tool and any(doc["tool"] != tool for doc in docs):
+            return False
+        return validator is None or all(validator.is_valid(doc) for doc in docs)
+
+    return matches
 
 
 def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:
