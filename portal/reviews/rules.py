@@ -103,15 +103,63 @@ def version_matches(version: RuleVersion, interrupt: Requested) -> bool:
     return version_matcher(version)(interrupt)
 
 
+# Keywords under which an object's validity depends only on the keys its ``properties``
+# and ``required`` name (the rest look at strings and numbers only).
+_LOCAL = frozenset(
+    {"properties", "required", "type", "title", "description", "$comment", "default"}
+    | {"examples", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    | {"minLength", "maxLength", "pattern", "format"}
+)
+_REMEMBERED, _KEY_CHARS = 100_000, 500  # verdicts a matcher keeps, and of what size
+
+
+def _view(schema: Any) -> Callable[[Any], Any] | None:
+    """A function giving the part of a value that ``schema`` can see (None: all of it).
+    Where a schema holds only ``_LOCAL`` keywords, an object's keys it does not name
+    cannot change the verdict, so they are left out."""
+    if not isinstance(schema, dict) or not schema.keys() <= _LOCAL:
+        return None
+    names, required = schema.get("properties", {}), schema.get("required", [])
+    if not isinstance(names, dict) or not isinstance(required, list):
+        return None
+    inner = {key: _view(names.get(key, True)) for key in dict.fromkeys([*names, *required])}
+
+    def view(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return tuple(
+            (key, value[key] if part is None else part(value[key]))
+            for key, part in inner.items()
+            if key in value
+        )
+
+    return view
+
+
 def version_matcher(version: RuleVersion) -> Callable[[Requested], bool]:
-    """``version_matches`` for many requests: the conditions are compiled once."""
-    validator = None
-    if version.conditions:
+    """``version_matches`` for many requests: the conditions are compiled once, and the
+    verdict on what they can see of a document is remembered (amounts and states repeat)."""
+    if not version.conditions:
+        validator = None
+    else:
         try:
             validator = validator_for(version.conditions)
         except SchemaRefused:
             return lambda interrupt: False
     agent, reason, tool = version.agent, version.reason, version.tool
+    view = _view(version.conditions)
+    verdicts: dict[str, bool] = {}
+
+    def satisfies(doc: dict[str, Any]) -> bool:
+        if view is None:
+            return bool(validator.is_valid(doc))
+        key = repr(view(doc))  # repr tells 1, 1.0 and True apart, as the validator does
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = bool(validator.is_valid(doc))
+            if len(verdicts) < _REMEMBERED and len(key) <= _KEY_CHARS:
+                verdicts[key] = verdict
+        return verdict
 
     def matches(interrupt: Requested) -> bool:
         if agent and agent != interrupt.agent:
@@ -121,7 +169,7 @@ def version_matcher(version: RuleVersion) -> Callable[[Requested], bool]:
         docs = documents(interrupt)
         if tool and any(doc["tool"] != tool for doc in docs):
             return False
-        return validator is None or all(validator.is_valid(doc) for doc in docs)
+        return validator is None or all(satisfies(doc) for doc in docs)
 
     return matches
 

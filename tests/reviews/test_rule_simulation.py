@@ -183,3 +183,57 @@ def test_simulating_needs_the_permission_and_a_sensible_window(writer, outsider,
             rule_simulate(version, by=writer, days=days)
         assert refused.value.field == "days"
     assert not RuleSimulation.objects.exists()
+
+
+DOCS = [
+    {"amount": 4.99, "status": "delivered", "note": "a"},
+    {"amount": 4.99, "status": "delivered"},
+    {"amount": 4.99, "status": "delivered", "note": "b", "extra": [1]},
+    {"amount": 4.99, "status": "shipped"},
+    {"amount": 12, "status": "delivered"},
+    {"amount": True, "status": "delivered"},
+    {"amount": 1, "status": "delivered"},
+    {"amount": 1.0, "status": "delivered"},
+    {"status": "delivered"},
+    {"amount": "4", "status": "delivered"},
+    {"amount": 4, "status": ["delivered"]},
+    [4.99],
+    "delivered",
+]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {
+            "properties": {
+                "amount": {"type": "number", "maximum": 10},
+                "status": {"const": "delivered"},
+            },
+            "required": ["amount"],
+        },
+        {"properties": {"amount": {"type": "integer"}}, "additionalProperties": False},
+        {"type": "object", "required": ["amount", "status"], "maxProperties": 2},
+        {"properties": {"amount": {"enum": [1, 4.99]}, "status": {"minLength": 8}}},
+        {"anyOf": [{"required": ["note"]}, {"properties": {"amount": {"exclusiveMaximum": 2}}}]},
+    ],
+)
+def test_the_remembered_verdicts_are_the_validators_own(writer, arguments):
+    """The matcher remembers a verdict by the part of a document its conditions can see:
+    every document, in any order, gets the answer a fresh validator gives it."""
+    from agents.schema import validator_for
+    from portal.reviews.rules import documents, version_matcher
+
+    conditions = {"properties": {"arguments": arguments}}
+    version = make_rule_version(by=writer, agent="", reason="", tool="", conditions=conditions)
+    validator = validator_for(conditions)
+    for order in (DOCS, DOCS[::-1]):
+        matches = version_matcher(version)
+        for args in order:
+            request = make_tool_approval(args=args) if isinstance(args, dict) else None
+            if request is None:
+                request = make_interrupt(
+                    value={"tool_calls": [{"id": "c", "name": "t", "arguments": args}]}
+                )
+            expected = all(validator.is_valid(doc) for doc in documents(request))
+            assert matches(request) is expected, (arguments, args)
