@@ -139,9 +139,8 @@ def _view(schema: Any) -> Callable[[Any], Any] | None:
 def version_matcher(version: RuleVersion) -> Callable[[Requested], bool]:
     """``version_matches`` for many requests: the conditions are compiled once, and the
     verdict on what they can see of a document is remembered (amounts and states repeat)."""
-    if not version.conditions:
-        validator = None
-    else:
+    validator: Any = None
+    if version.conditions:
         try:
             validator = validator_for(version.conditions)
         except SchemaRefused:
