@@ -72,7 +72,7 @@ class RuleForm(forms.Form):
     def clean_names_risk(self) -> list[str]:
         return str(self.cleaned_data["names_risk"]).replace(",", " ").split()
 
-    def save(self, *, by: Any, rule: Rule | None) -> RuleVersion | None:
+    def write(self, *, by: Any, rule: Rule | None) -> RuleVersion | None:
         """The new version, or None with the refusal on its field."""
         fields = {name: self.cleaned_data[name] for name in EDITABLE}
         try:
@@ -132,7 +132,7 @@ def _form_page(request: HttpRequest, rule: Rule | None, initial: dict[str, Any])
     if rule is None:
         form.fields["name"].required = True
     if request.method == "POST" and form.is_valid():
-        version = form.save(by=request.user, rule=rule)
+        version = form.write(by=request.user, rule=rule)
         if version is not None:
             messages.success(
                 request,
