@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("portal.web.queue")),
     path("", include("portal.web.interrupts")),
     path("", include("portal.web.history")),
+    path("", include("portal.web.rules")),
     path("", include(api_urls)),
     path("", include("portal.web.ops")),
     path("", include("portal.web.slack")),

@@ -288,3 +288,41 @@ def admin_change_url(obj) -> str:
 
     meta = obj._meta
     return reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[quote(obj.pk)])
+
+
+def grant_manage_rules(user):
+    """Give ``user`` the manage_rules permission (no role holds it: an admin grants it)."""
+    from django.contrib.auth.models import Permission
+
+    user.user_permissions.add(Permission.objects.get(codename="manage_rules"))
+    return get_user_model().objects.get(pk=user.pk)  # a fresh object: no cached permissions
+
+
+REFUND_CONDITIONS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "payload": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number", "exclusiveMaximum": 10},
+                "order_status": {"const": "delivered"},
+            },
+            "required": ["amount", "order_status"],
+        }
+    },
+}
+
+
+def make_rule_version(*, by, name: str = "Small refunds", **fields: Any):
+    """A first version of a new rule (the demo's refunds rule unless ``fields`` say
+    otherwise), written through the service."""
+    from portal.reviews.rules import rule_write
+
+    fields = {
+        "agent": "refunds",
+        "reason": "tool_approval",
+        "tool": "issue_refund",
+        "conditions": REFUND_CONDITIONS,
+        "action": "approve",
+    } | fields
+    return rule_write(by=by, name=name, **fields)

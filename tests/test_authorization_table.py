@@ -27,8 +27,16 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from portal.accounts.tokens import api_token_create
 from portal.models import Thread
 from portal.reviews.external import RequestSpec, external_request_create
+from portal.reviews.rule_simulation import rule_simulate
 from portal.web.routing import websocket_urlpatterns
-from tests.factories import make_decision, make_interrupt, make_thread, make_user
+from tests.factories import (
+    grant_manage_rules,
+    make_decision,
+    make_interrupt,
+    make_rule_version,
+    make_thread,
+    make_user,
+)
 
 PERSONAS = (
     "anon",
@@ -99,6 +107,16 @@ GET  /history/actions/ htmx                 login 403   403   403   200   200   
 GET  /history/actions/export.csv            login 403   403   403   200   200   403   403   200
 GET  /history/actions/export.jsonl          login 403   403   403   200   200   403   403   200
 GET  /metrics/                              login 403   403   200   200   200   403   200   200
+GET  /rules/                                login 403   403   200   200   200   403   200   200
+GET  /rules/new/                            login 403   403   403   403   403   403   403   200
+POST /rules/new/                            login 403   403   403   403   403   403   403   302
+GET  /rules/<int:pk>/                       login 403   403   200   200   200   403   200   200
+GET  /rules/<int:pk>/edit/                  login 403   403   403   403   403   403   403   200
+POST /rules/<int:pk>/switch-off/            login 403   403   403   403   403   403   403   302
+GET  /rules/versions/<int:pk>/              login 403   403   200   200   200   403   200   200
+POST /rules/versions/<int:pk>/simulate/     login 403   403   403   403   403   403   403   302
+POST /rules/versions/<int:pk>/activate/     login 403   403   403   403   403   403   403   302
+GET  /rules/simulations/<int:pk>/           login 403   403   200   200   200   403   200   200
 GET  /metrics/prometheus                    401   403   403   200   200   200   403   200   200
 GET  /profile/                              login   200   200   200   200   200   200   200   200
 POST /profile/slack/link                    login   400   400   400   400   400   400   400   400
@@ -150,6 +168,10 @@ MUTATING = {
     ("POST", "/api/threads/<thread_id>/retry"),
     ("POST", "/api/threads/<thread_id>/cancel"),
     ("POST", "/admin/portal/interrupt/<id>/decide/"),
+    ("POST", "/rules/new/"),
+    ("POST", "/rules/<int:pk>/switch-off/"),
+    ("POST", "/rules/versions/<int:pk>/simulate/"),
+    ("POST", "/rules/versions/<int:pk>/activate/"),
 }
 
 
@@ -199,12 +221,16 @@ class World:
         self.external, _ = external_request_create(
             user=bot, spec=RequestSpec(agent="invoice-bot", title="Pay invoice 7")
         )
+        # A rule written and simulated by someone who manages rules and is no persona.
+        wanda = grant_manage_rules(make_user(f"wanda-{Thread.objects.count()}"))
+        self.version = make_rule_version(by=wanda, name=f"Table rule {wanda.pk}")
+        self.simulation = rule_simulate(self.version, by=wanda, days=1)
 
 
 def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, Any], Any]:
     """(method, url, extra headers, body) for a row."""
     method, route, variant = key[0], key[1], key[2] if len(key) > 2 else ""
-    i = world.interrupt
+    i, v = world.interrupt, world.version
     approve = {"resume_interrupt_id": i.pk, "action": "approve"}
     htmx = {"HTTP_HX_REQUEST": "true"} if variant == "htmx" else {}
     urls: dict[tuple[str, str], tuple[str, Any]] = {
@@ -247,6 +273,25 @@ def _request(key: tuple[str, ...], world: World) -> tuple[str, str, dict[str, An
         ("GET", "/history/actions/export.jsonl"): ("/history/actions/export.jsonl", None),
         ("GET", "/metrics/"): ("/metrics/", None),
         ("GET", "/metrics/prometheus"): ("/metrics/prometheus", None),
+        ("GET", "/rules/"): ("/rules/", None),
+        ("GET", "/rules/new/"): ("/rules/new/", None),
+        ("POST", "/rules/new/"): (
+            "/rules/new/",
+            {"name": f"New rule {world.version.pk}", "agent": "refunds", "action": "approve"},
+        ),
+        ("GET", "/rules/<int:pk>/"): (f"/rules/{v.rule_id}/", None),
+        ("GET", "/rules/<int:pk>/edit/"): (f"/rules/{v.rule_id}/edit/", None),
+        ("POST", "/rules/<int:pk>/switch-off/"): (f"/rules/{v.rule_id}/switch-off/", {}),
+        ("GET", "/rules/versions/<int:pk>/"): (f"/rules/versions/{v.pk}/", None),
+        ("POST", "/rules/versions/<int:pk>/simulate/"): (
+            f"/rules/versions/{v.pk}/simulate/",
+            {"days": "7"},
+        ),
+        ("POST", "/rules/versions/<int:pk>/activate/"): (f"/rules/versions/{v.pk}/activate/", {}),
+        ("GET", "/rules/simulations/<int:pk>/"): (
+            f"/rules/simulations/{world.simulation.pk}/",
+            None,
+        ),
         ("GET", "/profile/"): ("/profile/", None),
         ("POST", "/profile/slack/link"): ("/profile/slack/link", {"code": "forged"}),
         ("POST", "/profile/slack/unlink"): ("/profile/slack/unlink", {}),

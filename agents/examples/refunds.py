@@ -45,6 +45,15 @@ SYSTEM_PROMPT = [
 # Refunds actually paid out, in order. The tool appends only after an approval.
 ISSUED: list[dict[str, Any]] = []
 
+# The demo shop's orders still on their way; every other order has been delivered. The
+# request names the order's status, so a decision rule can read it (docs/rules.md).
+IN_TRANSIT = {"C-3003", "C-3004"}
+
+
+def order_status(order_id: str) -> str:
+    """``"in_transit"`` or ``"delivered"``: where the demo shop's order is."""
+    return "in_transit" if order_id in IN_TRANSIT else "delivered"
+
 
 def refund_schema(amount: float) -> dict[str, Any]:
     """Approve or reject, with a note; an approval may pay less than asked (a partial
@@ -94,7 +103,7 @@ def issue_refund(order_id: str, amount: float) -> str:
     """
     # Everything above this call runs again on resume; the payout comes after it.
     decision = interrupt(
-        {"order_id": order_id, "amount": amount},
+        {"order_id": order_id, "amount": amount, "order_status": order_status(order_id)},
         message=f"Approve a ${amount:.2f} refund for order {order_id}?",
         reason="tool_approval",
         response_schema=refund_schema(amount),

@@ -71,3 +71,31 @@ def get_interrupt_for_user(
     if needs is not None and not needs(request.user):
         raise PermissionDenied("Your role can read this request but not act on it.")
     return interrupt
+
+
+def check_rules_access(request: HttpRequest, *, write: bool = False) -> None:
+    """Rules are read by those who manage them and by those who read the history (a
+    decision names the rule version that made it); only ``manage_rules`` changes them.
+    403 naming what is missing otherwise."""
+    user = request.user
+    if roles.can_manage_rules(user):
+        return
+    if write:
+        raise PermissionDenied(
+            "Changing, simulating or activating rules needs the manage_rules permission."
+        )
+    if not roles.can_view_history(user):
+        raise PermissionDenied(
+            "The rules are for people who manage them (manage_rules) or read the decision "
+            "history (view_history)."
+        )
+
+
+def get_rules_object(request: HttpRequest, model: type[M], pk: int, *, write: bool = False) -> M:
+    """A rule, rule version or simulation for a user ``check_rules_access`` lets in; 404
+    for an id that is not there."""
+    check_rules_access(request, write=write)
+    try:
+        return model._default_manager.get(pk=pk)
+    except model.DoesNotExist:  # type: ignore[attr-defined]
+        raise Http404(f"No such {model._meta.verbose_name}") from None

@@ -7,7 +7,7 @@ Importing the modules below registers every model admin. More in docs/architectu
 
 from django.contrib import admin
 
-from portal.admin import audit, notifications, requests, threads  # noqa: F401
+from portal.admin import audit, notifications, requests, rules, threads  # noqa: F401
 
 admin.site.site_header = "Reviewer portal administration"
 admin.site.site_title = "Reviewer portal admin"

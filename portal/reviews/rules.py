@@ -8,8 +8,9 @@ Rules that decide: ``rule_decisions``. How a rule reads: docs/rules.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.utils import timezone
@@ -19,7 +20,6 @@ from portal.accounts import roles
 from portal.errors import Refused
 from portal.models import (
     MAX_AUDIT_DETAIL_CHARS,
-    Interrupt,
     Rule,
     RuleSimulation,
     RuleVersion,
@@ -35,6 +35,7 @@ __all__ = [
     "rule_switch_off",
     "rule_write",
     "version_diff",
+    "version_matcher",
     "version_matches",
 ]
 
@@ -63,7 +64,22 @@ class RuleRefused(Refused):
         self.message, self.field = message, field
 
 
-def documents(interrupt: Interrupt) -> list[dict[str, Any]]:
+class Requested(Protocol):
+    """What matching reads of a request: an ``Interrupt``, or a row read for a simulation."""
+
+    @property
+    def agent(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def message(self) -> str: ...
+
+
+def documents(interrupt: Requested) -> list[dict[str, Any]]:
     """What a version's conditions are checked against: one document per tool call the
     request asks about, or one for the request; each names the agent, reason, tool, the
     call's arguments (``{}`` without one), the whole payload and the message."""
@@ -82,23 +98,80 @@ def documents(interrupt: Interrupt) -> list[dict[str, Any]]:
     ]
 
 
-def version_matches(version: RuleVersion, interrupt: Interrupt) -> bool:
+def version_matches(version: RuleVersion, interrupt: Requested) -> bool:
     """Whether ``version`` matches ``interrupt`` (see the module docstring). A version whose
     conditions can no longer be compiled matches nothing: people decide."""
-    if version.agent and version.agent != interrupt.agent:
-        return False
-    if version.reason and version.reason != interrupt.reason:
-        return False
-    docs = documents(interrupt)
-    if version.tool and any(doc["tool"] != version.tool for doc in docs):
-        return False
-    if not version.conditions:
-        return True
-    try:
-        validator = validator_for(version.conditions, dates=True)
-    except SchemaRefused:
-        return False
-    return all(validator.is_valid(doc) for doc in docs)
+    return version_matcher(version)(interrupt)
+
+
+# Keywords under which an object's validity depends only on the keys its ``properties``
+# and ``required`` name (the rest look at strings and numbers only).
+_LOCAL = frozenset(
+    {"properties", "required", "type", "title", "description", "$comment", "default"}
+    | {"examples", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    | {"minLength", "maxLength", "pattern", "format"}
+)
+_REMEMBERED, _KEY_CHARS = 100_000, 500  # verdicts a matcher keeps, and of what size
+
+
+def _view(schema: Any) -> Callable[[Any], Any] | None:
+    """A function giving the part of a value that ``schema`` can see (None: all of it).
+    Where a schema holds only ``_LOCAL`` keywords, an object's keys it does not name
+    cannot change the verdict, so they are left out."""
+    if not isinstance(schema, dict) or not schema.keys() <= _LOCAL:
+        return None
+    names, required = schema.get("properties", {}), schema.get("required", [])
+    if not isinstance(names, dict) or not isinstance(required, list):
+        return None
+    inner = {key: _view(names.get(key, True)) for key in dict.fromkeys([*names, *required])}
+
+    def view(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return tuple(
+            (key, value[key] if part is None else part(value[key]))
+            for key, part in inner.items()
+            if key in value
+        )
+
+    return view
+
+
+def version_matcher(version: RuleVersion) -> Callable[[Requested], bool]:
+    """``version_matches`` for many requests: the conditions are compiled once, and the
+    verdict on what they can see of a document is remembered (amounts and states repeat)."""
+    validator: Any = None
+    if version.conditions:
+        try:
+            validator = validator_for(version.conditions, dates=True)
+        except SchemaRefused:
+            return lambda interrupt: False
+    agent, reason, tool = version.agent, version.reason, version.tool
+    view = _view(version.conditions)
+    verdicts: dict[str, bool] = {}
+
+    def satisfies(doc: dict[str, Any]) -> bool:
+        if view is None:
+            return bool(validator.is_valid(doc))
+        key = repr(view(doc))  # repr tells 1, 1.0 and True apart, as the validator does
+        verdict = verdicts.get(key)
+        if verdict is None:
+            verdict = bool(validator.is_valid(doc))
+            if len(verdicts) < _REMEMBERED and len(key) <= _KEY_CHARS:
+                verdicts[key] = verdict
+        return verdict
+
+    def matches(interrupt: Requested) -> bool:
+        if agent and agent != interrupt.agent:
+            return False
+        if reason and reason != interrupt.reason:
+            return False
+        docs = documents(interrupt)
+        if tool and any(doc["tool"] != tool for doc in docs):
+            return False
+        return validator is None or all(satisfies(doc) for doc in docs)
+
+    return matches
 
 
 def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:

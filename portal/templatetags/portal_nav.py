@@ -15,6 +15,8 @@ LINKS = [
     ("history", "History", roles.can_view_history),
     ("audit_trail", "Audit trail", roles.can_view_audit_trail),
     ("metrics", "Metrics", roles.can_view_metrics),
+    # Reviewers may open the rules too (history links to them), without a nav link.
+    ("rules", "Rules", lambda u: roles.can_manage_rules(u) or roles.can_view_audit_trail(u)),
 ]
 
 

@@ -165,7 +165,12 @@ async def test_the_refund_agent_runs_on_the_real_openai_client_against_the_fake_
                 response_granularity=ResponseGranularity.FULL,
             )
             request = pending_interrupt(paused["state"])
-            assert request is not None and request.value == {"order_id": "A-1001", "amount": 42.5}
+            assert request is not None
+            assert request.value == {
+                "order_id": "A-1001",
+                "amount": 42.5,
+                "order_status": "delivered",
+            }
             assert len(fake.requests) == 1  # paused before a second model call
             final = await graph.ainvoke(
                 {"resume": {"approved": True}, "resume_interrupt_id": request.id}, config

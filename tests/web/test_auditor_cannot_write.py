@@ -15,9 +15,16 @@ from django.db import connection
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import Decision, Interrupt, Rule, RuleSimulation, RuleVersion, Run, Thread
 from portal.reviews.external import RequestSpec, external_request_create
-from tests.factories import make_decision, make_interrupt, make_user
+from portal.reviews.rule_simulation import rule_simulate
+from tests.factories import (
+    grant_manage_rules,
+    make_decision,
+    make_interrupt,
+    make_rule_version,
+    make_user,
+)
 
 WRITE_METHODS = ("post", "put", "patch", "delete")
 # Routes that are not part of the product's write surface: signing in and out, the
@@ -49,6 +56,11 @@ KNOWN_WRITES = {
     "api:retry_thread",
     "api:cancel_thread",
     "api:raise_request",
+    "rule_new",
+    "rule_edit",
+    "rule_simulate",
+    "rule_activate",
+    "rule_switch_off",
 }
 
 
@@ -75,11 +87,17 @@ def world(support_agent, reviewer):
     external, _ = external_request_create(
         user=make_user("ivy-invoice-bot", role="agent"), spec=RequestSpec(agent="invoice-bot")
     )
+    # A rule someone else wrote and simulated; one id stands for the rule, its version and
+    # its simulation (the Rules pages' ``pk``).
+    manager = grant_manage_rules(make_user("wanda-writes-rules"))
+    version = make_rule_version(by=manager)
+    rule_simulate(version, by=manager, days=1)
     return {
         "thread_id": pending.thread_id,
         "interrupt_id": pending.pk,
         "decision_id": decision.pk,
         "request_id": external.pk,
+        "pk": version.pk,
     }
 
 
@@ -91,6 +109,9 @@ def _snapshot():
         "interrupts": list(
             Interrupt.objects.order_by("id").values_list("id", "status", "claimed_by_id")
         ),
+        "rules": list(Rule.objects.order_by("id").values_list("id", "enabled", "active_version")),
+        "rule versions": RuleVersion.objects.count(),
+        "simulations": RuleSimulation.objects.count(),
     }
 
 

@@ -2,12 +2,15 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.accounts.groups import ensure_demo_users
-from portal.models import Subscription, Thread
+from portal.models import Rule, Subscription, Thread
 from portal.notify import outbox
 from portal.notify.notifier import Notifier
+from portal.reviews.rule_simulation import rule_simulate
+from portal.reviews.rules import rule_activate, rule_write
 from portal.reviews.threads import thread_start
 from portal.runs.registry import agents_info
 from portal.runs.worker import Worker
@@ -54,6 +57,11 @@ class Command(BaseCommand):
                 "Notifications: every event is emailed to reviewers@example.com; the console "
                 "email backend prints each one in the server's output (admin: Subscriptions)."
             )
+        if ensure_demo_rule():
+            self.stdout.write(
+                f"Rules: {DEMO_RULE!r}, written by reviewer, simulated and activated by "
+                "reviewer2 (both may manage rules): open Rules as either."
+            )
         # Example conversations (support2's) waiting in the review queue.
         started = ensure_demo_threads()
         if started:
@@ -80,6 +88,53 @@ class Command(BaseCommand):
 
 
 DEMO_SUBSCRIPTION = "Demo: every event, by email"
+DEMO_RULE = "Refunds under $10 on delivered orders are approved"
+# The refunds agent asks from inside its tool, with the order's status beside the amount
+# (agents/examples/refunds.py): the document's ``payload`` is that request.
+DEMO_RULE_CONDITIONS = {
+    "type": "object",
+    "properties": {
+        "payload": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+                "order_status": {"const": "delivered"},
+            },
+            "required": ["amount", "order_status"],
+        }
+    },
+    "required": ["payload"],
+}
+
+
+def ensure_demo_rule(*, writer: str = "reviewer", checker: str = "reviewer2") -> bool:
+    """Give the two demo reviewers ``manage_rules`` and, on first run, have ``writer``
+    write the demo's rule and ``checker`` simulate and activate it (a rule is never
+    activated by its writer). An existing rule of that name is left alone. True when
+    it was written."""
+    users = get_user_model().objects
+    people = list(users.filter(username__in=[writer, checker], groups__name="reviewer"))
+    if len(people) != 2 or Rule.objects.filter(name=DEMO_RULE).exists():
+        return False
+    permission = Permission.objects.get(content_type__app_label="portal", codename="manage_rules")
+    for person in people:
+        person.user_permissions.add(permission)
+    by = {user.username: user for user in users.filter(pk__in=[p.pk for p in people])}
+    version = rule_write(
+        by=by[writer],
+        name=DEMO_RULE,
+        agent="refunds",
+        reason="tool_approval",
+        tool="issue_refund",
+        conditions=DEMO_RULE_CONDITIONS,
+        action="approve",
+        cap_per_hour=30,
+        cap_amount_field="/payload/amount",
+        cap_amount_per_day="200",
+    )
+    rule_simulate(version, by=by[checker], days=30)
+    rule_activate(version, by=by[checker])
+    return True
 
 
 def ensure_demo_subscription() -> bool:
