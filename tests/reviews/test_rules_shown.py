@@ -63,6 +63,8 @@ def test_the_history_shows_the_rule_and_its_hash(client, auditor, decided):
     page = client.get(reverse("history")).content.decode()
     assert "rule small refunds v1" in page
     assert version.hash[:12] in page
+    # An auditor opens the version that decided from the row.
+    assert f'href="{reverse("rule_version", args=[version.pk])}"' in page
 
 
 def test_the_history_filters_decisions_by_rules_and_by_one_rule(client, auditor, decided):
@@ -83,6 +85,9 @@ def test_the_decision_page_says_the_rule_decided_and_no_person(client, auditor, 
     assert "rule small refunds v1" in page
     assert decided["rule"].rule_hash in page
     assert "no person decided" in page
+    version_page = reverse("rule_version", args=[decided["rule"].rule_version_id])
+    assert f'href="{version_page}"' in page
+    assert client.get(version_page).status_code == 200
 
 
 def test_the_exports_carry_the_rule(client, auditor, decided):
