@@ -45,7 +45,9 @@ def decided(live):
     return decisions
 
 
-def test_write_simulate_and_activate_a_rule_as_a_second_person(live, login, shoot, people, decided):
+def test_write_simulate_and_activate_a_rule_as_a_second_person(
+    live, login, shoot, people, decided, support_agent
+):
     writer, checker = people
     page = login(writer, start="/rules/")
     page.get_by_role("link", name="Write a rule").click()
@@ -85,6 +87,30 @@ def test_write_simulate_and_activate_a_rule_as_a_second_person(live, login, shoo
     expect(row).to_contain_text("50%")
     shoot(other, "rules-list")
     assert Rule.objects.get().active_version == version
+
+    # Support asks for a small refund on a delivered order: the rule approves it, with no
+    # reviewer, and the chat goes on to the refund.
+    chat = login(support_agent, start="/chat/")
+    chat.locator("input[name=agent][value=refunds]").check()
+    chat.get_by_role("textbox", name="Message").fill(
+        "Refund $4.99 for order A-1002, it arrived broken."
+    )
+    chat.get_by_role("button", name="Start").click()
+    expect(chat.locator(".msg.assistant").last).to_contain_text(
+        "Refund of $4.99 issued for order A-1002"
+    )
+    decision = Decision.objects.get(rule_version=version)
+    assert decision.reviewer is None and decision.door == "rule"
+
+    # The checker finds it in the history, decided by the rule, and opens the version.
+    other.goto(f"{live}/history/")
+    other.get_by_label("Decided by rules").check()
+    other.get_by_role("button", name="Apply").click()
+    row = other.locator("tbody tr", has_text="A-1002")
+    expect(row).to_contain_text("rule Small refunds on delivered orders v1")
+    shoot(other, "history-decided-by-rule")
+    row.get_by_role("link", name="rule Small refunds on delivered orders v1").click()
+    expect(other).to_have_url(f"{live}/rules/versions/{version.pk}/")
 
 
 def test_the_rules_pages_fit_a_phone_and_pass_axe(live, login, people, decided):
