@@ -5,6 +5,7 @@ agent really asks."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from django.core.management import call_command
@@ -63,3 +64,19 @@ def test_the_demo_rule_matches_small_refunds_on_delivered_orders(settings):
         ("Refund $4.99 for order C-3003, it never came.", False),  # still in transit
     ]:
         assert version_matches(version, asyncio.run(_asked(text))) is matches, text
+
+
+def test_the_readmes_rule_story_is_decided_by_the_demo_rule(settings):
+    """The README's second message is one the demo's rule approves, and its first is not:
+    the newcomer's $42.50 refund still reaches a person."""
+    from tests.test_demo_story import README, readme_story_message
+
+    settings.DEBUG = True
+    call_command("seed_demo")
+    version = Rule.objects.get().active_version
+    text = " ".join(README.read_text().split())
+    said = re.search(r'Send "([^"]+)" and the refund is issued at once', text)
+    assert said, "the README no longer tells the rule's story"
+    assert DEMO_RULE in text
+    assert version_matches(version, asyncio.run(_asked(said[1])))
+    assert not version_matches(version, asyncio.run(_asked(readme_story_message())))
