@@ -283,12 +283,24 @@ def _require(user: Any) -> None:
         raise RuleRefused("you may not change rules: that needs the manage_rules permission")
 
 
-def rule_write(*, by: Any, rule: Rule | None = None, name: str = "", **fields: Any) -> RuleVersion:
+def rule_write(
+    *,
+    by: Any,
+    rule: Rule | None = None,
+    name: str = "",
+    position: int | None = None,
+    **fields: Any,
+) -> RuleVersion:
     """Write a new version of ``rule`` (or a new rule called ``name``) from ``fields``; the
     old version is kept and whatever is switched on stays so until a new one is activated.
-    Audited with the diff."""
+    ``position``: the rule's place in the order (lower first; None keeps it). Audited with
+    the diff."""
     _require(by)
     checked = _checked_fields(fields)
+    if position is not None and (
+        isinstance(position, bool) or not isinstance(position, int) or position < 0
+    ):
+        raise RuleRefused("the position must be a whole number, 0 or more", field="position")
     with transaction.atomic():
         if rule is None:
             name = name.strip()
@@ -296,9 +308,17 @@ def rule_write(*, by: Any, rule: Rule | None = None, name: str = "", **fields: A
                 raise RuleRefused("a new rule needs a name", field="name")
             if Rule.objects.filter(name=name).exists():
                 raise RuleRefused(f"a rule called {name!r} exists already", field="name")
-            rule = Rule.objects.create(name=name)
+            rule = Rule.objects.create(
+                name=name, **({} if position is None else {"position": position})
+            )
+            moved = None
         else:
             rule = Rule.objects.select_for_update().get(pk=rule.pk)
+            moved = None
+            if position is not None and position != rule.position:
+                moved = [rule.position, position]
+                rule.position = position
+                rule.save(update_fields=["position"])
         last = rule.versions.order_by("-number").first()
         version = RuleVersion.objects.create(
             rule=rule, number=(last.number + 1 if last else 1), written_by=by, **checked
@@ -313,6 +333,7 @@ def rule_write(*, by: Any, rule: Rule | None = None, name: str = "", **fields: A
                 "version": version.number,
                 "hash": version.hash,
                 "diff": _diff_detail(diff),
+                **({"position": moved} if moved else {"position": rule.position}),
             },
         )
     return version

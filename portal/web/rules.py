@@ -44,6 +44,7 @@ class RuleForm(forms.Form):
     refusal is shown on the field it names."""
 
     name = forms.CharField(max_length=120, required=False)
+    position = forms.IntegerField(required=False, min_value=0)
     agent = forms.CharField(max_length=64, required=False)
     reason = forms.CharField(max_length=64, required=False)
     tool = forms.CharField(max_length=128, required=False)
@@ -76,7 +77,13 @@ class RuleForm(forms.Form):
         """The new version, or None with the refusal on its field."""
         fields = {name: self.cleaned_data[name] for name in EDITABLE}
         try:
-            return rule_write(by=by, rule=rule, name=self.cleaned_data["name"], **fields)
+            return rule_write(
+                by=by,
+                rule=rule,
+                name=self.cleaned_data["name"],
+                position=self.cleaned_data["position"],
+                **fields,
+            )
         except RuleRefused as refused:
             self.add_error(refused.field if refused.field in self.fields else None, refused.message)
             return None
@@ -86,6 +93,7 @@ def _initial(version: RuleVersion) -> dict[str, Any]:
     initial = {name: getattr(version, name) for name in EDITABLE}
     initial["conditions"] = json.dumps(version.conditions, indent=2) if version.conditions else ""
     initial["names_risk"] = ", ".join(version.names_risk)
+    initial["position"] = version.rule.position
     return initial
 
 
@@ -154,7 +162,7 @@ def _form_page(request: HttpRequest, rule: Rule | None, initial: dict[str, Any])
 def rule_new(request: HttpRequest) -> HttpResponse:
     """Write a new rule (its first version); it is off until activated."""
     access.check_rules_access(request, write=True)
-    return _form_page(request, None, {"action": RuleVersion.Action.APPROVE})
+    return _form_page(request, None, {"action": RuleVersion.Action.APPROVE, "position": 100})
 
 
 @require_http_methods(["GET", "POST"])

@@ -235,3 +235,27 @@ def test_the_nav_shows_rules_to_managers_and_auditors_only(writer, auditor, seco
     assert link in _client(writer).get(reverse("threads")).content.decode()
     assert link in _client(auditor).get(reverse("threads")).content.decode()
     assert link not in _client(second_reviewer).get(reverse("threads")).content.decode()
+
+
+def test_the_form_sets_a_rules_place_in_the_order_and_the_audit_says_so(client, roles):
+    from tests.reviews.rulebook import rule_manager
+
+    writer = rule_manager("orderer")
+    client.force_login(writer)
+    fields = {"name": "Late one", "action": "approve", "position": "7"}
+
+    client.post(reverse("rule_new"), fields)
+    rule = Rule.objects.get(name="Late one")
+    assert rule.position == 7
+    response = client.post(
+        reverse("rule_edit", args=[rule.pk]), {"action": "approve", "position": "3"}
+    )
+    assert response.status_code == 302
+    rule.refresh_from_db()
+    assert rule.position == 3 and rule.versions.count() == 2
+    moved = AuditEvent.objects.filter(action="rule.write").order_by("-id").first()
+    assert moved.detail["position"] == [7, 3]
+    refused = client.post(
+        reverse("rule_edit", args=[rule.pk]), {"action": "approve", "position": "-1"}
+    )
+    assert refused.status_code == 200 and "position" in refused.context["form"].errors
