@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents.tools import describe_call, words
+from agents.tools import describe_call, value_words, words
 
 REASONS = {
     "tool_approval": "Tool approval",
@@ -159,21 +159,10 @@ def outcome_choices() -> list[tuple[str, str]]:
     return list(OUTCOMES.items())
 
 
-# Argument names whose numbers are sums of money, written one way everywhere: $1,234.50.
-_MONEY = ("amount", "price", "total", "balance", "refund", "fee", "cost")
-
-
 def field_value_words(name: str, value: Any) -> str:
-    """One argument's value as a reviewer reads it (``amount``, 60 -> ``$60.00``)."""
-    if value is None:
-        return "(none)"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | float):
-        if any(part in _MONEY for part in name.lower().split("_")):
-            return f"${value:,.2f}"
-        return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
-    return _plain(value)
+    """One argument's value as a reviewer reads it (``amount``, 60 -> ``$60.00``): the
+    runtime's ``value_words``, which request messages use too, so amounts read one way."""
+    return "(none)" if value is None else value_words(name, value)
 
 
 @dataclass(frozen=True)

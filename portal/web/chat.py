@@ -86,7 +86,8 @@ def _ended(thread: Any) -> dict[str, str] | None:
         return {"outcome": "cancelled", "words": "Withdrawn by you"}
     words = outcome_words(thread.last_outcome)
     note = (thread.last_note or "").strip()
-    if thread.last_outcome == Decision.Outcome.REJECTED and note:
+    # A refusal reads with its reason (every refusal needs one: the glossary's "reason").
+    if thread.last_outcome in (Decision.Outcome.REJECTED, Decision.Outcome.IGNORED) and note:
         words = f"{words}: {note}"
     return {"outcome": thread.last_outcome, "words": words}
 
