@@ -39,15 +39,18 @@ class Decision(models.Model):
     """A person's (or the system's) answer to one interrupt. Written once."""
 
     class Outcome(models.TextChoices):
-        APPROVED = "approved"
-        REJECTED = "rejected"
-        EDITED = "edited"
-        EXPIRED = "expired"
-        CANCELLED = "cancelled"
+        """Each outcome with the one name every page, export and the admin show
+        (``portal.reviews.words.OUTCOMES`` reads these labels; docs/glossary.md lists them)."""
+
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        EDITED = "edited", "Approved with edited arguments"
+        EXPIRED = "expired", "Expired without a decision"
+        CANCELLED = "cancelled", "Cancelled"
         # Answers to a request that declared its actions (agents.inbox): free text for
         # the agent instead of going ahead, or a dismissal. Neither lets the action run.
-        RESPONDED = "responded"
-        IGNORED = "ignored"
+        RESPONDED = "responded", "Answered in words instead"
+        IGNORED = "ignored", "Ignored"
 
     class Door(models.TextChoices):
         """Where the decision came in. Outside agents' frameworks (MCP, the OpenAI Agents
@@ -94,6 +97,7 @@ class Decision(models.Model):
     objects = DecisionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "decision"
         permissions = [
             ("view_history", "Can browse decision history"),
             ("export_history", "Can export decision history"),
@@ -102,7 +106,7 @@ class Decision(models.Model):
         indexes = [models.Index(fields=["-created_at"], name="decision_recent")]
 
     def __str__(self) -> str:
-        return f"{self.outcome} on {self.interrupt_id}"
+        return f"{self.get_outcome_display()}, {self.created_at:%Y-%m-%d %H:%M}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
@@ -164,6 +168,7 @@ class Approval(models.Model):
     GOES_AHEAD = (Decision.Outcome.APPROVED, Decision.Outcome.EDITED)
 
     class Meta:
+        verbose_name = "vote"  # the glossary's word: one reviewer's yes or no
         constraints = [
             # The last guard behind the row lock: one vote per reviewer per request.
             models.UniqueConstraint(
@@ -172,7 +177,7 @@ class Approval(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.outcome} by {self.reviewer_id} on {self.interrupt_id}"
+        return f"{self.get_outcome_display()}, {self.created_at:%Y-%m-%d %H:%M}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.tools import describe_call, value_words, words
+from portal.models import Decision
 
 REASONS = {
     "tool_approval": "Tool approval",
@@ -99,15 +100,8 @@ def _plain(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-OUTCOMES = {
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "edited": "Approved with edited arguments",
-    "expired": "Expired without a decision",
-    "cancelled": "Cancelled",
-    "responded": "Answered in words instead",
-    "ignored": "Ignored",
-}
+# The outcomes' names live on the model's choices, so the admin and every page agree.
+OUTCOMES = dict(Decision.Outcome.choices)
 
 
 def outcome_words(outcome: str) -> str:
