@@ -325,8 +325,7 @@ class DecisionAdmin(ReadOnlyAdmin):
         names = obj.interrupt.call_names()
         edits = edits_in_words(obj.original_args, obj.executed_args, names)
         return format_html(
-            "<strong>{}</strong><br>{}{}",
-            decision_words(obj.outcome, withdrawn=withdrawn),
+            "<strong>{}</strong>{}",
             submitted_words(obj.outcome, obj.value, withdrawn=withdrawn),
             format_html_join(
                 "",

@@ -67,7 +67,9 @@ class Decision(models.Model):
 
     # OneToOne puts a unique constraint in the database: a second decision on the same
     # interrupt fails there even if two requests slip past the row lock.
-    interrupt = models.OneToOneField(Interrupt, on_delete=models.PROTECT, related_name="decision")
+    interrupt = models.OneToOneField(
+        Interrupt, on_delete=models.PROTECT, related_name="decision", verbose_name="request"
+    )
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="decisions")
     # Null means the system decided (an expiry, a cancellation by the owner's tooling).
     reviewer = models.ForeignKey(
@@ -148,7 +150,11 @@ class Approval(models.Model):
 
     # No index of its own: the unique (interrupt, reviewer) constraint's index serves it.
     interrupt = models.ForeignKey(
-        Interrupt, on_delete=models.PROTECT, related_name="approvals", db_index=False
+        Interrupt,
+        on_delete=models.PROTECT,
+        related_name="approvals",
+        db_index=False,
+        verbose_name="request",
     )
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"

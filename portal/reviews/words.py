@@ -148,6 +148,16 @@ def decision_words(outcome: str, *, withdrawn: bool = False) -> str:
     return WITHDRAWN if withdrawn else outcome_words(outcome)
 
 
+def ending_words(outcome: str, note: str = "", *, withdrawn: bool = False) -> str:
+    """How a finished conversation's latest request ended, as support's list says it:
+    the outcome, and a refusal (rejected, ignored) with its reason."""
+    if withdrawn:
+        return WITHDRAWN
+    text = outcome_words(outcome)
+    note = (note or "").strip()
+    return f"{text}: {note}" if outcome in ("rejected", "ignored") and note else text
+
+
 def outcome_choices() -> list[tuple[str, str]]:
     """(code, words) for an outcome filter: the words the pages show, the codes sent."""
     return list(OUTCOMES.items())

@@ -115,7 +115,7 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     shoot(queue, "interrupt-decided")
 
     expect(chat.locator("#transcript")).to_contain_text(f"Done. {FINAL}")
-    expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("done")
+    expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Approved")
     expect(chat.locator("#waiting-notice")).to_have_count(0)
     assert_not_reloaded(chat)
     # It arrived token by token over the websocket, not as one piece.

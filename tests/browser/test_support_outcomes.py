@@ -34,6 +34,7 @@ def test_a_withdrawn_transfer_is_said_as_withdrawn_not_as_a_reviewers_no(
     transcript = chat.locator("#transcript")
     expect(transcript).to_contain_text("withdrawn before a reviewer decided")
     expect(transcript).not_to_contain_text("declined")
+    expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Withdrawn by you")
     chat.reload()
     expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Withdrawn by you")
 
