@@ -21,7 +21,7 @@ def _start(page, live: str, agent: str, message: str) -> Thread:
 
 
 def test_a_withdrawn_transfer_is_said_as_withdrawn_not_as_a_reviewers_no(
-    live, login, support_agent
+    live, login, shoot, support_agent
 ):
     chat = login(support_agent, start="/chat/")
     _start(chat, live, "transfers", "Transfer $5,000 to Alice.")
@@ -37,9 +37,10 @@ def test_a_withdrawn_transfer_is_said_as_withdrawn_not_as_a_reviewers_no(
     expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Withdrawn by you")
     chat.reload()
     expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Withdrawn by you")
+    shoot(chat, "chat-withdrawn")
 
 
-def test_on_a_phone_the_open_chat_comes_before_the_list(live, login, support_agent):
+def test_on_a_phone_the_open_chat_comes_before_the_list(live, login, shoot, support_agent):
     chat = login(support_agent, start="/chat/")
     _start(chat, live, "refunds", "Refund $42.50 for order A-1001, it arrived broken.")
     chat.set_viewport_size({"width": 390, "height": 844})
@@ -50,3 +51,4 @@ def test_on_a_phone_the_open_chat_comes_before_the_list(live, login, support_age
     assert conversation and listed
     assert conversation["y"] < listed["y"], (conversation, listed)
     expect(chat.locator(".chat-main h1")).to_be_in_viewport()
+    shoot(chat, "chat-phone")
