@@ -278,13 +278,19 @@ def words(identifier: str) -> str:
     return " ".join(identifier.replace("-", "_").split("_")).strip() or identifier
 
 
-def _value_words(value: Any) -> str:
+# Argument names whose numbers are sums of money, written one way everywhere: $1,234.50.
+_MONEY = ("amount", "price", "total", "balance", "refund", "fee", "cost")
+
+
+def value_words(name: str, value: Any) -> str:
+    """One argument's value as a reviewer reads it: ``amount``, 42.5 -> ``$42.50``
+    (every page and every request's message write money this one way)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float) and value.is_integer():
-        return f"{int(value):,}"
     if isinstance(value, int | float):
-        return f"{value:,}"
+        if any(part in _MONEY for part in name.lower().split("_")):
+            return f"${value:,.2f}"
+        return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -297,7 +303,7 @@ def describe_call(name: str, args: dict[str, Any] | None, tool: Tool | None = No
     text = _filled(tool.title if tool is not None else None, args)
     if text:
         return text
-    listed = ", ".join(f"{words(k)}: {_value_words(v)}" for k, v in args.items())
+    listed = ", ".join(f"{words(k)}: {value_words(k, v)}" for k, v in args.items())
     return f"{words(name)} ({listed})" if listed else words(name)
 
 
@@ -377,6 +383,12 @@ def approval_schema(editable: dict[str, tuple[Any, dict[str, Any]]]) -> dict[str
 
 
 WITHDRAWN = "The request was withdrawn before anyone decided; nothing was done."
+
+
+def withdrawn_result() -> str:
+    """A tool's result when its request came back with no answer (``interrupt()``
+    returned None: its requester withdrew it): not done, and nobody declined it."""
+    return _result({"status": "withdrawn", "reason": WITHDRAWN})
 
 
 def decline_reason(decision: Any) -> str | None:
@@ -524,7 +536,7 @@ class ToolNode:
         if decision is None:
             # No answer at all: the request was withdrawn before anyone decided (its
             # requester took it back); the result says so, not that a reviewer said no.
-            content = _result({"status": "withdrawn", "reason": WITHDRAWN})
+            content = withdrawn_result()
             return Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
         if not inbox.goes_ahead(decision):
             return self._declined(call, decline_reason(decision))

@@ -26,6 +26,7 @@ from agents import (
 )
 from agents.examples import dollars
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
+from agents.tools import withdrawn_result
 
 # What the portal shows of this agent (portal.runs.registry reads these): the chat picker's
 # hint, the example message the chat offers (the README's story), and the conversation
@@ -104,13 +105,15 @@ def issue_refund(order_id: str, amount: float) -> str:
     # Everything above this call runs again on resume; the payout comes after it.
     decision = interrupt(
         {"order_id": order_id, "amount": amount, "order_status": order_status(order_id)},
-        message=f"Approve a ${amount:.2f} refund for order {order_id}?",
+        message=f"Approve a ${amount:,.2f} refund for order {order_id}?",
         reason="tool_approval",
         response_schema=refund_schema(amount),
         summary=f"Refund ${amount:,.2f} to order {order_id}",
     )
+    if decision is None:  # withdrawn by whoever asked: nobody said no
+        return withdrawn_result()
     if not (isinstance(decision, dict) and decision.get("approved") is True):
-        note = decision.get("note") if isinstance(decision, dict) else "the request was cancelled"
+        note = decision.get("note") if isinstance(decision, dict) else None
         return json.dumps({"status": "declined", "reason": note or "no reason given"})
     paid = _paid(decision, amount)
     if paid is None:  # the schema refuses this; a tool that pays money checks again
@@ -122,7 +125,7 @@ def issue_refund(order_id: str, amount: float) -> str:
             f"Refund of ${paid:,.2f} issued for order {order_id} (the reviewer changed "
             f"amount: ${amount:,.2f} → ${paid:,.2f})."
         )
-    return f"Refund of ${amount:.2f} issued for order {order_id}."
+    return f"Refund of ${amount:,.2f} issued for order {order_id}."
 
 
 def _refund(match: re.Match[str]) -> Reply:

@@ -23,6 +23,7 @@ from agents import (
 )
 from agents.examples import DECISION_SCHEMA, dollars
 from agents.models import CallTool, ChatModel, Reply, RuleScript, ScriptedModel
+from agents.tools import withdrawn_result
 
 # What the portal shows of this agent (portal.runs.registry reads these): the chat picker's
 # hint, the example message the chat offers (the README's story), and the conversation
@@ -65,9 +66,11 @@ def transfer_funds(amount: float, recipient: str) -> str:
         response_schema=DECISION_SCHEMA,
         summary=f"Send ${amount:,.2f} to {recipient}",
     )
+    if decision is None:  # withdrawn by whoever asked: nobody said no
+        return withdrawn_result()
     if not (isinstance(decision, dict) and decision.get("approved") is True):
         note = decision.get("note") if isinstance(decision, dict) else None
-        return json.dumps({"status": "declined", "reason": note or "transfer cancelled"})
+        return json.dumps({"status": "declined", "reason": note or "no reason given"})
     TRANSFERS.append({"amount": amount, "recipient": recipient})
     return f"Transferred ${amount:,.2f} to {recipient}."
 

@@ -22,6 +22,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 
 SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
+LEAD = "lead reviewer"  # a reviewer who may also take over a colleague's live claim
 
 # What the history, its exports, the API and the audit trail call the portal itself (an
 # expiry, a cancellation nobody made): no user may take the name, in any case.
@@ -47,6 +48,15 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
     REVIEWER: [
         "decide_interrupt",
         "claim_interrupt",
+        "view_all_threads",
+        "view_history",
+        "export_history",
+        "view_metrics",
+    ],
+    LEAD: [
+        "decide_interrupt",
+        "claim_interrupt",
+        "take_over_claim",  # audited: each takeover names whom it was taken from
         "view_all_threads",
         "view_history",
         "export_history",

@@ -9,20 +9,11 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from portal.accounts.tokens import api_token_delete
-from portal.admin.base import ReadOnlyAdmin, pretty
+from portal.admin.base import ReadOnlyAdmin, pretty, technical
 from portal.models import ApiToken, AuditEvent
 
-_EVENT_FIELDS = [
-    "created_at",
-    "action",
-    "actor_name",
-    "actor_id",
-    "target_type",
-    "target_id",
-    "detail_display",
-    "prev_hash",
-    "hash",
-]
+_EVENT_FIELDS = ["created_at", "action", "actor_name", "target", "detail_display"]
+_EVENT_TECHNICAL = ["actor_id", "target_type", "target_id", "prev_hash", "hash"]
 
 
 @admin.register(AuditEvent)
@@ -30,12 +21,26 @@ class AuditEventAdmin(ReadOnlyAdmin):
     """The audit trail of actions, read-only (auditors also have it under History)."""
 
     ordering = ["-created_at", "-id"]  # the auditevent_recent index
-    list_display = ["created_at", "action", "actor_name", "target_type", "target_id"]
+    list_display = ["created_at", "action", "actor_name", "target"]
     list_filter = ["action"]
     search_fields = ["=actor_name", "=target_id", "action"]
     date_hierarchy = "created_at"
-    fields = tuple(_EVENT_FIELDS)
-    readonly_fields = _EVENT_FIELDS
+    fieldsets = [
+        (None, {"fields": tuple(_EVENT_FIELDS)}),
+        technical(_EVENT_TECHNICAL),
+    ]
+    readonly_fields = [*_EVENT_FIELDS, *_EVENT_TECHNICAL]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        return super().get_queryset(request).with_target_names()  # type: ignore[attr-defined,no-any-return]
+
+    @admin.display(description="Done to")
+    def target(self, obj: AuditEvent) -> str:
+        """A user by their username; anything else by its kind and id."""
+        if not obj.target_type:
+            return "—"
+        name = getattr(obj, "target_name", None)
+        return f"{obj.target_type} {name or obj.target_id}"
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return {}  # no bulk delete, not even for superusers

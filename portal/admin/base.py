@@ -19,6 +19,11 @@ def pretty(value: Any) -> str:
     return format_html('<pre class="portal-json">{}</pre>', text)
 
 
+def technical(fields: list[str]) -> Any:
+    """A fieldset folded shut: the keys, hashes and raw JSON behind the words above it."""
+    return ("Technical details", {"classes": ["collapse"], "fields": tuple(fields)})
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Viewable by staff with the view permission; nobody adds, edits or deletes."""
 

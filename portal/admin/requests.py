@@ -12,17 +12,26 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from portal.accounts import access, roles
-from portal.admin.base import ReadOnlyAdmin, pretty, run_each
+from portal.admin.base import ReadOnlyAdmin, pretty, run_each, technical
 from portal.errors import DecisionRefused
 from portal.models import Approval, Decision, ExternalRequest, Interrupt
 from portal.reviews import threads
 from portal.reviews.expiry import interrupt_expire
 from portal.reviews.external import request_state, with_collection
 from portal.reviews.forms import DecisionForm
-from portal.reviews.words import recorded_words
+from portal.reviews.words import (
+    agent_words,
+    decision_words,
+    edits_in_words,
+    reason_words,
+    recorded_words,
+    submitted_words,
+)
+
+TECHNICAL = ["request_id", "node_name", "pause_key", "tool_call", "checkpoint_number"]
 
 
 @admin.register(Interrupt)
@@ -46,47 +55,43 @@ class InterruptAdmin(ReadOnlyAdmin):
     list_select_related = ["claimed_by"]
     date_hierarchy = "created_at"
     change_form_template = "admin/portal/interrupt/change_form.html"
+    # The runtime's keys (the pause's key, node, checkpoint, tool call) are for whoever
+    # debugs the runtime: folded in a technical section, named in words there too.
     fieldsets = [
-        (None, {"fields": ["id", "thread", "agent", "reason", "node", "key", "status"]}),
-        (
-            "What the agent asks",
-            {"fields": ["message_display", "summary", "payload", "schema", "tool_call_id"]},
-        ),
+        (None, {"fields": ["message_display", "summary", "thread", "agent_name", "reason_name"]}),
+        ("What the agent sent", {"fields": ["payload"]}),
         (
             "Queue",
             {
                 "fields": [
+                    "status",
                     "created_at",
                     "expires_at",
                     "claimed_by",
                     "claimed_at",
                     "resolved_at",
                     "decided",
-                    "checkpoint_seq",
                 ]
             },
         ),
+        technical([*TECHNICAL, "schema"]),
     ]
     readonly_fields = [
-        "id",
         "thread",
-        "agent",
-        "reason",
-        "node",
-        "key",
+        "agent_name",
+        "reason_name",
         "status",
         "message_display",
         "summary",
         "payload",
         "schema",
-        "tool_call_id",
         "created_at",
         "expires_at",
         "claimed_by",
         "claimed_at",
         "resolved_at",
         "decided",
-        "checkpoint_seq",
+        *TECHNICAL,
     ]
 
     actions = ["expire_requests", "withdraw_requests"]
@@ -133,6 +138,34 @@ class InterruptAdmin(ReadOnlyAdmin):
         if obj.summary_line:
             return format_html('{}<span class="portal-summary">{}</span>', text, obj.summary_line)
         return text
+
+    @admin.display(description="Agent")
+    def agent_name(self, obj: Interrupt) -> str:
+        return agent_words(obj.agent)
+
+    @admin.display(description="Reason")
+    def reason_name(self, obj: Interrupt) -> str:
+        return reason_words(obj.reason)
+
+    @admin.display(description="Request id")
+    def request_id(self, obj: Interrupt) -> str:
+        return obj.id
+
+    @admin.display(description="Node that asked")
+    def node_name(self, obj: Interrupt) -> str:
+        return obj.node
+
+    @admin.display(description="The runtime's key for this pause")
+    def pause_key(self, obj: Interrupt) -> str:
+        return obj.key
+
+    @admin.display(description="The tool call that waits")
+    def tool_call(self, obj: Interrupt) -> str:
+        return obj.tool_call_id or "—"
+
+    @admin.display(description="Checkpoint that paused")
+    def checkpoint_number(self, obj: Interrupt) -> int:
+        return obj.checkpoint_seq
 
     @admin.display(description="Message")
     def message_display(self, obj: Interrupt) -> str:
@@ -235,35 +268,11 @@ def _may_decide_here(request: HttpRequest, interrupt: Interrupt) -> bool:
     return roles.can_decide(request.user) and access.can_see_thread(request.user, interrupt.thread)
 
 
-_DECISION_FIELDS: list[str] = [
-    "interrupt",
-    "thread",
-    "reviewer",
-    "door",
-    "outcome",
-    "note_display",
-    "answer",
-    "original",
-    "executed",
-    "created_at",
-    "payload_hash",
-    "prev_hash",
-    "hash",
-]
-
-
-_APPROVAL_FIELDS: list[str] = [
-    "interrupt",
-    "reviewer",
-    "outcome",
-    "note",
-    "answer",
-    "door",
-    "created_at",
-    "payload_hash",
-    "prev_hash",
-    "hash",
-]
+# What a decision or a vote stored as it was (JSON, hashes): folded on their pages.
+_HASHES = ["payload_hash", "prev_hash", "hash"]
+_DECISION_FIELDS = ["in_words", "interrupt", "thread", "reviewer", "door", "created_at"]
+_DECISION_TECHNICAL = ["answer", "original", "executed", *_HASHES]
+_APPROVAL_FIELDS = ["outcome", "interrupt", "reviewer", "note", "door", "created_at"]
 
 
 @admin.register(Approval)
@@ -271,12 +280,12 @@ class ApprovalAdmin(ReadOnlyAdmin):
     """Each reviewer's vote on a request that needs several; written once, never changed."""
 
     ordering = ["-id"]  # ids grow with time
-    list_display = ["interrupt", "outcome", "reviewer", "door", "created_at"]
+    list_display = ["outcome", "reviewer", "interrupt", "door", "created_at"]
     list_filter = ["outcome", "door"]
     search_fields = ["interrupt__id", "reviewer__username", "note"]
     list_select_related = ["reviewer", "interrupt"]
-    fields = tuple(_APPROVAL_FIELDS)
-    readonly_fields = _APPROVAL_FIELDS
+    fieldsets = [(None, {"fields": tuple(_APPROVAL_FIELDS)}), technical(["answer", *_HASHES])]
+    readonly_fields = [*_APPROVAL_FIELDS, "answer", *_HASHES]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return {}  # no bulk delete, not even for superusers
@@ -289,16 +298,43 @@ class ApprovalAdmin(ReadOnlyAdmin):
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
     ordering = ["-created_at"]  # the decision_recent index
-    list_display = ["interrupt", "outcome", "reviewer", "thread", "created_at"]
+    # Three columns, so a phone reads them: who decided what, on which request, when.
+    list_display = ["decided", "interrupt", "created_at"]
+    list_display_links = ["decided"]
     list_filter = ["outcome"]
     search_fields = ["interrupt__id", "thread__id", "reviewer__username", "note"]
     list_select_related = ["reviewer", "interrupt", "thread"]
     date_hierarchy = "created_at"
-    fields = tuple(_DECISION_FIELDS)
-    readonly_fields = _DECISION_FIELDS
+    fieldsets = [
+        (None, {"fields": (*_DECISION_FIELDS, "note_display")}),
+        technical(_DECISION_TECHNICAL),
+    ]
+    readonly_fields = [*_DECISION_FIELDS, "note_display", *_DECISION_TECHNICAL]
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return {}  # no bulk delete, not even for superusers
+
+    @admin.display(description="Decision", ordering="outcome")
+    def decided(self, obj: Decision) -> str:
+        who = obj.reviewer.get_username() if obj.reviewer else "the system"
+        return f"{decision_words(obj.outcome, withdrawn=obj.is_withdrawal())} · {who}"
+
+    @admin.display(description="In words")
+    def in_words(self, obj: Decision) -> str:
+        """The outcome, what was answered, and an edit field by field, as the history
+        writes them (the JSON is in the technical section)."""
+        withdrawn = obj.is_withdrawal()
+        names = obj.interrupt.call_names()
+        edits = edits_in_words(obj.original_args, obj.executed_args, names)
+        return format_html(
+            "<strong>{}</strong>{}",
+            submitted_words(obj.outcome, obj.value, withdrawn=withdrawn),
+            format_html_join(
+                "",
+                '<br><span class="edit-changes">{}: {}</span>',
+                ((e.tool, "; ".join(str(c) for c in e.changes)) for e in edits),
+            ),
+        )
 
     @admin.display(description="Note")
     def note_display(self, obj: Decision) -> str:

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from portal.accounts import roles
-from portal.admin.base import ReadOnlyAdmin, ReadOnlyInline, pretty, run_each
+from portal.admin.base import ReadOnlyAdmin, ReadOnlyInline, pretty, run_each, technical
 from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
 from portal.reviews import threads
 
@@ -16,17 +16,18 @@ class CheckpointInline(ReadOnlyInline):
     model = Checkpoint
     fields = ["seq", "node", "status", "next_node", "interrupt_id", "created_at"]
     ordering = ["seq"]
+    classes = ["collapse"]  # the runtime's own record: folded
 
 
 class InterruptInline(ReadOnlyInline):
     model = Interrupt
-    fields = ["id", "reason", "node", "status", "message", "created_at", "resolved_at"]
+    fields = ["message", "reason", "status", "created_at", "resolved_at"]
     ordering = ["created_at"]
 
 
 class DecisionInline(ReadOnlyInline):
     model = Decision
-    fields = ["interrupt", "outcome", "reviewer", "note", "created_at"]
+    fields = ["outcome", "reviewer", "note", "created_at"]
     ordering = ["created_at"]
 
 
@@ -37,6 +38,24 @@ class ThreadAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "agent", "status", "owner", "updated_at"]
     list_filter = ["status", "agent"]
     search_fields = ["id", "title", "owner__username"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "title",
+                    "agent",
+                    "status",
+                    "owner",
+                    "created_at",
+                    "updated_at",
+                    "cancelled_at",
+                    "cancelled_by",
+                ]
+            },
+        ),
+        technical(["id", "last_seq"]),
+    ]
     readonly_fields = [
         "id",
         "agent",

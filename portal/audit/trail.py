@@ -75,6 +75,7 @@ def event_row(values: dict[str, Any]) -> dict[str, Any]:
         "actor": values["actor_name"] or SYSTEM,
         "target_type": values["target_type"],
         "target_id": values["target_id"],
+        "target_name": values.get("target_name"),  # a user's username (events_page)
         "detail": values["detail"],
         "hash": values["hash"],
     }
@@ -82,7 +83,7 @@ def event_row(values: dict[str, Any]) -> dict[str, Any]:
 
 def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
     """Audit events matching ``criteria`` (``EventFilter.criteria()``), newest first."""
-    qs = between_days(AuditEvent.objects.all(), criteria)
+    qs = between_days(AuditEvent.objects.with_target_names(), criteria)
     if action := criteria.get("action"):
         # "interrupt." (ending in a dot) is every action on requests.
         qs = (
@@ -102,7 +103,7 @@ def events_filtered(criteria: dict[str, Any]) -> QuerySet[AuditEvent]:
 def events_page(
     criteria: dict[str, Any], cursor: Cursor | None = None, *, size: int | None = None
 ) -> Page:
-    qs = events_filtered(criteria).values(*_EVENT_VALUES)
+    qs = events_filtered(criteria).values(*_EVENT_VALUES, "target_name")
     return page_of(qs, event_row, cursor, size or PAGE_SIZE)
 
 

@@ -7,7 +7,9 @@ import json
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from portal.models.chain import EVENTS, canonical, sealing
@@ -25,6 +27,17 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 
     def delete(self) -> NoReturn:
         raise ImmutableRecordError(f"AuditEvent.objects.delete() refused: {_APPEND_ONLY_EVENTS}")
+
+    def with_target_names(self) -> AuditEventQuerySet:
+        """With ``target_name``: the username an event about a user was done to (its
+        target id is the user's key, which nobody reads); None for other targets."""
+        users = get_user_model().objects.annotate(key=Cast("pk", models.CharField()))
+        named = users.filter(key=models.OuterRef("target_id")).values("username")[:1]
+        return self.annotate(
+            target_name=models.Case(
+                models.When(target_type="user", then=models.Subquery(named)), default=None
+            )
+        )
 
 
 class AuditEvent(models.Model):

@@ -39,15 +39,18 @@ class Decision(models.Model):
     """A person's (or the system's) answer to one interrupt. Written once."""
 
     class Outcome(models.TextChoices):
-        APPROVED = "approved"
-        REJECTED = "rejected"
-        EDITED = "edited"
-        EXPIRED = "expired"
-        CANCELLED = "cancelled"
+        """Each outcome with the one name every page, export and the admin show
+        (``portal.reviews.words.OUTCOMES`` reads these labels; docs/glossary.md lists them)."""
+
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        EDITED = "edited", "Approved with edited arguments"
+        EXPIRED = "expired", "Expired without a decision"
+        CANCELLED = "cancelled", "Cancelled"
         # Answers to a request that declared its actions (agents.inbox): free text for
         # the agent instead of going ahead, or a dismissal. Neither lets the action run.
-        RESPONDED = "responded"
-        IGNORED = "ignored"
+        RESPONDED = "responded", "Answered in words instead"
+        IGNORED = "ignored", "Ignored"
 
     class Door(models.TextChoices):
         """Where the decision came in. Outside agents' frameworks (MCP, the OpenAI Agents
@@ -65,7 +68,9 @@ class Decision(models.Model):
 
     # OneToOne puts a unique constraint in the database: a second decision on the same
     # interrupt fails there even if two requests slip past the row lock.
-    interrupt = models.OneToOneField(Interrupt, on_delete=models.PROTECT, related_name="decision")
+    interrupt = models.OneToOneField(
+        Interrupt, on_delete=models.PROTECT, related_name="decision", verbose_name="request"
+    )
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="decisions")
     # Null means the system decided (an expiry, a cancellation by the owner's tooling).
     reviewer = models.ForeignKey(
@@ -105,6 +110,7 @@ class Decision(models.Model):
     objects = DecisionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "decision"
         permissions = [
             ("view_history", "Can browse decision history"),
             ("export_history", "Can export decision history"),
@@ -113,7 +119,7 @@ class Decision(models.Model):
         indexes = [models.Index(fields=["-created_at"], name="decision_recent")]
 
     def __str__(self) -> str:
-        return f"{self.outcome} on {self.interrupt_id}"
+        return f"{self.get_outcome_display()}, {self.created_at:%Y-%m-%d %H:%M}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:
@@ -155,7 +161,11 @@ class Approval(models.Model):
 
     # No index of its own: the unique (interrupt, reviewer) constraint's index serves it.
     interrupt = models.ForeignKey(
-        Interrupt, on_delete=models.PROTECT, related_name="approvals", db_index=False
+        Interrupt,
+        on_delete=models.PROTECT,
+        related_name="approvals",
+        db_index=False,
+        verbose_name="request",
     )
     reviewer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approvals"
@@ -179,6 +189,7 @@ class Approval(models.Model):
     GOES_AHEAD = (Decision.Outcome.APPROVED, Decision.Outcome.EDITED)
 
     class Meta:
+        verbose_name = "vote"  # the glossary's word: one reviewer's yes or no
         constraints = [
             # The last guard behind the row lock: one vote per reviewer per request.
             models.UniqueConstraint(
@@ -187,7 +198,7 @@ class Approval(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.outcome} by {self.reviewer_id} on {self.interrupt_id}"
+        return f"{self.get_outcome_display()}, {self.created_at:%Y-%m-%d %H:%M}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if not self._state.adding:

@@ -58,6 +58,7 @@ class ExternalRequest(models.Model):
     collected_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "outside request"
         permissions = [("raise_request", "Can raise approval requests as an external agent")]
         constraints = [
             models.UniqueConstraint(

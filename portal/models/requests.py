@@ -42,10 +42,10 @@ class Interrupt(models.Model):
     """A pending (or answered) request for a person: the reviewers' queue."""
 
     class Status(models.TextChoices):
-        PENDING = "pending"
-        RESOLVED = "resolved"
-        CANCELLED = "cancelled"
-        EXPIRED = "expired"
+        PENDING = "pending", "Pending"
+        RESOLVED = "resolved", "Decided"
+        CANCELLED = "cancelled", "Cancelled"
+        EXPIRED = "expired", "Expired"
 
     id = models.CharField(max_length=64, primary_key=True)  # the runtime's interrupt id
     thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="interrupts")
@@ -95,6 +95,7 @@ class Interrupt(models.Model):
     )
 
     class Meta:
+        verbose_name = "request"  # the glossary's word; "interrupt" is the runtime's
         permissions = [
             ("decide_interrupt", "Can decide interrupts"),
             ("claim_interrupt", "Can claim and release interrupts"),
@@ -133,7 +134,9 @@ class Interrupt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} ({self.status})"
+        # What it asks, as the queue shows it: the id is a key, not a name.
+        text = self.summary or self.message or self.id
+        return text if len(text) <= 80 else text[:79] + "…"
 
     def decided_as(self, status: str, at: datetime) -> None:
         """Take this (row-locked, pending) request out of the queue with the decision its
@@ -169,6 +172,14 @@ class Interrupt(models.Model):
         """The tool calls this request asks to approve (none for a question, or for an
         ``interrupt()`` inside a tool: that one names its call in ``tool_call_id``)."""
         return tool_calls_in(self.value)
+
+    def call_names(self) -> dict[str, str]:
+        """Each tool call's id -> its tool's name: the calls it lists, or the one call an
+        ``interrupt()`` inside a tool waits on."""
+        names = {call.id: call.name for call in self.tool_calls}
+        if self.tool_call_id and self.tool:
+            names.setdefault(self.tool_call_id, self.tool)
+        return names
 
     @property
     def summary_line(self) -> str:

@@ -19,13 +19,14 @@ class Thread(models.Model):
     """One conversation with one agent."""
 
     class Status(models.TextChoices):
-        IDLE = "idle"
-        RUNNING = "running"
-        INTERRUPTED = "interrupted"
-        DONE = "done"
-        FAILED = "failed"
+        IDLE = "idle", "Idle"
+        RUNNING = "running", "Running"
+        # Paused on a request (the runtime's interrupt) until a person answers it.
+        INTERRUPTED = "interrupted", "Waiting for approval"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
         # Stopped for good by a person (``services.thread_cancel``); nothing runs again.
-        CANCELLED = "cancelled"
+        CANCELLED = "cancelled", "Cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.CharField(max_length=64, blank=True)

@@ -8,8 +8,10 @@ was taken (``Interrupt.claim_holder``), so a reviewer who walked away stops nobo
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,7 +21,7 @@ from portal.models import AuditEvent, Interrupt, audit_record
 from portal.notify import broadcast
 from portal.reviews.checks import already_decided
 
-__all__ = ["interrupt_claim", "interrupt_unclaim"]
+__all__ = ["claims_lapsed_announce", "interrupt_claim", "interrupt_unclaim"]
 
 
 def interrupt_claim(*, interrupt: Interrupt, user: Any) -> Interrupt:
@@ -89,3 +91,29 @@ def interrupt_unclaim(*, interrupt: Interrupt, user: Any) -> Interrupt:
             broadcast.queue_change_on_commit(locked, by=user)
     interrupt.claimed_by, interrupt.claimed_at = None, None
     return interrupt
+
+
+def claims_lapsed_announce(*, since: datetime, now: datetime) -> int:
+    """Tell open queues and request pages about each claim that lapsed in (since, now].
+
+    A lapse is the clock's doing, not a write, so nothing else announces it; the sweep
+    that expires overdue requests calls this with the window since its last run. Returns
+    how many were announced."""
+    lasts = timedelta(seconds=settings.PORTAL_CLAIM_EXPIRES_SECONDS)
+    lapsed = Interrupt.objects.filter(
+        status=Interrupt.Status.PENDING,
+        claimed_by__isnull=False,
+        claimed_at__gt=since - lasts,
+        claimed_at__lte=now - lasts,
+    ).only("id", "thread_id", "agent", "reason", "status")
+    count = 0
+    for interrupt in lapsed:
+        broadcast.publish_queue_change(
+            interrupt_id=interrupt.pk,
+            thread_id=interrupt.thread_id,
+            agent=interrupt.agent,
+            reason=interrupt.reason,
+            status=interrupt.status,
+        )
+        count += 1
+    return count

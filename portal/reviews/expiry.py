@@ -8,7 +8,7 @@ the run resumes with a decline (fail closed), through ``resolve``.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -20,6 +20,7 @@ from portal.accounts import roles
 from portal.errors import DecisionForbidden, DecisionRefused, when, who
 from portal.models import AuditEvent, Decision, Interrupt, audit_record
 from portal.reviews.checks import already_decided, check_pending_in_checkpoint, decision_forbidden
+from portal.reviews.claims import claims_lapsed_announce
 from portal.reviews.outcomes import outcome_and_args
 from portal.reviews.resolve import resolve
 
@@ -47,10 +48,20 @@ def _decline_value(interrupt: Interrupt, now: datetime) -> Any:
     return None
 
 
+# Where this process's last sweep ended: the next one announces the claims that lapsed
+# since (a first sweep looks back one minute, so a restart misses none in practice).
+_swept_until: list[datetime] = []
+
+
 def interrupts_expire(now: datetime | None = None) -> list[Decision]:
     """Resolve every pending interrupt whose ``expires_at`` has passed as expired and
-    queue a declining resume for its thread. Returns the decisions recorded."""
+    queue a declining resume for its thread; announce the claims that lapsed since the
+    last sweep (``claims_lapsed_announce``). Returns the decisions recorded."""
     now = now or timezone.now()
+    since = _swept_until[0] if _swept_until else now - timedelta(minutes=1)
+    _swept_until[:] = [max(now, since)]
+    if since < now:
+        claims_lapsed_announce(since=since, now=now)
     due = list(
         Interrupt.objects.filter(
             status=Interrupt.Status.PENDING, expires_at__isnull=False, expires_at__lte=now

@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agents.tools import describe_call, words
+from agents.tools import describe_call, value_words, words
+from portal.models import Decision
 
 REASONS = {
     "tool_approval": "Tool approval",
@@ -110,15 +111,8 @@ def _plain(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-OUTCOMES = {
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "edited": "Approved with edited arguments",
-    "expired": "Expired without a decision",
-    "cancelled": "Cancelled",
-    "responded": "Answered in words instead",
-    "ignored": "Ignored",
-}
+# The outcomes' names live on the model's choices, so the admin and every page agree.
+OUTCOMES = dict(Decision.Outcome.choices)
 
 
 def outcome_words(outcome: str) -> str:
@@ -165,26 +159,25 @@ def decision_words(outcome: str, *, withdrawn: bool = False) -> str:
     return WITHDRAWN if withdrawn else outcome_words(outcome)
 
 
+def ending_words(outcome: str, note: str = "", *, withdrawn: bool = False) -> str:
+    """How a finished conversation's latest request ended, as support's list says it:
+    the outcome, and a refusal (rejected, ignored) with its reason."""
+    if withdrawn:
+        return WITHDRAWN
+    text = outcome_words(outcome)
+    note = (note or "").strip()
+    return f"{text}: {note}" if outcome in ("rejected", "ignored") and note else text
+
+
 def outcome_choices() -> list[tuple[str, str]]:
     """(code, words) for an outcome filter: the words the pages show, the codes sent."""
     return list(OUTCOMES.items())
 
 
-# Argument names whose numbers are sums of money, written one way everywhere: $1,234.50.
-_MONEY = ("amount", "price", "total", "balance", "refund", "fee", "cost")
-
-
 def field_value_words(name: str, value: Any) -> str:
-    """One argument's value as a reviewer reads it (``amount``, 60 -> ``$60.00``)."""
-    if value is None:
-        return "(none)"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | float):
-        if any(part in _MONEY for part in name.lower().split("_")):
-            return f"${value:,.2f}"
-        return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
-    return _plain(value)
+    """One argument's value as a reviewer reads it (``amount``, 60 -> ``$60.00``): the
+    runtime's ``value_words``, which request messages use too, so amounts read one way."""
+    return "(none)" if value is None else value_words(name, value)
 
 
 @dataclass(frozen=True)

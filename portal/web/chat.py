@@ -24,7 +24,7 @@ from portal.accounts import access, roles
 from portal.errors import InputError, InterruptNotPending, NotThreadOwner, ThreadNotRetryable
 from portal.models import WITHDRAWN, Decision, Interrupt, Thread
 from portal.reviews.threads import interrupt_withdraw, thread_message, thread_start
-from portal.reviews.words import outcome_words
+from portal.reviews.words import ending_words
 from portal.runs.registry import UnknownAgentError, agent_info, agent_names, agents_info
 from portal.web.threads import transcript_context
 
@@ -82,13 +82,10 @@ def _ended(thread: Any) -> dict[str, str] | None:
     the tag's colour; None while it runs or waits (its status says so)."""
     if thread.status != Thread.Status.DONE or not thread.last_outcome:
         return None
-    if thread.last_withdrawn:
-        return {"outcome": "cancelled", "words": "Withdrawn by you"}
-    words = outcome_words(thread.last_outcome)
-    note = (thread.last_note or "").strip()
-    if thread.last_outcome == Decision.Outcome.REJECTED and note:
-        words = f"{words}: {note}"
-    return {"outcome": thread.last_outcome, "words": words}
+    withdrawn = thread.last_withdrawn
+    words = ending_words(thread.last_outcome, thread.last_note, withdrawn=withdrawn)
+    words = "Withdrawn by you" if withdrawn else words  # the list is the owner's own
+    return {"outcome": thread.last_outcome, "words": words, "withdrawn": withdrawn}
 
 
 def _recent_threads(request: HttpRequest) -> Any:

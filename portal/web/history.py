@@ -188,9 +188,7 @@ def _calls_in_words(decision: Decision) -> tuple[list[str], list[dict[str, Any]]
     """The tool calls the request was about, and what was asked and executed of each,
     in the words the request page uses (the raw JSON stays in the page's <details>)."""
     interrupt = decision.interrupt
-    names = {call.id: call.name for call in interrupt.tool_calls}
-    if interrupt.tool_call_id and interrupt.tool:
-        names.setdefault(interrupt.tool_call_id, interrupt.tool)
+    names = interrupt.call_names()
     original = decision.original_args if isinstance(decision.original_args, dict) else {}
     executed = decision.executed_args if isinstance(decision.executed_args, dict) else None
     asked = [

@@ -27,6 +27,7 @@ from portal.reviews.words import (
     agent_words,
     call_words,
     decided_by_words,
+    ending_words,
     result_words,
 )
 
@@ -100,6 +101,17 @@ def transcript(thread: Thread, messages: Iterable[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _ended(thread: Thread) -> dict[str, Any] | None:
+    """How the latest request of a finished ``thread`` ended (the status tag says it, so
+    the live list reads as a reload does), or None when none was decided."""
+    latest = Decision.objects.filter(thread=thread).order_by("-created_at", "-pk").first()
+    if latest is None:
+        return None
+    withdrawn = latest.is_withdrawal(thread)
+    words = ending_words(latest.outcome, latest.note, withdrawn=withdrawn)
+    return {"outcome": latest.outcome, "words": words, "withdrawn": withdrawn}
+
+
 def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
     """What the transcript partial shows: the conversation rebuilt from the checkpoints
     (``after_seq`` keeps only the steps after that one), the pending request if paused,
@@ -123,6 +135,7 @@ def transcript_context(thread: Thread, *, after_seq: int = 0) -> dict[str, Any]:
     )
     can_reply = thread.status == Thread.Status.DONE and not working
     return {
+        "ended": _ended(thread) if thread.status == Thread.Status.DONE else None,
         "thread": thread,
         "transcript_messages": messages,
         "pending": pending,

@@ -51,7 +51,7 @@ def test_the_thread_page_shows_checkpoints_interrupts_and_decisions_read_only(
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Checkpoints" in html and "Interrupts" in html and "Decisions" in html
+    assert "Checkpoints" in html and "Requests" in html and "Decisions" in html
     assert interrupt.pk in html
     inline_formsets = response.context["inline_admin_formsets"]
     assert len(inline_formsets) == 3

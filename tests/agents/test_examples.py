@@ -221,3 +221,30 @@ def test_load_names_every_example_and_refuses_unknown_ones():
     assert load("contact") is contact
     with pytest.raises(ValueError, match="choose one of refunds, transfers, accounts, contact"):
         load("payroll")
+
+
+@pytest.mark.parametrize(
+    ("module", "text"),
+    [
+        (transfers, "Transfer $5,000 to Alice."),
+        (refunds, "Refund $42.50 for order A-1001, it arrived broken."),
+    ],
+)
+async def test_a_withdrawn_request_is_said_as_withdrawn_not_as_a_reviewers_no(module, text):
+    # Withdrawing resumes the thread with no answer (None): nobody declined it.
+    graph = module.build_agent().compile(checkpointer=InMemoryCheckpointer())
+    config = {"thread_id": f"withdrawn-{module.__name__}"}
+    async with graph:
+        paused = await graph.ainvoke(
+            {"messages": [Message.text_message(text)]},
+            config,
+            response_granularity=ResponseGranularity.FULL,
+        )
+        request = pending_interrupt(paused["state"])
+        assert request is not None
+        out = await graph.ainvoke({"resume": None, "resume_interrupt_id": request.id}, config)
+
+    result = next(m for m in out["messages"] if m.role == "tool")
+    assert json.loads(result.content)["status"] == "withdrawn"
+    reply = out["messages"][-1].content
+    assert "withdrawn" in reply and "declined" not in reply, reply

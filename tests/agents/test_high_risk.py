@@ -49,7 +49,7 @@ async def test_a_high_risk_call_waits_for_approval_and_runs_once_when_approved(
     request = await pause(graph, config)
     assert request.reason == "tool_approval"
     assert request.node == "TOOL" and request.tool_call_id is None
-    assert request.message == "Approve issue refund (order id: A-1001, amount: 42.5)?"
+    assert request.message == "Approve issue refund (order id: A-1001, amount: $42.50)?"
     assert request.value["tool_calls"] == [
         {
             "id": "call_2",
@@ -269,9 +269,9 @@ def test_a_tools_title_words_its_approval_request_as_a_format_string_or_a_functi
     )
     assert describe_call("close", {"user_id": "u-1"}, close) == "closing u-1"
     # A title the arguments do not fit falls back to the tool's name in words.
-    assert describe_call("transfer", {"amount": 5}, transfer) == "transfer (amount: 5)"
+    assert describe_call("transfer", {"amount": 5}, transfer) == "transfer (amount: $5.00)"
     assert describe_call("transfer_funds", {"amount": 5000.0, "to": "Al"}) == (
-        "transfer funds (amount: 5,000, to: Al)"
+        "transfer funds (amount: $5,000.00, to: Al)"
     )
 
 

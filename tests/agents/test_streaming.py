@@ -86,7 +86,7 @@ async def test_a_pause_is_one_interrupted_update_and_then_the_stream_ends(
         "summary",
     }
     assert request["message"] == "Approve 5000 to Alice?"
-    assert request["summary"] == "Transfer funds (amount: 5,000, recipient: Alice)"
+    assert request["summary"] == "Transfer funds (amount: $5,000.00, recipient: Alice)"
     assert request["tool"] == "transfer_funds"  # it asks from inside the tool
     assert {c.run_id for c in chunks} == {"run-42"}
 

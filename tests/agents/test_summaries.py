@@ -62,7 +62,7 @@ async def test_a_high_risk_tool_summarises_its_approval_with_its_template(store,
     request = await _pause(graph, config)
 
     assert request.summary == "Refund $120.00 to order #1234"
-    assert request.message == "Approve refund (order id: 1234, amount: 120)?"
+    assert request.message == "Approve refund (order id: 1234, amount: $120.00)?"
 
 
 async def test_an_interrupt_inside_a_tool_without_a_summary_is_summarised_by_its_tool(
@@ -85,7 +85,7 @@ async def test_without_any_summary_the_call_is_named_in_words(store, config):
 
     request = await _pause(graph, config)
 
-    assert request.summary == "Issue refund (order id: 1234, amount: 120)"
+    assert request.summary == "Issue refund (order id: 1234, amount: $120.00)"
 
 
 async def test_outside_a_tool_the_summary_falls_back_to_the_message_without_markdown(store, config):

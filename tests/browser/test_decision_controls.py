@@ -135,7 +135,7 @@ def test_a_high_risk_tool_approval_is_a_form_of_the_four_answers_and_an_edit_is_
     # The history's record of it reads in words.
     record = login(auditor, start=f"/history/{decision.pk}/")
     expect(record.locator("h1")).to_contain_text("Approved with edited arguments")
-    ran = "Transfer funds (amount: 4,000, recipient: Alice)"
+    ran = "Transfer funds (amount: $4,000.00, recipient: Alice)"
     expect(record.locator("main")).to_contain_text(ran)
     shoot(record, "history-decision")
 

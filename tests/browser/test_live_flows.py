@@ -70,7 +70,7 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     expect(notice).to_contain_text("Waiting for approval")
     expect(notice).to_contain_text("Approve a $42.50 refund for order A-1001?")
     expect(chat.locator(".msg.assistant")).to_contain_text(
-        "Issue refund (order id: A-1001, amount: 42.5)"
+        "Issue refund (order id: A-1001, amount: $42.50)"
     )
     # Paused: nothing says the agent is still at work, and the composer says who is awaited.
     expect(chat.locator("[data-typing]")).to_have_count(0)
@@ -115,7 +115,7 @@ def test_the_full_round_trip_between_support_and_a_reviewer(
     shoot(queue, "interrupt-decided")
 
     expect(chat.locator("#transcript")).to_contain_text(f"Done. {FINAL}")
-    expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("done")
+    expect(chat.locator(".chat-recent [aria-current] .tag")).to_have_text("Approved")
     expect(chat.locator("#waiting-notice")).to_have_count(0)
     assert_not_reloaded(chat)
     # It arrived token by token over the websocket, not as one piece.

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from agents.examples.refunds import refund_schema
 from portal.models import Decision, Interrupt
+from tests.browser.conftest import assert_not_reloaded, mark_page, wait_live
 from tests.factories import make_interrupt, make_tool_approval
 
 RED = "rgb(179, 38, 30)"
@@ -184,3 +185,25 @@ def test_a_lapsed_claim_says_so_and_leaves_the_form_open(
     expect(page.locator("#decision-form").get_by_role("button", name="Approve")).to_be_enabled()
     page.locator("#decision-claim").get_by_role("button", name="Claim").click()
     expect(page.locator("#claim-lapses")).to_contain_text("claims last 15 minutes")
+
+
+def test_a_claim_that_lapses_shows_in_an_open_queue_without_a_reload(
+    live, login, reviewer, second_reviewer, support_agent
+):
+    interrupt = make_interrupt(owner=support_agent)
+    queue = login(reviewer, start="/queue/")
+    wait_live(queue)
+    mark_page(queue)
+    row = queue.locator(f"#q-{interrupt.pk}")
+    # Claimed 15 minutes ago less two seconds: it lapses while the queue is open.
+    almost = timezone.now() - timedelta(minutes=15) + timedelta(seconds=2)
+    Interrupt.objects.filter(pk=interrupt.pk).update(claimed_by=second_reviewer, claimed_at=almost)
+    queue.reload()  # the claim, as it stands now
+    wait_live(queue)
+    mark_page(queue)
+    expect(row.locator(".queue-claim")).to_contain_text(second_reviewer.get_username())
+    expect(row.locator(".queue-claim")).not_to_contain_text("lapsed")
+
+    expect(row.locator(".queue-claim")).to_contain_text("claim lapsed", timeout=20_000)
+    expect(row.get_by_role("button", name="Claim")).to_be_visible()
+    assert_not_reloaded(queue)

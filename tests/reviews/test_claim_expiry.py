@@ -99,3 +99,46 @@ def test_the_request_page_says_how_long_a_claim_lasts_and_when_it_lapsed(
     assert 'id="claim-lapses"' in page and "claims last 15 minutes" in page
     assert 'id="claim-lapsed"' in gone and "Anyone may claim this request" in gone
     assert '<fieldset class="bare">' in gone  # the form is open: the claim blocks nobody
+
+
+def test_a_claim_that_lapsed_since_the_last_sweep_is_announced_to_open_queues_once(
+    monkeypatch, reviewer
+):
+    # A lapse is the clock's doing, not a write: the sweep is what tells open queues.
+    from portal.notify import broadcast
+    from portal.reviews.claims import claims_lapsed_announce
+
+    announced: list[str] = []
+    monkeypatch.setattr(
+        broadcast, "publish_queue_change", lambda **c: announced.append(c["interrupt_id"])
+    )
+    just_lapsed = claimed(make_interrupt(), reviewer, minutes_ago=15.05)  # 3 s ago
+    long_lapsed = claimed(make_interrupt(), reviewer, minutes_ago=40)
+    still_held = claimed(make_interrupt(), reviewer, minutes_ago=14)
+    now = timezone.now()
+
+    assert claims_lapsed_announce(since=now - timedelta(seconds=10), now=now) == 1
+    assert announced == [just_lapsed.pk]
+    assert long_lapsed.pk not in announced and still_held.pk not in announced
+    # The next sweep's window starts where this one ended: nothing is said twice.
+    assert claims_lapsed_announce(since=now, now=now + timedelta(seconds=5)) == 0
+
+
+def test_a_lead_reviewer_takes_over_a_live_claim_by_default_and_it_is_audited(
+    roles, django_user_model, reviewer
+):
+    # setup_roles's "lead reviewer" role holds take_over_claim; a plain reviewer does not.
+    lead = django_user_model.objects.create_user(username="lena-lead", password="pw")
+    lead.groups.add(roles["lead reviewer"])
+    request = claimed(make_interrupt(), reviewer, minutes_ago=1)
+
+    interrupt_claim(interrupt=request, user=lead)
+
+    request.refresh_from_db()
+    assert request.claimed_by == lead
+    event = AuditEvent.objects.filter(action="interrupt.claim").order_by("-id").first()
+    assert (event.actor_name, event.detail) == (
+        "lena-lead",
+        {"taken_over_from": "rita-reviewer", "lapsed": False},
+    )
+    assert "take_over_claim" not in {p.codename for p in roles["reviewer"].permissions.all()}

@@ -130,14 +130,14 @@ def test_the_history_decision_page_speaks_in_words_and_keeps_the_raw_json_folded
     assert call_id not in text and "call_second" not in text
     assert "tool_approval" not in text and "TOOL" not in text
     assert '"type"' not in text and '"recipient"' not in text  # no raw JSON in view
-    assert "Transfer funds (amount: 5,000, recipient: Alice)" in text  # what was asked
-    assert "Transfer funds (amount: 4,000, recipient: Alice)" in text  # what ran
+    assert "Transfer funds (amount: $5,000.00, recipient: Alice)" in text  # what was asked
+    assert "Transfer funds (amount: $4,000.00, recipient: Alice)" in text  # what ran
     assert "Approved with edited arguments" in text
     assert "amount: $5,000.00 → $4,000.00" in text  # the edit, field by field
     # What the agent did next reads in words too, folded under its heading.
     unfolded = " ".join(re.sub(r"<[^>]+>", " ", html).split())
     assert "Transfer funds declined by rita-reviewer: over the daily limit." in unfolded
-    assert "Asks to run Transfer funds (amount: 10)" in unfolded
+    assert "Asks to run Transfer funds (amount: $10.00)" in unfolded
     # Auditors still find everything as it was stored, one click away.
     assert "&quot;type&quot;: &quot;edit&quot;" in html and call_id in html
     assert "transfer_funds" in html

@@ -199,3 +199,13 @@ def test_the_admin_shows_the_trail_read_only(client, admin_user, trail):
     assert client.post(delete, {"post": "yes"}).status_code == 403
     assert client.get(reverse("admin:portal_auditevent_add")).status_code == 403
     assert AuditEvent.objects.filter(pk=trail[3].pk).exists()
+
+
+def test_an_event_about_a_user_names_them_not_their_key(client, auditor, reviewer):
+    audit_record(action="api_token.revoke", actor=auditor, target=reviewer)
+    client.force_login(auditor)
+
+    html = client.get(PAGE).content.decode()
+
+    assert f"user {reviewer.get_username()}" in html
+    assert f"<code>{reviewer.pk}</code>" not in html

@@ -10,7 +10,7 @@ import pytest
 from agents.models.scripted import describe_tool_result
 from portal.models import Thread
 from portal.reviews.threads import interrupt_withdraw
-from tests.factories import make_decision, make_interrupt
+from tests.factories import make_decision, make_interrupt, make_tool_approval
 
 pytestmark = pytest.mark.django_db
 
@@ -44,6 +44,25 @@ def test_the_conversation_list_names_each_outcome_in_words_and_colour(
     assert ("outcome-cancelled", "Withdrawn by you") in tags
     assert ("status-interrupted warn", "waiting for approval") in tags
     assert not [t for t in tags if t[1] == "done"]
+
+
+def test_an_edited_and_an_ignored_conversation_read_apart_from_an_approved_one(
+    client, support_agent, reviewer
+):
+    edited, ignored = (make_tool_approval(owner=support_agent) for _ in "12")
+    call_id = edited.value["tool_calls"][0]["id"]
+    _finished(
+        edited,
+        reviewer,
+        value={"type": "edit", "args": {call_id: {"amount": 10, "recipient": "Alice"}}},
+    )
+    _finished(ignored, reviewer, value={"type": "ignore"}, note="a duplicate of the first request")
+    client.force_login(support_agent)
+
+    tags = _tags(client.get("/chat/").content.decode())
+
+    assert ("outcome-edited", "Approved with edited arguments") in tags
+    assert ("outcome-ignored", "Ignored: a duplicate of the first request") in tags
 
 
 def test_a_withdrawn_tool_call_is_said_as_withdrawn_not_declined():

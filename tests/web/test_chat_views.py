@@ -93,7 +93,8 @@ def test_a_paused_conversation_is_rebuilt_from_the_checkpoint_with_the_waiting_n
     html = response.content.decode()
     assert response.status_code == 200
     assert REFUND in html
-    assert "Issue refund (order id: A-1001, amount: 42.5)" in html  # the call that asked
+    assert "Issue refund (order id: A-1001, amount: $42.50)" in html  # the call that asked
+    assert "42.5)" not in html  # amounts read one way: $42.50
     assert "Waiting for approval" in html
     assert interrupt.message in html
     assert f'ws-connect="/ws/threads/{interrupt.thread_id}/"' in html

@@ -81,7 +81,7 @@ def test_a_reviewer_sees_the_request_the_conversation_the_tool_call_and_the_form
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert "Approve transfer funds (amount: 5,000, recipient: Alice)?" in html
+    assert "Approve transfer funds (amount: $5,000.00, recipient: Alice)?" in html
     assert "Send $5,000 to Alice." in html  # the user's message
     assert "transfer_funds" in html and "&quot;recipient&quot;: &quot;Alice&quot;" in html
     assert 'id="decision-form"' in html

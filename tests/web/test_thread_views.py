@@ -82,7 +82,7 @@ def test_the_thread_page_shows_transcript_and_timeline(client, support_agent, re
     html = response.content.decode()
     assert response.status_code == 200
     assert "Refund $42.50 for order A-1001" in html
-    assert "Issue refund (order id: A-1001, amount: 42.5)" in html
+    assert "Issue refund (order id: A-1001, amount: $42.50)" in html
     for entry in ("Checkpoint #1", "Checkpoint #2", "Approval requested", "Decision", "Looks fine"):
         assert entry in html
     assert f'ws-connect="/ws/threads/{interrupt.thread_id}/"' in html
