@@ -24,6 +24,7 @@ from portal.reviews.external import request_state, with_collection
 from portal.reviews.forms import DecisionForm
 from portal.reviews.words import (
     agent_words,
+    decided_by_words,
     decision_words,
     edits_in_words,
     reason_words,
@@ -270,8 +271,16 @@ def _may_decide_here(request: HttpRequest, interrupt: Interrupt) -> bool:
 
 # What a decision or a vote stored as it was (JSON, hashes): folded on their pages.
 _HASHES = ["payload_hash", "prev_hash", "hash"]
-_DECISION_FIELDS = ["in_words", "interrupt", "thread", "reviewer", "door", "created_at"]
-_DECISION_TECHNICAL = ["answer", "original", "executed", *_HASHES]
+_DECISION_FIELDS = [
+    "in_words",
+    "interrupt",
+    "thread",
+    "reviewer",
+    "rule_version",
+    "door",
+    "created_at",
+]
+_DECISION_TECHNICAL = ["answer", "original", "executed", "rule_hash", *_HASHES]
 _APPROVAL_FIELDS = ["outcome", "interrupt", "reviewer", "note", "door", "created_at"]
 
 
@@ -303,7 +312,7 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_display_links = ["decided"]
     list_filter = ["outcome"]
     search_fields = ["interrupt__id", "thread__id", "reviewer__username", "note"]
-    list_select_related = ["reviewer", "interrupt", "thread"]
+    list_select_related = ["reviewer", "interrupt", "thread", "rule_version__rule"]
     date_hierarchy = "created_at"
     fieldsets = [
         (None, {"fields": (*_DECISION_FIELDS, "note_display")}),
@@ -316,7 +325,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Decision", ordering="outcome")
     def decided(self, obj: Decision) -> str:
-        who = obj.reviewer.get_username() if obj.reviewer else "the system"
+        who = decided_by_words(obj)
         return f"{decision_words(obj.outcome, withdrawn=obj.is_withdrawal())} · {who}"
 
     @admin.display(description="In words")

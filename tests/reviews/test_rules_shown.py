@@ -175,3 +175,17 @@ def test_an_outside_agents_answer_names_the_rule(client, roles):
     assert answer["answer"]["decided_by"] is None
     version = RuleVersion.objects.get(rule__name="invoices")
     assert answer["answer"]["rule"] == {"name": "invoices", "version": 1, "hash": version.hash}
+
+
+def test_the_admin_names_the_rule_in_the_decisions_list_and_page(admin_client, decided):
+    version = decided["rule"].rule_version
+
+    listing = admin_client.get(reverse("admin:portal_decision_changelist")).content.decode()
+    page = admin_client.get(
+        reverse("admin:portal_decision_change", args=[decided["rule"].pk])
+    ).content.decode()
+
+    assert "· rule small refunds v1" in listing
+    assert "· the system" in listing  # the expiry is still the system's
+    assert "rule small refunds v1" in page
+    assert version.hash in page
