@@ -326,3 +326,13 @@ def test_the_request_page_of_a_withdrawn_request_says_its_requester_withdrew_it(
 
     assert "<strong>Withdrawn</strong> by its requester, sam-support" in page
     assert "Cancelled" not in page
+
+
+def test_the_open_chat_names_its_agent_in_words_not_its_code(client, support_agent):
+    thread = make_thread(owner=support_agent, agent="refunds")
+    client.force_login(support_agent)
+
+    page = client.get(reverse("chat_thread", args=[thread.pk])).content.decode()
+
+    assert '<span class="tag">Refunds</span>' in page
+    assert '<span class="tag">refunds</span>' not in page
