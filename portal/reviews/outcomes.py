@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import Case, JSONField, OuterRef, Q, Subquery, When
+from django.db.models import OuterRef, Subquery
 
 from agents import inbox
 from agents.state import Message
@@ -19,26 +19,24 @@ from portal.models import Checkpoint, Decision, Interrupt
 
 __all__ = ["asking_steps_columns", "outcome_and_args"]
 
-# The steps read with the locked request (its own and the two before it): the call an
-# in-tool question belongs to is in the step that paused or just before.
-_STEPS_WITH_THE_LOCK = 3
+# The steps read with the locked request: the call an in-tool question belongs to is in
+# the step that paused or the one before (the model's step, then the tool's).
+_STEPS_WITH_THE_LOCK = 2
 
 
 def asking_steps_columns() -> dict[str, Any]:
     """Annotations of an interrupt query: the messages of the steps ``_asking_call_args``
-    looks in first, for a request asked inside a tool (read in the query that locks it)."""
-    columns = {}
-    for back in range(_STEPS_WITH_THE_LOCK):
-        step = Checkpoint.objects.filter(
-            thread_id=OuterRef("thread_id"), seq=OuterRef("checkpoint_seq") - back
+    looks in first, for a request asked inside a tool (read in the query that locks it).
+    Read for every request: a condition on ``tool_call_id`` costs Django more to build
+    than the messages cost to fetch."""
+    return {
+        f"asking_step_{back}": Subquery(
+            Checkpoint.objects.filter(
+                thread_id=OuterRef("thread_id"), seq=OuterRef("checkpoint_seq") - back
+            ).values("messages")[:1]
         )
-        asked_in_a_tool = Q(tool_call_id__isnull=False) & ~Q(tool_call_id="")
-        columns[f"asking_step_{back}"] = Case(
-            When(asked_in_a_tool, then=Subquery(step.values("messages")[:1])),
-            default=None,
-            output_field=JSONField(),
-        )
-    return columns
+        for back in range(_STEPS_WITH_THE_LOCK)
+    }
 
 
 def _messages_newest_first(interrupt: Interrupt) -> Iterator[Any]:
