@@ -39,9 +39,11 @@ class ApiHandler(ASGIHandler):
 class SecurityHeaders(SecurityMiddleware):
     """Django's ``SecurityMiddleware`` run on the event loop: its hooks only read the
     request and set headers, so the thread hand-off ``MiddlewareMixin`` makes for each
-    (in case a hook touches the database) buys nothing."""
+    (in case a hook touches the database) buys nothing. It also checks the Host header
+    against ``ALLOWED_HOSTS`` (400 otherwise), which the site's ``CommonMiddleware`` does."""
 
     async def __acall__(self, request: HttpRequest) -> Any:
+        request.get_host()  # raises DisallowedHost
         response = self.process_request(request)
         if response is None:
             response = await self.get_response(request)  # type: ignore[misc]

@@ -110,6 +110,15 @@ def test_the_api_stack_refuses_as_the_api_does(reviewer, application, monkeypatc
     assert bad_input.status_code == 400 and bad_input.json()["errors"], bad_input.text
 
 
+def test_the_api_stack_refuses_a_host_not_allowed(reviewer, application, monkeypatch):
+    headers = {**_headers(reviewer), "Host": "portal.evil.example"}
+    read = lambda c: c.get("/api/interrupts", headers=headers)  # noqa: E731
+
+    (response,), _ = _hops(application, monkeypatch, [read])
+
+    assert response.status_code == 400
+
+
 def test_the_api_docs_page_goes_through_the_sites_stack(application, monkeypatch):
     (response,), _ = _hops(application, monkeypatch, [lambda c: c.get("/api/docs")])
 
