@@ -205,16 +205,19 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     running (its run paused, finished or failed), or until the seconds have passed: poll
     with it instead of polling often."""
     if not params.wait:
-        return await sync_to_async(_thread_out)(request, thread_id)  # one hand-off
+        return await sync_to_async(_visible_thread_out)(request, thread_id)  # one hand-off
     thread = await sync_to_async(thread_or_404)(request, thread_id)
     await _settle(thread.pk, params.wait)
     return await sync_to_async(_thread_out)(request, thread.pk)
 
 
+def _visible_thread_out(request: HttpRequest, thread_id: str) -> ThreadOut:
+    return _thread_out(request, thread_or_404(request, thread_id).pk)
+
+
 def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
     # Built here, in a thread, because the schema's resolvers may read the database.
-    thread = thread_or_404(request, thread_id)
-    return ThreadOut.model_validate(_thread_data(request, thread.pk))
+    return ThreadOut.model_validate(_thread_data(request, thread_id))
 
 
 def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
