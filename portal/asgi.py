@@ -1,12 +1,14 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
 get_asgi_application() runs first so the app registry is ready before the routing imports
-models. The embedded worker (the demo's in-process run loop) starts here, and only here,
-so management commands and tests never start one by accident.
+models. HTTP under /api/ goes through the API's own, shorter stack (portal/api/stack.py).
+The embedded worker (the demo's in-process run loop) starts here, and only here, so
+management commands and tests never start one by accident.
 """
 
 import gc
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -17,13 +19,23 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from portal.api.stack import ApiHandler, serves  # noqa: E402
 from portal.web.routing import OriginValidator, websocket_urlpatterns  # noqa: E402
+
+api_asgi_app = ApiHandler()
+
+
+async def http(scope: Any, receive: Any, send: Any) -> None:
+    path = scope["path"].removeprefix(scope.get("root_path", ""))
+    app = api_asgi_app if serves(path) else django_asgi_app
+    await app(scope, receive, send)
+
 
 # The Origin check compares scheme, host and port (portal/web/routing.py says the rule);
 # channels' AllowedHostsOriginValidator compared only the host.
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http,
         "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -182,6 +182,15 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# The API's own, shorter stack under ASGI (portal/api/stack.py): no sessions, messages,
+# CSRF, clickjacking header, htmx or login lockouts, which a token-checked JSON request
+# does not use, and each of which would cost it thread hand-offs.
+API_MIDDLEWARE = [
+    "portal.api.stack.SecurityHeaders",
+    "portal.inputs.refuse_bad_input",
+    "portal.api.errors.json_refusals",
+]
+
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
 WSGI_APPLICATION = None

@@ -158,24 +158,34 @@ async def get_request(request: HttpRequest, request_id: str, params: Query[WaitP
     """A request you raised, with its answer once decided. ``?wait=<seconds>`` holds the
     answer back until the decision is recorded or the seconds have passed: long-poll
     with it instead of polling often. Reading an answer marks it collected."""
-    found = await sync_to_async(external.external_request_for)(
-        user=request.user, request_id=request_id
-    )
+    if not params.wait:
+        return await sync_to_async(_answer_found)(request, request_id)  # one hand-off
+    found = await sync_to_async(_found)(request, request_id)
+
+    async def settled() -> bool:
+        return await sync_to_async(external.external_request_settled)(found.pk)
+
+    await waiting.await_until(waiting.interrupt_key(found.pk), settled, seconds=params.wait)
+    return await sync_to_async(_answer_again)(found.pk)
+
+
+def _found(request: HttpRequest, request_id: str) -> ExternalRequest:
+    found = external.external_request_for(user=request.user, request_id=request_id)
     if found is None:
         raise ApiProblem(404, f"No request {request_id} that you raised.")
-    if params.wait:
-
-        async def settled() -> bool:
-            return await sync_to_async(external.external_request_settled)(found.pk)
-
-        await waiting.await_until(waiting.interrupt_key(found.pk), settled, seconds=params.wait)
-    return await sync_to_async(_answer)(found.pk)
+    return found
 
 
-def _answer(request_id: str) -> dict[str, Any]:
-    row = ExternalRequest.objects.select_related("interrupt", "interrupt__thread").get(
-        pk=request_id
-    )
+def _answer_found(request: HttpRequest, request_id: str) -> dict[str, Any]:
+    return _answer(_found(request, request_id))
+
+
+def _answer_again(request_id: str) -> dict[str, Any]:
+    related = ExternalRequest.objects.select_related("interrupt", "interrupt__thread")
+    return _answer(related.get(pk=request_id))
+
+
+def _answer(row: ExternalRequest) -> dict[str, Any]:
     body = external.external_answer(row)
     if body["answer"] is not None:
         external.external_request_collect(row)

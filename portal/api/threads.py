@@ -204,10 +204,15 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     With ``?wait=<seconds>`` the answer waits until nothing of the thread is queued or
     running (its run paused, finished or failed), or until the seconds have passed: poll
     with it instead of polling often."""
+    if not params.wait:
+        return await sync_to_async(_visible_thread_out)(request, thread_id)  # one hand-off
     thread = await sync_to_async(thread_or_404)(request, thread_id)
-    if params.wait:
-        await _settle(thread.pk, params.wait)
+    await _settle(thread.pk, params.wait)
     return await sync_to_async(_thread_out)(request, thread.pk)
+
+
+def _visible_thread_out(request: HttpRequest, thread_id: str) -> ThreadOut:
+    return _thread_out(request, thread_or_404(request, thread_id).pk)
 
 
 def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:

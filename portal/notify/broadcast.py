@@ -375,10 +375,9 @@ def _announcer() -> ThreadPoolExecutor:
     return _announcing_thread[0]
 
 
-async def announcing(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in the announcer's thread (where events are rendered), whose database
-    connection is looked after as a request's is (closed when too old or broken)."""
-
+def _looked_after(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
+    # In the announcer's thread, whose database connection is looked after as a
+    # request's is (closed when too old or broken).
     def call() -> T:
         close_old_connections()
         try:
@@ -386,7 +385,12 @@ async def announcing(fn: Callable[..., T], *args: Any) -> T:
         finally:
             close_old_connections()
 
-    return await asyncio.get_running_loop().run_in_executor(_announcer(), call)
+    return call
+
+
+async def announcing(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the announcer's thread (where events are rendered)."""
+    return await asyncio.get_running_loop().run_in_executor(_announcer(), _looked_after(fn, *args))
 
 
 def _announce(changes: list[dict[str, Any]]) -> None:
@@ -394,24 +398,41 @@ def _announce(changes: list[dict[str, Any]]) -> None:
         publish_queue_change(**change)
 
 
+def _announce_quietly(changes: list[dict[str, Any]]) -> None:
+    try:
+        _announce(changes)
+    except Exception:  # best effort, as every publish: the committed change stands
+        log.warning("announcing %s failed", changes, exc_info=True)
+
+
+def announce_later(changes: list[dict[str, Any]]) -> None:
+    """Hand ``changes`` (committed) to the announcer's thread and return at once: the
+    committing thread (a request's) neither asks who listens, nor renders, nor waits for
+    the channel layer. One thread keeps a process's events in their order."""
+    _announcer().submit(_looked_after(_announce_quietly, changes))
+
+
+def announced(timeout: float = PUBLISH_TIMEOUT) -> None:
+    """Wait until what was handed to the announcer before this call has gone out."""
+    _announcer().submit(lambda: None).result(timeout)
+
+
 def queue_change_on_commit(interrupt: Any, *, by: Any = None, news: str = "") -> None:
     """Announce ``interrupt``'s current status once the transaction commits (a rollback
-    announces nothing). Leaving the queue carries the new status; a claim change
-    re-announces "pending". ``by``: who acted, when the row does not say (a release);
-    ``news``: the sentence to say, when that is not "claimed" or "released" (a vote)."""
-    transaction.on_commit(
-        partial(
-            publish_queue_change,
-            interrupt_id=interrupt.pk,
-            thread_id=interrupt.thread_id,
-            agent=interrupt.agent,
-            reason=interrupt.reason,
-            status=interrupt.status,
-            by=by,
-            news=news,
-        ),
-        robust=True,
-    )
+    announces nothing), from the announcer's thread. Leaving the queue carries the new
+    status; a claim change re-announces "pending". ``by``: who acted, when the row does
+    not say (a release); ``news``: the sentence to say, when that is not "claimed" or
+    "released" (a vote)."""
+    change = {
+        "interrupt_id": interrupt.pk,
+        "thread_id": interrupt.thread_id,
+        "agent": interrupt.agent,
+        "reason": interrupt.reason,
+        "status": interrupt.status,
+        "by": by,
+        "news": news,
+    }
+    transaction.on_commit(partial(announce_later, [change]), robust=True)
 
 
 def publish_user_revoke(user_ids: Any, *, session_key: str | None = None) -> None:

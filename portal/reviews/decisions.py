@@ -27,7 +27,7 @@ from portal.reviews.checks import (
     latest_checkpoint_columns,
 )
 from portal.reviews.expiry import expire_due
-from portal.reviews.outcomes import outcome_and_args
+from portal.reviews.outcomes import asking_steps_columns, outcome_and_args
 from portal.reviews.quorum import vote_record
 from portal.reviews.resolve import DecisionClash, resolve
 
@@ -81,10 +81,11 @@ def decision_submit(
             # are the database's last word either way.)
             #
             # The same statement reads what the checks below need of other rows (the
-            # thread's newest checkpoint, whether the reviewer wrote into it) in the
-            # snapshot it took before waiting for the lock. Whatever changed those while it
-            # waited was a decision of this request, which the status re-read under the
-            # lock refuses: only a decision's resume writes the paused thread's next step.
+            # thread's newest checkpoint, whether the reviewer wrote into it, the steps an
+            # in-tool question's call is in) in the snapshot it took before waiting for the
+            # lock. Whatever changed those while it waited was a decision of this request,
+            # which the status re-read under the lock refuses: only a decision's resume
+            # writes the paused thread's next step (and steps are never rewritten).
             wrote = Exists(
                 Run.objects.filter(
                     thread_id=OuterRef("thread_id"), author_id=getattr(reviewer, "pk", None)
@@ -94,7 +95,11 @@ def decision_submit(
                 locked = (
                     Interrupt.objects.select_for_update(of=("self",))
                     .select_related("thread", "claimed_by")
-                    .annotate(**latest_checkpoint_columns(), reviewer_wrote=wrote)
+                    .annotate(
+                        **latest_checkpoint_columns(),
+                        **asking_steps_columns(),
+                        reviewer_wrote=wrote,
+                    )
                     .get(pk=pk)
                 )
             except Interrupt.DoesNotExist:

@@ -7,14 +7,47 @@ expiry use it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+from django.db.models import OuterRef, Subquery
 
 from agents import inbox
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal.models import Checkpoint, Decision, Interrupt
 
-__all__ = ["outcome_and_args"]
+__all__ = ["asking_steps_columns", "outcome_and_args"]
+
+# The steps read with the locked request: the call an in-tool question belongs to is in
+# the step that paused or the one before (the model's step, then the tool's).
+_STEPS_WITH_THE_LOCK = 2
+
+
+def asking_steps_columns() -> dict[str, Any]:
+    """Annotations of an interrupt query: the messages of the steps ``_asking_call_args``
+    looks in first, for a request asked inside a tool (read in the query that locks it).
+    Read for every request: a condition on ``tool_call_id`` costs Django more to build
+    than the messages cost to fetch."""
+    return {
+        f"asking_step_{back}": Subquery(
+            Checkpoint.objects.filter(
+                thread_id=OuterRef("thread_id"), seq=OuterRef("checkpoint_seq") - back
+            ).values("messages")[:1]
+        )
+        for back in range(_STEPS_WITH_THE_LOCK)
+    }
+
+
+def _messages_newest_first(interrupt: Interrupt) -> Iterator[Any]:
+    steps = Checkpoint.objects.filter(thread_id=interrupt.thread_id)
+    seq = interrupt.checkpoint_seq
+    if "asking_step_0" not in interrupt.__dict__:
+        yield from steps.filter(seq__lte=seq).messages_newest_first()
+        return
+    for back in range(_STEPS_WITH_THE_LOCK):
+        yield from reversed(interrupt.__dict__[f"asking_step_{back}"] or [])
+    yield from steps.filter(seq__lte=seq - _STEPS_WITH_THE_LOCK).messages_newest_first()
 
 
 def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
@@ -28,10 +61,7 @@ def _asking_call_args(interrupt: Interrupt) -> dict[str, Any] | None:
     ran_with = call.get("arguments") if isinstance(call, dict) else None
     if interrupt.reason == OUTCOME_REASON and isinstance(ran_with, dict):
         return ran_with
-    steps = Checkpoint.objects.filter(
-        thread_id=interrupt.thread_id, seq__lte=interrupt.checkpoint_seq
-    )
-    for data in steps.messages_newest_first():
+    for data in _messages_newest_first(interrupt):
         if not isinstance(data, dict) or data.get("role") != "assistant":
             continue
         for call_id, _name, args in Message.from_dict(data).tool_call_arguments():

@@ -1,10 +1,13 @@
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 
 from portal.accounts import roles
 
 
 def role_flags(request: HttpRequest) -> dict[str, object]:
-    user = request.user
+    # No user on the API's stack (portal/api/stack.py), which has no login middleware: a
+    # page it renders before json_refusals answers in JSON (a path no route serves).
+    user = getattr(request, "user", None) or AnonymousUser()
     return {
         "can_start": roles.can_start(user),
         "can_decide": roles.can_decide(user),

@@ -1,5 +1,6 @@
-"""Thread hand-offs (``sync_to_async`` calls) of one API approval through the ASGI app:
-counted, so that one added on the API's path fails here (issue 32)."""
+"""Thread hand-offs (``sync_to_async`` calls) of API requests through the ASGI app, and
+the API's own stack (``portal.api.stack``) answering as the site's would: counted, so
+that a hand-off added on the API's path fails here (issue 32)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,15 @@ from tests.factories import make_interrupt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
-# Today: one per MiddlewareMixin hook under ASGI, plus the view's own; see
-# docs/benchmarks.md, "Where an approval's time goes".
-APPROVAL_HOPS = 19
+# Django's own two (the request_started receivers, the response's close), the token
+# check, and the view's one block; docs/benchmarks.md, "Where an approval's time goes".
+APPROVAL_HOPS = 4
+READ_HOPS = 4
 
 
-def test_an_api_approval_through_asgi_makes_at_most_the_counted_thread_hand_offs(
-    reviewer, application, monkeypatch
-):
-    token = api_token_create(user=reviewer, name="t")[1]
-    first, second = make_interrupt(), make_interrupt()
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+def _hops(application, monkeypatch, requests):
+    """The responses to ``requests`` (callables of an httpx client) through the ASGI app,
+    and the hand-offs the last one made (the first warm the app up)."""
     hops = []
     original = asgiref_sync.SyncToAsync.__call__
 
@@ -33,19 +32,106 @@ def test_an_api_approval_through_asgi_makes_at_most_the_counted_thread_hand_offs
         hops.append(getattr(self.func, "__qualname__", repr(self.func)))
         return await original(self, *args, **kwargs)
 
-    async def approve(client, interrupt):
-        body = {"resume": {"approved": True}, "resume_interrupt_id": interrupt.pk}
-        url = f"/api/threads/{interrupt.thread.pk}/resume"
-        return await client.post(url, headers=headers, content=json.dumps(body))
-
     async def run():
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
-            assert (await approve(c, first)).status_code == 202
+            answers = [await send(c) for send in requests[:-1]]
             monkeypatch.setattr(asgiref_sync.SyncToAsync, "__call__", counted)
-            return await approve(c, second)
+            return [*answers, await requests[-1](c)]
 
-    response = asyncio.run(run())
+    return asyncio.run(run()), hops
+
+
+def _headers(user):
+    token = api_token_create(user=user, name="t")[1]
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+
+def _approve(headers, interrupt):
+    body = {"resume": {"approved": True}, "resume_interrupt_id": interrupt.pk}
+    url = f"/api/threads/{interrupt.thread.pk}/resume"
+    return lambda c: c.post(url, headers=headers, content=json.dumps(body))
+
+
+def test_an_api_approval_through_asgi_makes_at_most_the_counted_thread_hand_offs(
+    reviewer, application, monkeypatch
+):
+    headers = _headers(reviewer)
+    requests = [_approve(headers, make_interrupt()), _approve(headers, make_interrupt())]
+
+    (_, response), hops = _hops(application, monkeypatch, requests)
 
     assert response.status_code == 202, response.text
     assert 0 < len(hops) <= APPROVAL_HOPS, hops
+
+
+def test_reading_a_thread_through_asgi_makes_at_most_the_counted_thread_hand_offs(
+    reviewer, application, monkeypatch
+):
+    headers = _headers(reviewer)
+    url = f"/api/threads/{make_interrupt().thread.pk}"
+    read = lambda c: c.get(url, headers=headers)  # noqa: E731
+
+    (_, response), hops = _hops(application, monkeypatch, [read, read])
+
+    assert response.status_code == 200, response.text
+    assert response.json()["pending_interrupt"] is not None
+    assert 0 < len(hops) <= READ_HOPS, hops
+
+
+def test_the_api_stack_answers_with_the_security_headers_and_without_a_session(
+    reviewer, application, monkeypatch
+):
+    headers = _headers(reviewer)
+    read = lambda c: c.get("/api/interrupts", headers=headers)  # noqa: E731
+
+    (response,), _ = _hops(application, monkeypatch, [read])
+
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert "Cookie" not in response.headers.get("Vary", "")
+    assert "set-cookie" not in response.headers
+
+
+def test_the_api_stack_refuses_as_the_api_does(reviewer, application, monkeypatch):
+    headers = _headers(reviewer)
+    requests = [
+        lambda c: c.get("/api/no-such-thing", headers=headers),
+        lambda c: c.delete("/api/interrupts", headers=headers),
+        lambda c: c.get("/api/interrupts"),
+        lambda c: c.post("/api/threads", headers=headers, content='{"agent": "a\\u0000"}'),
+    ]
+
+    missing, wrong_method, no_token, bad_input = _hops(application, monkeypatch, requests)[0]
+
+    assert missing.status_code == 404 and "/api/docs" in missing.json()["detail"]
+    assert wrong_method.status_code == 405 and "GET" in wrong_method.json()["detail"]
+    assert no_token.status_code == 401 and "Bearer" in no_token.json()["detail"]
+    assert bad_input.status_code == 400 and bad_input.json()["errors"], bad_input.text
+
+
+def test_the_api_stack_refuses_a_host_not_allowed(reviewer, application, monkeypatch):
+    headers = {**_headers(reviewer), "Host": "portal.evil.example"}
+    read = lambda c: c.get("/api/interrupts", headers=headers)  # noqa: E731
+
+    (response,), _ = _hops(application, monkeypatch, [read])
+
+    assert response.status_code == 400
+
+
+def test_the_api_docs_page_goes_through_the_sites_stack(application, monkeypatch):
+    (response,), _ = _hops(application, monkeypatch, [lambda c: c.get("/api/docs")])
+
+    assert response.status_code == 200
+    assert "Content-Security-Policy" in response.headers
+
+
+def test_the_api_stack_throttles_a_token(reviewer, application, monkeypatch, settings):
+    settings.PORTAL_API_RATE = "1/min"
+    headers = _headers(reviewer)
+    read = lambda c: c.get("/api/interrupts", headers=headers)  # noqa: E731
+
+    (first, second), _ = _hops(application, monkeypatch, [read, read])
+
+    assert first.status_code == 200, first.text
+    assert second.status_code == 429 and second.headers["Retry-After"], second.text

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agents.checkpoint import CheckpointWrite, ThreadStatus
 from portal.errors import (
     AlreadyDecided,
     DecisionForbidden,
@@ -16,6 +17,7 @@ from portal.errors import (
 )
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews.decisions import decision_submit, decision_submit_for_thread
+from tests import factories
 from tests.factories import (
     make_interrupt,
     make_thread,
@@ -243,6 +245,35 @@ def test_approving_a_tools_own_request_records_that_calls_arguments(reviewer):
     expected = {interrupt.tool_call_id: {"order_id": "A-1001", "amount": 42.5}}
     assert decision.original_args == expected
     assert decision.executed_args == expected
+
+
+@pytest.mark.parametrize("steps_between", [0, 1, 2, 3, 5])
+def test_a_tools_call_several_steps_before_its_request_is_still_found(reviewer, steps_between):
+    # The steps nearest the pause come with the row lock; older ones are read after it.
+    thread = make_thread()
+    args = {"order_id": "A-1001", "amount": 42.5}
+    assistant = factories._tool_call_message("issue_refund", args)
+    factories._put(
+        thread,
+        CheckpointWrite(status=ThreadStatus.RUNNING, next_node="TOOL", new_messages=[assistant]),
+    )
+    for _ in range(steps_between):
+        factories._put(thread, CheckpointWrite(status=ThreadStatus.RUNNING, next_node="TOOL"))
+    call_id = assistant["tools_calls"][0]["id"]
+    interrupt = factories._pause(
+        thread,
+        schema=factories.APPROVAL_SCHEMA,
+        value=args,
+        message="Approve?",
+        reason="tool_approval",
+        node="TOOL",
+        tool_call_id=call_id,
+        new_messages=[],
+    )
+
+    decision = submit(interrupt, reviewer, {"approved": True})
+
+    assert decision.original_args == {call_id: args}
 
 
 def test_a_question_that_is_not_about_a_tool_call_records_no_arguments(reviewer):

@@ -475,6 +475,7 @@ def test_a_vote_is_pushed_to_open_request_pages_from_the_same_partial(
     monkeypatch.setattr(broadcast, "publish_queue_change", lambda **kw: announced.append(kw))
     with django_capture_on_commit_callbacks(execute=True):
         answer(request, panel[0], note="fine by me")
+    broadcast.announced()  # from the announcer's thread
     [change] = announced
     assert change["status"] == "pending"
     assert change["news"].startswith("panel-0 approved “Approve a $42.50 refund")

@@ -123,6 +123,7 @@ def test_cancelling_a_request_records_a_decision_and_resumes_with_none(
 
     with django_capture_on_commit_callbacks(execute=True):
         run = threads.interrupt_withdraw(interrupt=request, user=reviewer)
+    broadcast.announced()  # from the announcer's thread
 
     request.refresh_from_db()
     assert request.status == Interrupt.Status.CANCELLED

@@ -1,0 +1,50 @@
+"""The API's own request stack under ASGI: Django's handler with ``settings.API_MIDDLEWARE``.
+
+A token-checked JSON request needs no session, messages, CSRF, clickjacking header, htmx
+or login lockout, and under ASGI each ``MiddlewareMixin`` hook costs a thread hand-off.
+``portal/asgi.py`` sends the paths ``serves`` names here; the rest (and the docs page, a
+page like the others) go through ``settings.MIDDLEWARE``.
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest
+from django.middleware.security import SecurityMiddleware
+
+from portal.inputs import API_PREFIX
+
+DOCS_PREFIX = f"{API_PREFIX}docs"
+
+
+def serves(path: str) -> bool:
+    """Whether the API's stack answers ``path`` (a path below the script prefix)."""
+    return path.startswith(API_PREFIX) and not path.startswith(DOCS_PREFIX)
+
+
+class ApiHandler(ASGIHandler):
+    """Django's ASGI handler, built from ``settings.API_MIDDLEWARE``."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        # BaseHandler.load_middleware reads settings.MIDDLEWARE; it runs once, at start.
+        site = settings.MIDDLEWARE
+        settings.MIDDLEWARE = settings.API_MIDDLEWARE
+        try:
+            super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = site
+
+
+class SecurityHeaders(SecurityMiddleware):
+    """Django's ``SecurityMiddleware`` run on the event loop: its hooks only read the
+    request and set headers, so the thread hand-off ``MiddlewareMixin`` makes for each
+    (in case a hook touches the database) buys nothing. It also checks the Host header
+    against ``ALLOWED_HOSTS`` (400 otherwise), which the site's ``CommonMiddleware`` does."""
+
+    async def __acall__(self, request: HttpRequest) -> Any:
+        request.get_host()  # raises DisallowedHost
+        response = self.process_request(request)
+        if response is None:
+            response = await self.get_response(request)  # type: ignore[misc]
+        return self.process_response(request, response)
