@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from portal.accounts.groups import DEMO_USERS
 from tests.processes import ROOT, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -63,9 +64,11 @@ def test_make_run_prints_no_traceback_and_ends_with_the_logins_and_the_url(tmp_p
     mails = [line for line in seeded.stdout.splitlines() if line.startswith("[e-mail to ")]
     assert len(mails) == 4, seeded.stdout
     assert "Content-Transfer-Encoding" not in printed
-    last = seeded.stdout.strip().splitlines()[-9:]
+    # The heading, one line per demo user, a blank line and the URL.
+    last = seeded.stdout.strip().splitlines()[-(len(DEMO_USERS) + 3) :]
     assert last[0] == f"Demo users (log in at {url}login/):", last
     assert "admin      password: admin-demo-pass" in "\n".join(last)
+    assert "lead reviewer lead       password: lead-demo-pass" in "\n".join(last)
     assert last[-1] == f"The demo: {url}"
 
 

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from portal.accounts.roles import AUDITOR, REVIEWER, ROLE_PERMISSIONS, SUPPORT
+from portal.accounts.roles import AUDITOR, LEAD, REVIEWER, ROLE_PERMISSIONS, SUPPORT
 
 # username -> (role group or None for the admin, password). Demo only: `seed_demo`
 # prints these so a newcomer can log in as each role.
@@ -17,6 +17,8 @@ DEMO_USERS = {
     "support2": (SUPPORT, "support2-demo-pass"),
     "reviewer": (REVIEWER, "reviewer-demo-pass"),
     "reviewer2": (REVIEWER, "reviewer2-demo-pass"),
+    # A reviewer who may also take over a colleague's live claim (docs/roles.md).
+    "lead": (LEAD, "lead-demo-pass"),
     "auditor": (AUDITOR, "auditor-demo-pass"),
     "admin": (None, "admin-demo-pass"),
 }

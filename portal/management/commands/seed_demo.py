@@ -82,7 +82,7 @@ class Command(BaseCommand):
         self.stdout.write(f"\nDemo users (log in at {options['url'].rstrip('/')}/login/):")
         for username, role, password in users:
             shown = f"password: {password}" if password else "(existing user: left unchanged)"
-            self.stdout.write(f"  {role:<9} {username:<10} {shown}")
+            self.stdout.write(f"  {role:<13} {username:<10} {shown}")
         if options["url"]:
             self.stdout.write(f"\nThe demo: {options['url']}\n")
 
