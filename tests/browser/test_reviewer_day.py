@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from agents.examples.refunds import refund_schema
 from portal.models import Decision, Interrupt
 from tests.browser.conftest import assert_not_reloaded, mark_page, wait_live
-from tests.factories import make_interrupt, make_tool_approval
+from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
 RED = "rgb(179, 38, 30)"
 
@@ -45,6 +45,24 @@ def test_a_typed_response_is_not_thrown_away_by_accept(live, login, reviewer, su
     form.get_by_role("button", name="Accept", exact=True).click()
     expect(page.locator("#decision-result")).to_contain_text("Approved")
     assert Decision.objects.get(interrupt=interrupt).value == {"type": "accept"}
+
+
+def test_a_typed_response_is_not_thrown_away_in_the_admin_either(
+    live, login, admin_user, support_agent
+):
+    interrupt = make_tool_approval(owner=support_agent)
+    page = login(admin_user, start=admin_change_url(interrupt))
+    form = page.locator("#admin-decision #decision-form")
+    form.get_by_text("Respond instead").click()
+    form.get_by_label("Your response").fill("Only half, please.")
+
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    form.get_by_role("button", name="Accept", exact=True).click()
+
+    expect(form.get_by_label("Your response")).to_have_value("Only half, please.")
+    assert asked and "You wrote a response" in asked[0]
+    assert not Decision.objects.filter(interrupt=interrupt).exists()
 
 
 def test_changed_arguments_are_not_thrown_away_by_the_keyboard_either(
