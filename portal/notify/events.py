@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from portal.models import Interrupt, Notification, Subscription
+from portal.models import Decision, Interrupt, Notification, Subscription
 from portal.notify.targets import url_problem
 
 EVENT_ID_HEADER = "Portal-Event-Id"
@@ -149,6 +149,15 @@ def summary(note: Notification) -> str:
     return " ".join(_summary(note).split())[:300]  # a header: one line, no newline
 
 
+def _outcome_words(outcome: Any) -> str:
+    """An outcome as every page names it (the model's labels, docs/glossary.md), in a
+    sentence: "approved with edited arguments", "answered in words instead"."""
+    try:
+        return str(Decision.Outcome(outcome).label).lower()
+    except ValueError:
+        return "decided"
+
+
 def _summary(note: Notification) -> str:
     request = note.payload.get("request") or {}
     what = (
@@ -170,7 +179,7 @@ def _summary(note: Notification) -> str:
     by = decision.get("rule_words") or decision.get("reviewer")
     titles = {
         REQUEST_CREATED: f"New request from {who}",
-        REQUEST_DECIDED: f"Request from {who} {decision.get('outcome', 'decided')}"
+        REQUEST_DECIDED: f"Request from {who} {_outcome_words(decision.get('outcome'))}"
         + (f" by {by}" if by else ""),
         REQUEST_EXPIRED: f"Request from {who} expired without a decision",
         REQUEST_WITHDRAWN: f"Request from {who} withdrawn",
