@@ -1217,30 +1217,83 @@ def react_bytes(impl_key: str, size: int) -> float:
     return _row_bytes(queries, ids) / len(ids)
 
 
-def react_main() -> None:
-    """``python -m bench.orm react``: the ReactAgent scenario, its own section."""
-    load_start = os.getloadavg()
-    from importlib.metadata import version
+def react_main(argv: list[str]) -> None:
+    """``python -m bench.orm react``: the ReactAgent scenario, its own section. Choosing
+    cells (``--sizes 10,100 --procs 1,8 --n 32``) prints them and leaves the report as it
+    is; ``--repeat`` runs each chosen cell's pair that many times in turn."""
+    import argparse
 
+    parser = argparse.ArgumentParser(prog="python -m bench.orm react")
+    ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
+    parser.add_argument("--sizes", type=ints, default=REACT_SIZES, help="history lengths")
+    parser.add_argument("--procs", type=ints, default=REACT_PROCS, help="process counts")
+    parser.add_argument("--n", type=int, default=REACT_N, help="cycles per cell")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each cell's pair")
+    args = parser.parse_args(argv)
+    whole = (args.sizes, args.procs, args.n, args.repeat) == (
+        REACT_SIZES,
+        REACT_PROCS,
+        REACT_N,
+        1,
+    )
+    load_start = os.getloadavg()
+    print(f"load average at the start: {load_start}", flush=True)
     setup()
     reset()
+    if not whole:
+        for _ in range(args.repeat):
+            _react_cells(args.sizes, args.procs, args.n)
+        print(f"load average at the end: {os.getloadavg()}", flush=True)
+        return
+    _react_report(load_start, _react_cells(REACT_SIZES, REACT_PROCS, REACT_N))
+
+
+def _react_cells(
+    sizes: tuple[int, ...], procs_list: tuple[int, ...], n: int
+) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Each cell's pair (sides alternating which goes first), printed as it ends, with
+    LangGraph / ours for the cell."""
     results: dict[tuple[str, int, int], dict[str, Any]] = {}
-    for size in REACT_SIZES:
-        for procs in REACT_PROCS:
+    for size in sizes:
+        for procs in procs_list:
             # Alternate which side goes first, so neither always runs on the busier half.
             makers: list[Callable[[], Impl]] = [ReactOurs, ReactLangGraph]
             if (size + procs) % 2:
                 makers.reverse()
             for make in makers:
                 impl = make()
-                r = drive_react(impl, size, REACT_N, procs)
+                r = drive_react(impl, size, n, procs)
                 results[(impl.name, size, procs)] = r
                 print(
                     f"  {impl.name}, {size} messages, {procs} process(es): pause p50 "
-                    f"{percentile(r['pause'], 50) * 1000:.1f} ms, resume p50 "
-                    f"{percentile(r['resume'], 50) * 1000:.1f} ms",
+                    f"{percentile(r['pause'], 50) * 1000:.1f} p95 "
+                    f"{percentile(r['pause'], 95) * 1000:.1f} ms, resume p50 "
+                    f"{percentile(r['resume'], 50) * 1000:.1f} p95 "
+                    f"{percentile(r['resume'], 95) * 1000:.1f} ms, "
+                    f"CPU {r['cpu_per_step'] * 1000:.2f} ms/step",
                     flush=True,
                 )
+            o, g = (
+                results[(ReactOurs.name, size, procs)],
+                results[(ReactLangGraph.name, size, procs)],
+            )
+            ratios = [
+                f"{k} p{p} {percentile(g[k], p) / percentile(o[k], p):.2f}x"
+                for k in ("pause", "resume")
+                for p in (50, 95)
+            ]
+            print(
+                f"  LangGraph / ours, {size} messages, {procs} process(es): " + ", ".join(ratios),
+                flush=True,
+            )
+    return results
+
+
+def _react_report(
+    load_start: tuple[float, float, float], results: dict[tuple[str, int, int], dict[str, Any]]
+) -> None:
+    from importlib.metadata import version
+
     stored = {
         (key, size): react_bytes(key, size)
         for size in REACT_SIZES
@@ -1367,7 +1420,7 @@ Targets:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["react"]:
-        react_main()
+    if sys.argv[1:2] == ["react"]:
+        react_main(sys.argv[2:])
     else:
         _main()

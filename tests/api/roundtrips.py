@@ -40,7 +40,13 @@ def _statements(trace: str) -> list[str]:
 def round_trips() -> Iterator[list[str]]:
     """The round trips Django's default connection makes inside the block, in order."""
     connection.ensure_connection()
-    pgconn = connection.connection.pgconn
+    with traced(connection.connection.pgconn) as trips:
+        yield trips
+
+
+@contextlib.contextmanager
+def traced(pgconn: pq.abc.PGconn) -> Iterator[list[str]]:
+    """The round trips of ``pgconn`` (any psycopg connection's) inside the block, in order."""
     trips: list[str] = []
     with tempfile.TemporaryFile() as out:
         pgconn.trace(out.fileno())
