@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import models
 
+from portal.models import Decision, RuleVersion
 from portal.models.chain import DECISIONS, GENESIS, PAYLOAD_FIELDS, Chain, payload_hash
 
 
@@ -116,3 +117,23 @@ def verify_chain(
                 )
             return ChainReport(count, expected_prev, None)
         last_id = batch[-1]["id"]
+
+
+def rule_version_problems(using: str = "default", *, limit: int = 20) -> list[str]:
+    """Rule versions whose content no longer matches the hash sealed when they were
+    written, and decisions by a rule whose recorded hash is not their version's: each
+    names the row (the first ``limit`` of each kind). Empty when all agree."""
+    problems = []
+    for version in RuleVersion.objects.using(using).select_related("rule").order_by("id"):
+        if version.content_hash() != version.hash:
+            problems.append(f"{version} (id {version.pk}) no longer matches its hash")
+            if len(problems) >= limit:
+                break
+    mismatched = (
+        Decision.objects.using(using)
+        .filter(rule_version__isnull=False)
+        .exclude(rule_hash=models.F("rule_version__hash"))
+        .values_list("pk", flat=True)[:limit]
+    )
+    problems += [f"decision {pk} names a rule hash its version does not have" for pk in mismatched]
+    return problems

@@ -37,6 +37,7 @@ VERSION_FIELDS = (
     "cap_per_hour",
     "cap_amount_field",
     "cap_amount_per_day",
+    "position",
     "written_by_id",
     "written_at",
 )
@@ -79,6 +80,9 @@ class Rule(models.Model):
 
 
 class RuleVersionQuerySet(models.QuerySet["RuleVersion"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise ImmutableRecordError(f"RuleVersion.objects.update() refused: {_WRITTEN_ONCE}")
+
     def delete(self) -> NoReturn:
         raise ImmutableRecordError(f"RuleVersion.objects.delete() refused: {_WRITTEN_ONCE}")
 
@@ -111,6 +115,9 @@ class RuleVersion(models.Model):
     cap_per_hour = models.PositiveIntegerField(null=True, blank=True)
     cap_amount_field = models.CharField(max_length=200, blank=True)  # a JSON pointer
     cap_amount_per_day = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    # The rule's place in the order once this version is activated (lower first): an
+    # order that decides which rule acts is part of what a second person approves.
+    position = models.PositiveIntegerField(default=100)
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rule_versions"
     )

@@ -71,7 +71,14 @@ def rule_for(interrupt: Interrupt) -> RuleVersion | None:
     )
     for rule in rules:
         version = rule.active_version
-        if version is not None and version_matches(version, interrupt):
+        if version is None:
+            continue
+        if version.content_hash() != version.hash:
+            # Changed behind the services' back (the row is written once): it decides
+            # nothing until a person looks (verify_audit reports it).
+            log.error("%s no longer matches its hash: skipped, people decide", version)
+            continue
+        if version_matches(version, interrupt):
             return version
     return None
 
@@ -132,6 +139,10 @@ def _amount(version: RuleVersion, interrupt: Interrupt) -> Decimal | None:
             raise ValueError(f"{pointer} is not a number: {found!r}") from None
         if not amount.is_finite():
             raise ValueError(f"{pointer} is not a number: {found!r}")
+        if amount < 0:
+            # The agent's data: a negative amount would lower the day's sum and reopen
+            # the cap for the requests after it. People decide this one.
+            raise ValueError(f"{pointer} is negative: {found!r}")
         total += amount
     return total
 

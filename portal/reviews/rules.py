@@ -223,7 +223,7 @@ def _checked_fields(fields: dict[str, Any]) -> dict[str, Any]:
                 f"cap_amount_per_day must be an amount, not {amount!r}", field="cap_amount_per_day"
             ) from None
         out["cap_amount_per_day"] = cap
-        if not cap.is_finite() or cap <= 0:
+        if not cap.is_finite() or cap <= 0 or cap >= 10**12:
             raise RuleRefused("cap_amount_per_day must be above 0", field="cap_amount_per_day")
         if not str(out["cap_amount_field"]).startswith("/"):
             raise RuleRefused(
@@ -258,7 +258,7 @@ def version_diff(old: RuleVersion | None, new: RuleVersion) -> list[tuple[str, A
     """What changed from ``old`` to ``new``: (field, before, after) for each field that
     differs, in the order a version lists them (all of them for a first version)."""
     changed = []
-    for name in EDITABLE:
+    for name in (*EDITABLE, "position"):
         before = getattr(old, name) if old is not None else None
         after = getattr(new, name)
         if before != after:
@@ -293,8 +293,8 @@ def rule_write(
 ) -> RuleVersion:
     """Write a new version of ``rule`` (or a new rule called ``name``) from ``fields``; the
     old version is kept and whatever is switched on stays so until a new one is activated.
-    ``position``: the rule's place in the order (lower first; None keeps it). Audited with
-    the diff."""
+    ``position``: the rule's place in the order once this version is activated (lower
+    first; None keeps the rule's). Audited with the diff."""
     _require(by)
     checked = _checked_fields(fields)
     if position is not None and (
@@ -311,17 +311,16 @@ def rule_write(
             rule = Rule.objects.create(
                 name=name, **({} if position is None else {"position": position})
             )
-            moved = None
         else:
             rule = Rule.objects.select_for_update().get(pk=rule.pk)
-            moved = None
-            if position is not None and position != rule.position:
-                moved = [rule.position, position]
-                rule.position = position
-                rule.save(update_fields=["position"])
         last = rule.versions.order_by("-number").first()
+        # The order changes with the version, once a second person activates it.
         version = RuleVersion.objects.create(
-            rule=rule, number=(last.number + 1 if last else 1), written_by=by, **checked
+            rule=rule,
+            number=(last.number + 1 if last else 1),
+            written_by=by,
+            position=rule.position if position is None else position,
+            **checked,
         )
         diff = version_diff(last, version)
         audit_record(
@@ -333,7 +332,6 @@ def rule_write(
                 "version": version.number,
                 "hash": version.hash,
                 "diff": _diff_detail(diff),
-                **({"position": moved} if moved else {"position": rule.position}),
             },
         )
     return version
@@ -357,7 +355,8 @@ def rule_activate(version: RuleVersion, *, by: Any) -> Rule:
             version.save(update_fields=["activated_by", "activated_at"])
         previous = rule.active_version_id
         rule.active_version, rule.enabled = version, True
-        rule.save(update_fields=["active_version", "enabled"])
+        rule.position = version.position  # its place in the order comes with it
+        rule.save(update_fields=["active_version", "enabled", "position"])
         audit_record(
             action="rule.activate",
             actor=by,

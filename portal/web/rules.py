@@ -93,7 +93,7 @@ def _initial(version: RuleVersion) -> dict[str, Any]:
     initial = {name: getattr(version, name) for name in EDITABLE}
     initial["conditions"] = json.dumps(version.conditions, indent=2) if version.conditions else ""
     initial["names_risk"] = ", ".join(version.names_risk)
-    initial["position"] = version.rule.position
+    initial["position"] = version.position
     return initial
 
 

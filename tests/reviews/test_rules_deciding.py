@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.db import connection
 
 from agents.examples import refunds
 from portal.models import (
@@ -18,13 +19,21 @@ from portal.models import (
     AuditEvent,
     Checkpoint,
     Decision,
+    ImmutableRecordError,
     Interrupt,
     Notification,
     RuleHit,
+    RuleVersion,
     Run,
     Thread,
 )
-from portal.reviews.rule_decisions import CAP_REACHED, risks, rules_apply, rules_on_pause
+from portal.reviews.rule_decisions import (
+    CAP_REACHED,
+    risks,
+    rule_for,
+    rules_apply,
+    rules_on_pause,
+)
 from portal.reviews.rules import rule_switch_off
 from portal.reviews.threads import thread_start
 from portal.runs.worker import Worker
@@ -36,7 +45,7 @@ from tests.factories import (
     make_user,
     pause_again,
 )
-from tests.reviews.rulebook import active_rule
+from tests.reviews.rulebook import active_rule, switch_on, write_version
 
 pytestmark = pytest.mark.django_db
 
@@ -272,6 +281,51 @@ def test_the_daily_amount_cap_sums_the_field_since_midnight_utc(roles):
     assert [h is not None for h in hits] == [True, True, False, True]
     assert sorted(str(h.amount) for h in RuleHit.objects.all()) == ["0.01", "4.99", "5.00"]
     assert AuditEvent.objects.get(action=CAP_REACHED).detail["cap"] == "amount_per_day"
+
+
+def test_a_negative_amount_goes_to_people_and_never_reopens_the_daily_cap(roles):
+    active_rule(
+        "small refunds",
+        conditions=SMALL,
+        cap_amount_field="/payload/amount",
+        cap_amount_per_day="20.00",
+    )
+    negative = _refund(-1000)
+
+    assert rules_apply(negative.pk) is None
+    hits = [rules_apply(_refund(9.99).pk) for _ in range(3)]
+
+    assert not Decision.objects.filter(interrupt=negative).exists()
+    assert [h is not None for h in hits] == [True, True, False]  # 19.98, then over 20
+
+
+def test_a_version_changed_behind_the_services_back_decides_nothing(roles):
+    version = active_rule("small refunds", conditions=SMALL)
+    with pytest.raises(ImmutableRecordError):
+        RuleVersion.objects.filter(pk=version.pk).update(conditions={})
+    # A raw write the ORM cannot refuse: the content no longer matches its hash.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {RuleVersion._meta.db_table} SET action = 'refuse' WHERE id = %s",
+            [version.pk],
+        )
+
+    assert rules_apply(_refund(4.99).pk) is None
+    with pytest.raises(CommandError, match="no longer matches its hash"):
+        call_command("verify_audit", stdout=StringIO())
+
+
+def test_a_new_place_in_the_order_waits_for_the_second_person(roles):
+    refuse = active_rule(
+        "refuse refunds", position=10, action="refuse", refusal_reason="Not today."
+    )
+    approve = active_rule("approve small", position=20, conditions=SMALL)
+    # The writer alone moves the approving rule first: nothing changes until activated.
+    moved = write_version("", rule=approve.rule, conditions=SMALL, position=0)
+
+    assert rule_for(_refund(4.99)) == refuse
+    switch_on(moved)
+    assert rule_for(_refund(4.99)) == moved
 
 
 def test_an_amount_the_cap_cannot_read_leaves_the_request_to_people(roles):

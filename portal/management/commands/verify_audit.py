@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.audit.chains import verify_chain
+from portal.audit.chains import rule_version_problems, verify_chain
 from portal.models import Approval, AuditEvent, Decision
 from portal.models.chain import APPROVALS, EVENTS
 
@@ -76,6 +76,7 @@ class Command(BaseCommand):
                 f"first broken link in the audit trail: {events.broken} ({events.count} "
                 "events before it verified)"
             )
+        problems += rule_version_problems(db)
         if problems:
             raise CommandError("; ".join(problems), returncode=2)
         self.stdout.write(f"ok: {report.count} decisions verified (head {report.head})")
