@@ -33,6 +33,7 @@ from portal.models import (
     Decision,
     Interrupt,
     Rule,
+    outcome_name,
     paging,
     rule_words,
     summary_beside,
@@ -93,6 +94,7 @@ COLUMNS = [
     ("executed_args", "Executed arguments"),
     ("note", "Note"),
     ("outcome", "Outcome"),
+    ("outcome_words", "Outcome in words"),
     ("decided_by", "Decided by"),
     ("rule", "Rule"),
     ("door", "Door"),
@@ -118,6 +120,11 @@ def tool_names(payload: Any, tool: str = "") -> list[str]:
 def row_from(values: dict[str, Any]) -> dict[str, Any]:
     """One decision as the page and the exports show it."""
     decided, requested = values["created_at"], values["interrupt__created_at"]
+    withdrawn = (
+        values["outcome"] == Decision.Outcome.CANCELLED
+        and values["reviewer_id"] is not None
+        and values["reviewer_id"] == values["thread__owner_id"]
+    )
     rule = None
     if values["rule_version_id"] is not None:
         rule = {
@@ -162,9 +169,8 @@ def row_from(values: dict[str, Any]) -> dict[str, Any]:
         "tool_call_id": values["interrupt__tool_call_id"],
         "hash": values["hash"],
         # The requester took the request back: shown as such, never as a reviewer's no.
-        "withdrawn": values["outcome"] == Decision.Outcome.CANCELLED
-        and values["reviewer_id"] is not None
-        and values["reviewer_id"] == values["thread__owner_id"],
+        "withdrawn": withdrawn,
+        "outcome_words": outcome_name(values["outcome"], withdrawn=withdrawn),
     }
 
 

@@ -7,7 +7,14 @@ the notifier) write to these tables.
 """
 
 from portal.models.audit import MAX_AUDIT_DETAIL_CHARS, AuditEvent, audit_record
-from portal.models.decisions import WITHDRAWN, Approval, Decision, ImmutableRecordError
+from portal.models.decisions import (
+    WITHDRAWN,
+    WITHDRAWN_WORDS,
+    Approval,
+    Decision,
+    ImmutableRecordError,
+    outcome_name,
+)
 from portal.models.external import ExternalRequest
 from portal.models.notifications import (
     Assignment,
@@ -29,6 +36,7 @@ __all__ = [
     "MAX_AUDIT_DETAIL_CHARS",
     "TITLE_MAX_CHARS",
     "WITHDRAWN",
+    "WITHDRAWN_WORDS",
     "ApiToken",
     "Approval",
     "Assignment",
@@ -56,6 +64,7 @@ __all__ = [
     "audit_record",
     "conversation",
     "outbox_backlog",
+    "outcome_name",
     "password_fingerprint",
     "rule_of",
     "rule_words",

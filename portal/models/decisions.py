@@ -214,6 +214,21 @@ class Approval(models.Model):
         return self.outcome in self.GOES_AHEAD
 
 
+# A withdrawal's name on every page and export: the requester's, never a reviewer's no.
+WITHDRAWN_WORDS = "Withdrawn by its requester"
+
+
+def outcome_name(outcome: str, *, withdrawn: bool = False) -> str:
+    """An outcome's one name (its label in ``Decision.Outcome``, docs/glossary.md), or the
+    withdrawal's; "" for a code the model does not know."""
+    if withdrawn:
+        return WITHDRAWN_WORDS
+    try:
+        return str(Decision.Outcome(outcome).label)
+    except ValueError:
+        return ""
+
+
 # Decisions that are withdrawals (see ``Decision.is_withdrawal``), for queries that leave
 # them out of what reviewers decided: ``.alias(withdrawn=WITHDRAWN).filter(withdrawn=False)``.
 # A Case, not an exclude(): a thread with no owner compares as NULL, which exclude() would

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.tools import describe_call, value_words, words
-from portal.models import Decision
+from portal.models import WITHDRAWN_WORDS, Decision, outcome_name
 
 REASONS = {
     "tool_approval": "Tool approval",
@@ -117,7 +117,7 @@ OUTCOMES = dict(Decision.Outcome.choices)
 
 def outcome_words(outcome: str) -> str:
     """``edited`` -> ``Approved with edited arguments``."""
-    return OUTCOMES.get(outcome) or reason_words(outcome)
+    return outcome_name(outcome) or reason_words(outcome)
 
 
 def answer_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str:
@@ -146,7 +146,7 @@ def answer_words(outcome: str, value: Any, *, withdrawn: bool = False) -> str:
 
 # --- the history's words: agents, outcomes, submitted answers and edits ----------------
 
-WITHDRAWN = "Withdrawn by its requester"
+WITHDRAWN = WITHDRAWN_WORDS
 
 
 def agent_words(name: str) -> str:

@@ -12,7 +12,9 @@ from django.urls import reverse
 from bench.history import export_peak, generate_decisions
 from portal.audit import history
 from portal.audit.history import COLUMNS
+from portal.models import Decision, outcome_name
 from portal.reviews.decisions import decision_submit
+from portal.reviews.words import decision_words
 from tests.audit import test_history
 from tests.factories import make_interrupt, make_tool_approval, make_user
 
@@ -56,6 +58,7 @@ def test_the_csv_export_has_the_pages_columns_and_the_filtered_rows_in_the_same_
     assert transfer["agent"] == "transfers"
     assert transfer["tools"] == "transfer_funds"
     assert transfer["outcome"] == "rejected"
+    assert transfer["outcome_words"] == "Rejected"  # the pages' name, beside the code
     assert transfer["decided_by"] == "rob-reviewer"
     assert json.loads(transfer["payload"])["tool_calls"][0]["arguments"]["recipient"] == "Mallory"
     assert json.loads(transfer["value"]) == {"approved": False}
@@ -207,3 +210,10 @@ def test_export_memory_does_not_grow_with_the_number_of_rows_on_postgres(
 ):
     # generate_series makes the rows in a second; bench/history.py measures 1,000,000.
     _check_memory_is_flat(client, auditor, monkeypatch, small=2_000, large=50_000)
+
+
+def test_every_outcome_is_exported_with_the_name_the_pages_use():
+    for code, _ in Decision.Outcome.choices:
+        assert outcome_name(code) == decision_words(code)
+    assert outcome_name("edited") == "Approved with edited arguments"
+    assert outcome_name("cancelled", withdrawn=True) == decision_words("cancelled", withdrawn=True)
