@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from portal.models import Decision, Interrupt, Notification, Subscription
+from portal.models import Interrupt, Notification, Subscription, outcome_name
 from portal.notify.targets import url_problem
 
 EVENT_ID_HEADER = "Portal-Event-Id"
@@ -150,12 +150,8 @@ def summary(note: Notification) -> str:
 
 
 def _outcome_words(outcome: Any) -> str:
-    """An outcome as every page names it (the model's labels, docs/glossary.md), in a
-    sentence: "approved with edited arguments", "answered in words instead"."""
-    try:
-        return str(Decision.Outcome(outcome).label).lower()
-    except ValueError:
-        return "decided"
+    """An outcome as every page names it, in a sentence: "approved with edited arguments"."""
+    return outcome_name(outcome).lower() or "decided"
 
 
 def _summary(note: Notification) -> str:
