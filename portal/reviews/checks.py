@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, Subquery
 
 from agents import inbox
 from agents.interrupt import validate_resume
@@ -31,6 +30,7 @@ from portal.errors import (
     who,
 )
 from portal.models import Checkpoint, Decision, Interrupt, policies
+from portal.reviews import sql
 from portal.reviews.quorum import already_voted, quorum_of
 from portal.reviews.words import REFUSAL_NOTE_NEEDED, decided_by_words
 
@@ -161,10 +161,9 @@ def check_pending_in_checkpoint(interrupt: Interrupt) -> None:
 def latest_checkpoint_columns() -> dict[str, Any]:
     """Annotations of an interrupt query: its thread's newest checkpoint's status and
     request, for ``check_pending_in_checkpoint`` (read in the query that locks the row)."""
-    newest = Checkpoint.objects.filter(thread_id=OuterRef("thread_id")).order_by("-seq")
     return {
-        "latest_checkpoint_status": Subquery(newest.values("status")[:1]),
-        "latest_checkpoint_interrupt": Subquery(newest.values("interrupt_id")[:1]),
+        "latest_checkpoint_status": sql.latest_checkpoint("status"),
+        "latest_checkpoint_interrupt": sql.latest_checkpoint("interrupt_id"),
     }
 
 

@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from portal.errors import InputError, InvalidDecision, StaleDecision, ThreadNotPaused, when
-from portal.models import Approval, Checkpoint, Decision, Interrupt, Run, Thread, policies
+from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread, policies
+from portal.reviews import sql
 from portal.reviews.checks import (
     already_decided,
     check_decision,
@@ -86,11 +86,7 @@ def decision_submit(
             # lock. Whatever changed those while it waited was a decision of this request,
             # which the status re-read under the lock refuses: only a decision's resume
             # writes the paused thread's next step (and steps are never rewritten).
-            wrote = Exists(
-                Run.objects.filter(
-                    thread_id=OuterRef("thread_id"), author_id=getattr(reviewer, "pk", None)
-                )
-            )
+            wrote = sql.wrote_into_thread(getattr(reviewer, "pk", None))
             try:
                 locked = (
                     Interrupt.objects.select_for_update(of=("self",))

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
-
 from agents import inbox
 from agents.state import Message
 from agents.tools import OUTCOME_REASON
 from portal.models import Checkpoint, Decision, Interrupt
+from portal.reviews import sql
 
 __all__ = ["asking_steps_columns", "outcome_and_args"]
 
@@ -29,14 +28,7 @@ def asking_steps_columns() -> dict[str, Any]:
     looks in first, for a request asked inside a tool (read in the query that locks it).
     Read for every request: a condition on ``tool_call_id`` costs Django more to build
     than the messages cost to fetch."""
-    return {
-        f"asking_step_{back}": Subquery(
-            Checkpoint.objects.filter(
-                thread_id=OuterRef("thread_id"), seq=OuterRef("checkpoint_seq") - back
-            ).values("messages")[:1]
-        )
-        for back in range(_STEPS_WITH_THE_LOCK)
-    }
+    return {f"asking_step_{back}": sql.asking_step(back) for back in range(_STEPS_WITH_THE_LOCK)}
 
 
 def _messages_newest_first(interrupt: Interrupt) -> Iterator[Any]:

@@ -1,0 +1,52 @@
+"""The SQL of ``portal.reviews``, by name: the columns read with a request's row lock.
+
+A decision locks the request and, in the same statement, reads what its checks need of
+other rows: the thread's newest checkpoint, the steps an in-tool question's call is in,
+whether the reviewer wrote into the thread. As ORM subqueries these cost Django about
+3 ms of CPU to build and compile on every decision, more than the rest of the locking
+read; written out as ``RawSQL`` annotations they cost almost nothing to compile
+(docs/benchmarks.md, "An approval's locking read"). The query stays the ORM's
+(``select_for_update``, ``select_related``), on every backend.
+
+Each is a correlated subquery of a query over ``portal_interrupt`` that does not alias
+that table (the ORM's own queries do not); the table names are the models' default ones.
+Values are bound as parameters, never formatted in.
+"""
+
+from typing import Any
+
+from django.db import models
+from django.db.models.expressions import RawSQL
+
+_LATEST_CHECKPOINT = """
+SELECT c.{column} FROM portal_checkpoint c WHERE c.thread_id = portal_interrupt.thread_id
+ORDER BY c.seq DESC LIMIT 1
+"""
+
+_ASKING_STEP = """
+SELECT c.messages FROM portal_checkpoint c
+WHERE c.thread_id = portal_interrupt.thread_id AND c.seq = portal_interrupt.checkpoint_seq - %s
+"""
+
+_WROTE_INTO_THREAD = """
+EXISTS (SELECT 1 FROM portal_run r WHERE r.thread_id = portal_interrupt.thread_id
+        AND r.author_id = %s)
+"""
+
+
+def latest_checkpoint(column: str) -> Any:
+    """The thread's newest checkpoint's ``column``: ``status`` or ``interrupt_id``."""
+    if column not in ("status", "interrupt_id"):
+        raise ValueError(f"not a checkpoint column read with the lock: {column!r}")
+    query = _LATEST_CHECKPOINT.format(column=column)
+    return RawSQL(query, (), output_field=models.CharField())  # noqa: S611 (a constant)
+
+
+def asking_step(back: int) -> Any:
+    """The messages of the step ``back`` steps before the one the request paused in."""
+    return RawSQL(_ASKING_STEP, (back,), output_field=models.JSONField())  # noqa: S611
+
+
+def wrote_into_thread(user_id: Any) -> Any:
+    """Whether user ``user_id`` wrote a run into the request's thread."""
+    return RawSQL(_WROTE_INTO_THREAD, (user_id,), output_field=models.BooleanField())  # noqa: S611
