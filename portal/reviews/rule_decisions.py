@@ -53,6 +53,7 @@ __all__ = [
     "rule_for",
     "rules_apply",
     "rules_on_pause",
+    "switched_on_rules",
 ]
 
 # The audit action of a cap reached (once per window, with the operators' notification).
@@ -60,15 +61,25 @@ CAP_REACHED = "rule.cap_reached"
 HOUR = timedelta(hours=1)
 
 
-def rule_for(interrupt: Interrupt) -> RuleVersion | None:
-    """The active version of the first switched-on rule (lowest position, then id) that
-    matches ``interrupt``, or None: people decide. Read from the database each time, so
+def switched_on_rules() -> list[Rule]:
+    """The switched-on rules with their active versions, in the order they are tried
+    (lowest position, then id): one statement. Read from the database each time, so
     switching a rule off takes effect at once on every process."""
-    rules = (
+    return list(
         Rule.objects.filter(enabled=True, active_version__isnull=False)
         .select_related("active_version__rule")
         .order_by("position", "id")
     )
+
+
+def rule_for(interrupt: Interrupt, rules: list[Rule] | None = None) -> RuleVersion | None:
+    """The active version of the first switched-on rule (lowest position, then id) that
+    matches ``interrupt``, or None: people decide. ``rules``: what ``switched_on_rules()``
+    returned, when the caller read them for several requests (``rules_on_pause``); without
+    it they are read here. Either way from the database on each call, never cached, so
+    switching a rule off takes effect at once on every process."""
+    if rules is None:
+        rules = switched_on_rules()
     for rule in rules:
         version = rule.active_version
         if version is None:
@@ -209,18 +220,20 @@ def _route(locked: Interrupt, version: RuleVersion) -> None:
     broadcast.queue_change_on_commit(locked, news=f"routed by {version}")
 
 
-def rules_apply(interrupt_id: str) -> RuleHit | None:
+def rules_apply(interrupt_id: str, rules: list[Rule] | None = None) -> RuleHit | None:
     """Let the first matching switched-on rule act on the pending request
     ``interrupt_id``: approve or refuse it (a ``Decision`` by the rule's version, through
     ``resolve``, which resumes the run) or route it. Returns the ``RuleHit``, or None when
     no rule acted (none matched, a rail or a cap held it back, it was not pending): people
-    decide. Call it after the request's transaction commits."""
+    decide. ``rules``: handed to ``rule_for``. A rule switched off, or given another
+    version, since they were read decides nothing: it is read again under its lock. Call
+    it after the request's transaction commits."""
     interrupt = (
         Interrupt.objects.select_related("thread")
         .filter(pk=interrupt_id, status=Interrupt.Status.PENDING)
         .first()
     )
-    version = rule_for(interrupt) if interrupt is not None else None
+    version = rule_for(interrupt, rules) if interrupt is not None else None
     if interrupt is None or version is None:
         return None
     answer = None
@@ -296,12 +309,17 @@ def rules_apply(interrupt_id: str) -> RuleHit | None:
 
 def rules_on_pause(thread_id: Any) -> list[RuleHit]:
     """``rules_apply`` for each pending request of a thread whose run just paused (the
-    worker's ``arrived`` hook). One that fails is logged and left to people."""
+    worker's ``arrived`` hook). The switched-on rules are read first, once for all the
+    thread's requests: with none, that one statement is all a pause costs. One request
+    that fails is logged and left to people."""
+    rules = switched_on_rules()
+    if not rules:
+        return []
     hits = []
     pending = Interrupt.objects.filter(thread_id=thread_id, status=Interrupt.Status.PENDING)
     for pk in pending.values_list("pk", flat=True):
         try:
-            hit = rules_apply(pk)
+            hit = rules_apply(pk, rules)
         except Exception:
             log.exception("rules could not act on request %s; people decide it", pk)
             continue

@@ -27,6 +27,7 @@ from portal.models import (
     Run,
     Thread,
 )
+from portal.reviews import rule_decisions
 from portal.reviews.rule_decisions import (
     CAP_REACHED,
     risks,
@@ -373,7 +374,7 @@ def test_rules_that_fail_leave_the_request_to_people_and_the_worker_goes_on(
 ):
     active_rule("refunds", agent="refunds")
 
-    def broken(interrupt):
+    def broken(interrupt, rules=None):
         raise RuntimeError("the rules' database went away")
 
     monkeypatch.setattr("portal.reviews.rule_decisions.rule_for", broken)
@@ -389,3 +390,39 @@ def test_rules_that_fail_leave_the_request_to_people_and_the_worker_goes_on(
     assert thread.status == Thread.Status.INTERRUPTED
     assert Interrupt.objects.get(thread=thread).status == Interrupt.Status.PENDING
     assert not Decision.objects.filter(thread=thread).exists()
+
+
+def test_with_no_rule_switched_on_a_pause_costs_one_statement(roles, django_assert_num_queries):
+    # A rule written but never switched on, and one switched off: neither is read as on.
+    write_version("not yet", conditions=SMALL)
+    off = active_rule("switched off", conditions=SMALL)
+    rule_switch_off(off.rule, by=off.written_by)
+    interrupt = _refund()
+
+    with django_assert_num_queries(1):  # the switched-on rules; the requests are not read
+        assert rules_on_pause(interrupt.thread_id) == []
+
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+    assert not RuleHit.objects.exists()
+
+
+def test_on_a_pause_the_rules_are_read_once_and_decide_as_before(roles, monkeypatch):
+    version = active_rule("small refunds", conditions=SMALL)
+    interrupt = _refund()
+    reads = []
+    read = rule_decisions.switched_on_rules
+
+    def counted():
+        reads.append(1)
+        return read()
+
+    monkeypatch.setattr(rule_decisions, "switched_on_rules", counted)
+
+    (hit,) = rules_on_pause(interrupt.thread_id)
+
+    assert len(reads) == 1  # handed down to rules_apply and rule_for, not read again
+    assert (hit.interrupt, hit.version, hit.action) == (interrupt, version, "approve")
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.RESOLVED
+    assert Decision.objects.get(interrupt=interrupt).rule_version == version
