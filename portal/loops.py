@@ -90,16 +90,10 @@ L = TypeVar("L", bound=Loop)
 def keep_connections() -> None:
     """A loop is one long-lived process: keep its connection between rounds instead of
     reconnecting for each (web processes borrow from a pool instead, see settings). Health
-    checks replace a connection the server dropped. On PostgreSQL its parameters are bound
-    by the server, so psycopg prepares a statement run a few times (``prepare_threshold``)
-    and the server stops planning it again: the claim and the finish are run twice a run
-    each, and planning the claim took as long as running it (docs/benchmarks.md)."""
+    checks replace a connection the server dropped."""
     for alias in connections:
-        options = connections[alias].settings_dict.setdefault("OPTIONS", {})
         # One connection for the life of the process: a pool would only add a hand-over.
-        options.pop("pool", None)
-        if connections[alias].vendor == "postgresql":
-            options["server_side_binding"] = True
+        connections[alias].settings_dict.get("OPTIONS", {}).pop("pool", None)
         connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
         connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
 
