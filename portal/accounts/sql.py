@@ -1,8 +1,9 @@
 """The SQL of ``portal.accounts``, by name: the API's token lookup.
 
 Written out because every API request runs it: as an ORM query (``select_related``, the
-permissions as a ``RawSQL`` annotation, ``.first()``) it cost about 2 ms of CPU a request
-to compose and compile, more than the database spent on it. The same SQL on every backend;
+permissions as a ``RawSQL`` annotation, ``.first()``) it cost more CPU a request to
+compose and compile than the database spent on it (docs/benchmarks.md, "The token, the
+waiting look and the answer's thread, written out"). The same SQL on every backend;
 only the permissions column's aggregate differs (``roles.permissions_column`` chooses it).
 The columns are the models' own (``portal.models.rows``), so the rows load as the ORM's.
 """
