@@ -18,8 +18,7 @@ from django.contrib.auth.models import User as AuthUser
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Q, QuerySet, TextField
-from django.db.models.expressions import RawSQL
+from django.db.models import Q, QuerySet
 
 SUPPORT, REVIEWER, AUDITOR, AGENT = "support", "reviewer", "auditor", "agent"
 LEAD = "lead reviewer"  # a reviewer who may also take over a colleague's live claim
@@ -117,19 +116,18 @@ def _tables() -> dict[str, str]:
     }
 
 
-def permissions_column(user_id_column: str) -> RawSQL:
-    """An annotation: the permissions of the user whose id is in ``user_id_column`` (a
-    quoted column of the outer query), for ``permissions_known``. Read in the query that
-    finds the user, it saves the request the permission query of its own."""
+def permissions_column(user_id_column: str) -> str:
+    """A column of another query (its SQL): the permissions of the user whose id is in
+    ``user_id_column`` (a column of the outer query), for ``permissions_known``. Read in
+    the query that finds the user, it saves the request the permission query of its own.
+    Only table and column names from the code's own models: no input reaches it."""
     name = "ct.app_label || '.' || p.codename"
     aggregate = (
         f"string_agg({name}, ' ')"
         if connection.vendor == "postgresql"
         else f"group_concat({name}, ' ')"
     )
-    sql = _PERMISSIONS_COLUMN_SQL.format(aggregate=aggregate, user_id=user_id_column, **_tables())
-    # Only table and column names from the code's own models: no input reaches it.
-    return RawSQL(sql, [], output_field=TextField())  # noqa: S611
+    return _PERMISSIONS_COLUMN_SQL.format(aggregate=aggregate, user_id=user_id_column, **_tables())
 
 
 def permissions_known(user: Any, names: str | None) -> None:

@@ -12,16 +12,18 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from portal.accounts import roles
-from portal.models import ApiToken, AuditEvent, audit_record, password_fingerprint
+from portal.accounts import roles, sql
+from portal.models import ApiToken, AuditEvent, audit_record, password_fingerprint, rows
 
 TOKEN_PREFIX = "prt_"
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -38,16 +40,29 @@ def hash_token(token: str) -> str:
 def token_found(token_hash: str) -> ApiToken | None:
     """The token with this hash, with its user and the user's permissions, in one query
     (an API request reads all three; each used to be a round trip of its own)."""
-    user_id = f'"{ApiToken._meta.db_table}"."user_id"'
-    row = (
-        ApiToken.objects.select_related("user")
-        .annotate(user_permissions=roles.permissions_column(user_id))
-        .filter(token_hash=token_hash)
-        .first()
+    with connection.cursor() as cursor:
+        cursor.execute(_token_found_sql(connection.vendor), [token_hash])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    split = rows.width(ApiToken)
+    token = rows.loaded(ApiToken, found[:split])
+    user = rows.loaded(get_user_model(), found[split:-1])
+    ApiToken.user.field.set_cached_value(token, user)  # as select_related("user") does
+    roles.permissions_known(user, found[-1])
+    return token
+
+
+@cache
+def _token_found_sql(vendor: str) -> str:
+    user = get_user_model()
+    return sql.TOKEN_FOUND.format(
+        token=rows.columns(ApiToken, "t"),
+        user=rows.columns(user, "u"),
+        permissions=roles.permissions_column("t.user_id"),
+        token_table=ApiToken._meta.db_table,
+        user_table=user._meta.db_table,
     )
-    if row is not None:
-        roles.permissions_known(row.user, row.user_permissions)
-    return row
 
 
 def api_token_create(

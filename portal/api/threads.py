@@ -5,9 +5,11 @@ server-sent events is ``portal.api.follow``."""
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import uuid
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
@@ -15,6 +17,7 @@ from pydantic import ConfigDict
 
 from agents.checkpoint import ThreadStatus
 from portal.accounts import access, roles
+from portal.api import sql
 from portal.api.auth import BearerToken, token_user
 from portal.api.errors import ApiProblem, Problem
 from portal.api.lookups import named_request, pending_request, thread_or_404
@@ -26,7 +29,17 @@ from portal.errors import (
     ThreadNotCancellable,
     ThreadNotRetryable,
 )
-from portal.models import ApiToken, Approval, Decision, Interrupt, Run, Thread, paging, waiting
+from portal.models import (
+    ApiToken,
+    Approval,
+    Decision,
+    Interrupt,
+    Run,
+    Thread,
+    paging,
+    rows,
+    waiting,
+)
 from portal.reviews.decisions import decision_submit_for_thread
 from portal.reviews.threads import thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -150,9 +163,12 @@ def _start(request: HttpRequest, payload: StartIn) -> Status[dict[str, Any]]:
 
 
 def _thread_busy(thread_id: Any) -> bool:
-    busy = Run.objects.filter(
-        thread_id=thread_id, status__in=[Run.Status.QUEUED, Run.Status.RUNNING]
-    ).exists()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _statement("busy"),
+            [_thread_key(thread_id), Run.Status.QUEUED, Run.Status.RUNNING],
+        )
+        busy = cursor.fetchone() is not None
     if busy:
         _release_connection()  # it will wait
     return busy
@@ -220,8 +236,46 @@ def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
     return ThreadOut.model_validate(_thread_data(request, thread_id))
 
 
+def _thread_with_owner(thread_id: Any) -> Thread:
+    """As ``Thread.objects.select_related("owner").get(pk=thread_id)``, in ``sql``'s
+    statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(_statement("thread"), [_thread_key(thread_id)])
+        found = cursor.fetchone()
+    if found is None:
+        raise Thread.DoesNotExist("Thread matching query does not exist.")
+    split = rows.width(Thread)
+    thread = rows.loaded(Thread, found[:split])
+    owner = rows.loaded(get_user_model(), found[split:]) if thread.owner_id else None
+    Thread.owner.field.set_cached_value(thread, owner)
+    return thread
+
+
+def _thread_key(thread_id: Any) -> Any:
+    # The id as the database keeps it (SQLite: hex without dashes), as a filter binds it.
+    return Thread._meta.pk.get_db_prep_value(thread_id, connection)
+
+
+@cache
+def _statements(vendor: str) -> dict[str, str]:
+    user = get_user_model()
+    return {
+        "busy": sql.THREAD_BUSY.format(run=Run._meta.db_table),
+        "thread": sql.THREAD_WITH_OWNER.format(
+            thread=rows.columns(Thread, "t"),
+            owner=rows.columns(user, "u"),
+            thread_table=Thread._meta.db_table,
+            user_table=user._meta.db_table,
+        ),
+    }
+
+
+def _statement(name: str) -> str:
+    return _statements(connection.vendor)[name]
+
+
 def _thread_data(request: HttpRequest, thread_id: Any) -> dict[str, Any]:
-    thread = Thread.objects.select_related("owner").get(pk=thread_id)
+    thread = _thread_with_owner(thread_id)
     snapshot = DjangoCheckpointer().get_sync(str(thread.pk))
     messages = [m for m in (snapshot.messages if snapshot else []) if m.get("role") != "system"]
     pending = None

@@ -362,3 +362,56 @@ def test_a_missing_scope_is_refused_before_the_body_is_read(client, reviewer):
 
     assert response.status_code == 403
     assert "lacks the 'decide' scope" in response.json()["detail"]
+
+
+# --- the lookup ---------------------------------------------------------------------------
+
+
+def _fields(row):
+    return {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields}
+
+
+def test_the_lookup_loads_the_token_and_its_user_as_the_orm_does(reviewer):
+    # Written-out SQL read through a cursor: the values must come out as a queryset's
+    # (aware datetimes, the scopes as a list, on SQLite too), with the user's own
+    # permissions beside their groups'.
+    from django.contrib.auth.models import Permission
+
+    from portal.accounts.tokens import hash_token, token_found
+
+    row, token = api_token_create(
+        user=reviewer, name="t", scopes=["read"], expires_at=timezone.now() + timedelta(days=1)
+    )
+    ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    reviewer.user_permissions.add(Permission.objects.get(codename="start_thread"))
+
+    found = token_found(hash_token(token))
+
+    orm = ApiToken.objects.select_related("user").get(pk=row.pk)
+    assert _fields(found) == _fields(orm)
+    assert _fields(found.user) == _fields(orm.user)
+    assert found.scopes == ["read"] and timezone.is_aware(found.expires_at)
+    assert found.user._perm_cache == {
+        "portal.start_thread",
+        "portal.decide_interrupt",
+        "portal.claim_interrupt",
+        "portal.view_all_threads",
+        "portal.view_history",
+        "portal.export_history",
+        "portal.view_metrics",
+    }
+    assert found.refusal() is None and found.user.is_active is True
+    assert token_found(hash_token(token + "x")) is None
+
+
+def test_a_revoked_token_is_refused_saying_when(client, reviewer):
+    row, token = api_token_create(user=reviewer)
+    ApiToken.objects.filter(pk=row.pk).update(revoked_at=timezone.now(), revoked_reason="it leaked")
+    revoked = ApiToken.objects.get(pk=row.pk).revoked_at
+
+    response = get(client, token)
+
+    assert response.status_code == 401
+    assert response.json()["detail"] == (
+        f"This token was revoked at {revoked:%Y-%m-%d %H:%M:%S} UTC: it leaked."
+    )

@@ -648,3 +648,35 @@ def test_an_offset_too_large_for_the_database_is_422_not_a_server_error(client, 
     assert response.status_code == 422
     assert response.json()["errors"] == ["$.offset: Input should be less than or equal to 1000000"]
     assert api.get("/api/interrupts", offset=1_000_000).status_code == 200
+
+
+def test_a_waiting_answers_looks_and_thread_read_load_as_the_orm_does(support_agent):
+    # portal.api.sql's statements read through a cursor: the same answers as the ORM's
+    # queries they replace, with an owner or without, on SQLite too.
+    import uuid
+
+    from portal.api import threads
+
+    def fields(row):
+        return {f.attname: getattr(row, f.attname) for f in type(row)._meta.concrete_fields}
+
+    owned, ownerless = make_thread(owner=support_agent), make_thread(owner=None)
+    for thread in (owned, ownerless):
+        for key in (thread.pk, str(thread.pk)):
+            read = threads._thread_with_owner(key)
+            orm = Thread.objects.select_related("owner").get(pk=thread.pk)
+            assert fields(read) == fields(orm)
+            assert (read.owner and fields(read.owner)) == (orm.owner and fields(orm.owner))
+    with pytest.raises(Thread.DoesNotExist):
+        threads._thread_with_owner(uuid.uuid4())
+
+    run = Run.objects.create(thread=owned, kind=Run.Kind.START)
+    for status, busy in [
+        (Run.Status.QUEUED, True),
+        (Run.Status.RUNNING, True),
+        (Run.Status.SUCCEEDED, False),
+    ]:
+        Run.objects.filter(pk=run.pk).update(status=status)
+        assert threads._thread_busy(str(owned.pk)) is busy
+        assert threads._thread_busy(owned.pk) is busy
+    assert threads._thread_busy(ownerless.pk) is False

@@ -1,0 +1,22 @@
+"""The SQL of ``portal.api``, by name: what a waiting start or answer reads of its thread.
+
+A start or an answer sent with ``?wait`` looks whether its thread is busy at least twice
+(``THREAD_BUSY``), then reads the thread for its answer (``THREAD_WITH_OWNER``). As ORM
+queries, composing and compiling them cost the web process more CPU than the database
+spent running them; written out they cost almost nothing to prepare. The same SQL on
+every backend; the columns are the models' own (``portal.models.rows``). A thread's
+pending request is ``portal.api.lookups``' (``_PENDING_SQL``).
+"""
+
+# Whether anything of the thread is queued or running: a row, or none.
+THREAD_BUSY = """
+SELECT 1 FROM {run} WHERE thread_id = %s AND status IN (%s, %s) LIMIT 1
+"""
+
+# The thread with its owner (all NULL when it has none): {thread} and {owner} are the
+# models' columns.
+THREAD_WITH_OWNER = """
+SELECT {thread}, {owner}
+FROM {thread_table} t LEFT JOIN {user_table} u ON u.id = t.owner_id
+WHERE t.id = %s
+"""
