@@ -3,7 +3,8 @@
 A decision locks the request and, in the same statement, reads what its checks need of
 other rows: the thread's newest checkpoint, the steps an in-tool question's call is in,
 whether the reviewer wrote into the thread. As ORM subqueries these cost Django more CPU
-to build and compile on every decision than the rest of the locking read; written out as ``RawSQL`` annotations they cost almost nothing to compile
+to build and compile on every decision than the rest of the locking read; written out as
+``RawSQL`` annotations they cost almost nothing to compile
 (docs/benchmarks.md, "An approval's locking read"). The query stays the ORM's
 (``select_for_update``, ``select_related``), on every backend.
 
