@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -140,8 +141,13 @@ for _origin in CSRF_TRUSTED_ORIGINS:
             f"CSRF_TRUSTED_ORIGINS entries need a scheme (https://host), got {_origin!r}"
         )
 
+# daphne's app only makes `runserver` serve ASGI (websockets too). Importing it loads
+# Twisted, the largest part of a process's start, so only runserver loads it: the
+# production servers, the workers and every other command start without it.
+_RUNSERVER = sys.argv[1:2] == ["runserver"]
+
 INSTALLED_APPS = [
-    "daphne",
+    *(["daphne"] if _RUNSERVER else []),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -2,14 +2,18 @@
 
 ``resolve_model(name)`` turns a configured model name into a client: names starting with
 ``scripted`` run offline; anything else goes to the OpenAI-compatible endpoint.
+
+``OpenAIChatModel`` is imported on first use: the SDK takes longer to import than the
+rest of a Django process, and most processes (management commands, workers of offline
+agents) never build that client.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from agents.models.base import ChatModel, DeltaCallback, ModelError
-from agents.models.openai_client import OpenAIChatModel
 from agents.models.scripted import (
     CallTool,
     Reply,
@@ -35,6 +39,17 @@ __all__ = [
     "resolve_model",
 ]
 
+if TYPE_CHECKING:
+    from agents.models.openai_client import OpenAIChatModel
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIChatModel":
+        from agents.models.openai_client import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def resolve_model(name: str) -> ChatModel:
     """The client for a model name.
@@ -54,4 +69,6 @@ def resolve_model(name: str) -> ChatModel:
             "OPENAI_BASE_URL for an OpenAI-compatible server), or use the offline model "
             "'scripted'."
         )
+    from agents.models.openai_client import OpenAIChatModel
+
     return OpenAIChatModel(model)
