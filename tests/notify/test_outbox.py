@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.core import mail
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.test import Client
 from django.utils import timezone
 
@@ -418,7 +419,7 @@ def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, review
     )[1]
     try:
         callback_request(token, receiver.url, reviewer)
-        Delivery.objects.update(next_attempt_at=timezone.now())
+        Delivery.objects.update(next_attempt_at=Now())
 
         started = time.monotonic()
         assert outbox.outbox_deliver() == 1
@@ -437,7 +438,7 @@ def test_a_slow_callback_cannot_hold_the_notifier_past_its_timeout(roles, review
         assert "took longer than 1 s" in delivery.last_error
 
         # Its retry is bounded the same way, and logged as the second attempt.
-        Delivery.objects.update(next_attempt_at=timezone.now())
+        Delivery.objects.update(next_attempt_at=Now())
         started = time.monotonic()
         assert outbox.outbox_deliver() == 1
         assert time.monotonic() - started <= settings.PORTAL_NOTIFY_TIMEOUT * 2 + 1
@@ -467,7 +468,7 @@ def test_two_notifiers_never_send_one_event_twice_when_no_answer_was_lost(
     try:
         for _ in range(5):
             callback_request(token, receiver.url, reviewer)
-        Delivery.objects.update(next_attempt_at=timezone.now())
+        Delivery.objects.update(next_attempt_at=Now())
 
         def first() -> None:
             try:

@@ -16,6 +16,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.core.management import call_command
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client
 from django.utils import timezone
 
@@ -794,7 +795,7 @@ def hooked(agent_user, settings):
 
 
 def _deliver_due() -> None:
-    Delivery.objects.filter(status=Delivery.Status.PENDING).update(next_attempt_at=timezone.now())
+    Delivery.objects.filter(status=Delivery.Status.PENDING).update(next_attempt_at=Now())
     outbox.outbox_deliver()
 
 
