@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.interrupt import fallback_summary
-from portal.models import waiting
+from portal.models import together, waiting
 from portal.models.threads import Thread
 
 
@@ -142,7 +142,7 @@ class Interrupt(models.Model):
         """Take this (row-locked, pending) request out of the queue with the decision its
         caller records in the same transaction: the only way a request is marked decided."""
         self.status, self.resolved_at, self.decided = status, at, True
-        self.save(update_fields=["status", "resolved_at", "decided"])
+        together.update(self, ["status", "resolved_at", "decided"])
         waiting.changed(waiting.interrupt_key(self.pk))
 
     @property

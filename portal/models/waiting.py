@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from portal.models import together
 from portal.models.db import connect_kwargs
 
 log = logging.getLogger(__name__)
@@ -52,40 +53,13 @@ def changed(key: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
     transaction.on_commit(lambda: _wake(key), using=using)
 
 
-_gathering = threading.local()
-
-
 def notify(channel: str, payload: str = "", *, using: str = DEFAULT_DB_ALIAS) -> None:
     """PostgreSQL's ``NOTIFY channel, payload`` in the current transaction (delivered at
-    commit, dropped on rollback); inside ``notifies_gathered`` sent at the block's end."""
-    gathered: list[tuple[str, str]] | None = getattr(_gathering, "pairs", None)
-    if gathered is not None and using == DEFAULT_DB_ALIAS:
-        gathered.append((channel, payload))
+    commit, dropped on rollback); inside ``together`` sent with the block's statement."""
+    if using == DEFAULT_DB_ALIAS and together.gathered_notify(channel, payload):
         return
     with connections[using].cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
-
-
-@contextlib.contextmanager
-def notifies_gathered() -> Iterator[None]:
-    """The ``notify`` calls made in the block (inside one transaction) go to the server
-    in one statement as it ends, one round trip for all of them: still in the
-    transaction, so still delivered at its commit only. An exception sends none (the
-    transaction is rolling back)."""
-    if getattr(_gathering, "pairs", None) is not None:  # an outer block sends them
-        yield
-        return
-    pairs: list[tuple[str, str]] = []
-    _gathering.pairs = pairs
-    try:
-        yield
-    finally:
-        _gathering.pairs = None
-    unique = list(dict.fromkeys(pairs))
-    if unique:
-        calls = ", ".join("pg_notify(%s, %s)" for _ in unique)
-        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-            cursor.execute(f"SELECT {calls}", [part for pair in unique for part in pair])
 
 
 def changed_here(key: str) -> None:

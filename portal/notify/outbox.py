@@ -26,6 +26,7 @@ from portal.models import (
     Subscription,
     audit_record,
     rule_of,
+    together,
     waiting,
 )
 from portal.notify.delivery import backoff, outbox_deliver, send
@@ -132,7 +133,7 @@ def outbox_enqueue(
     # No savepoint inside a caller's transaction (a round trip each way): nothing recovers
     # from a failure here, which fails the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
-        note = Notification.objects.create(
+        note = Notification(
             kind=kind,
             payload=payload or {},
             agent=agent,
@@ -143,7 +144,10 @@ def outbox_enqueue(
             # A named target needs no fan-out: its one delivery is written here.
             dispatched_at=now if to is not None else None,
         )
-        if to is not None:
+        if to is None:
+            together.insert(note)  # with the caller's other last writes, when it gathers them
+        else:  # its delivery refers to it: written now
+            note.save(force_insert=True)
             Delivery.objects.create(
                 notification=note, channel=to.channel, target=to.target, secret=to.secret
             )

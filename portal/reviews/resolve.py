@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.inputs import check_input
-from portal.models import Decision, Interrupt, RuleVersion, Run, Thread, waiting
+from portal.models import Decision, Interrupt, RuleVersion, Run, Thread
+from portal.models.together import together
 from portal.notify import broadcast, outbox
 from portal.reviews import external
 from portal.runs.queue import enqueue
@@ -102,9 +103,10 @@ def resolve(
         # No savepoint to recover in (a round trip each way, for a clash the row lock
         # all but rules out): the transaction rolls back and the refusal is read after.
         raise DecisionClash(*exc.args) from None
-    # The wake-ups (the request's waiters, the notifiers, the workers) go in one
-    # statement at the end, still inside the caller's transaction.
-    with waiting.notifies_gathered():
+    # The request's new status, the outbox event, the queued run and the wake-ups (the
+    # request's waiters, the notifiers, the workers) go in one statement at the end,
+    # still inside the caller's transaction.
+    with together():
         locked.decided_as(status, at if at is not None else timezone.now())
         outbox.notify_decision(decision, locked)
         run = None

@@ -24,7 +24,7 @@ from django.db.models import DateTimeField, Exists, ExpressionWrapper, OuterRef
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
-from portal.models import Checkpoint, Interrupt, Run, Thread, waiting
+from portal.models import Checkpoint, Interrupt, Run, Thread, together, waiting
 from portal.notify import broadcast, outbox
 from portal.runs import sql
 
@@ -57,7 +57,7 @@ def notify_workers() -> None:
     if on_postgres():
         # Inside a transaction PostgreSQL delivers the notification at commit and drops
         # it on rollback, which is exactly "on commit".
-        waiting.notify(NOTIFY_CHANNEL)  # NOTIFY; with others when they are gathered
+        waiting.notify(NOTIFY_CHANNEL)  # NOTIFY; with others inside together()
     transaction.on_commit(wake.set)
 
 
@@ -70,7 +70,8 @@ def enqueue(
     """Queue a run of ``thread`` in the caller's transaction; workers are woken at commit.
     ``author`` (or its ``author_id``) is whose messages the run carries."""
     fields = {"author": author} if author is not None else {"author_id": author_id}
-    run = Run.objects.create(thread=thread, kind=kind, input=input, **fields)
+    run = Run(thread=thread, kind=kind, input=input, **fields)
+    together.insert(run)  # with the caller's other last writes, when it gathers them
     notify_workers()
     return run
 
