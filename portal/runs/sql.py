@@ -1,5 +1,6 @@
 """The PostgreSQL statements of ``portal.runs``, by name: the checkpointer's (one per load
-and one per write) and the run queue's (one per claim and one per finish).
+and one per write), the run queue's (one per claim and one per finish) and the idle
+workers' turn to listen.
 
 The tables are the models' default names, and the INSERTs name every column by hand
 (tests/runs/test_checkpointer.py checks both). Parameters that land in a SELECT list are
@@ -188,3 +189,12 @@ WITH finished AS (
 )
 SELECT settled.status, pg_notify(%(channel)s, %(key)s) FROM settled
 """
+
+
+# -- idle workers' turn to listen (portal.runs.worker) -----------------------------------
+
+# A session advisory lock: the idle worker holding it is the one a queued run's NOTIFY
+# wakes. Any constant nothing else in the database uses ("wakeup" in ASCII).
+TURN_KEY = 0x77616B657570
+TURN_TAKE = "SELECT pg_advisory_lock(%s)"
+TURN_GIVE = "SELECT pg_advisory_unlock(%s)"

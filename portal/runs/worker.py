@@ -31,7 +31,7 @@ from django.db.models.functions import Now
 from portal import loops
 from portal.models import Run, WorkerHeartbeat
 from portal.models.db import aconnect, connect_kwargs
-from portal.runs import queue
+from portal.runs import queue, sql
 from portal.runs.execute import Prepared, failure, prepare, stream
 from portal.runs.queue import NOTIFY_CHANNEL, RELEASE, Outcome, wake
 
@@ -170,6 +170,7 @@ class Worker:
         self.max_attempts = int(max_attempts or settings.PORTAL_RUN_MAX_ATTEMPTS)
         self.stopping = threading.Event()
         self._listener: Any = None
+        self._my_turn = False  # this idle worker is the one a NOTIFY wakes (see _wait)
         self._expire = expire
         self._arrived = arrived
         self._last_expiry = -EXPIRY_CHECK_SECONDS
@@ -285,6 +286,7 @@ class Worker:
         paused: bool | Outcome
         try:
             if prepared.connection is None:
+                self._turn_give()  # no loop of this worker's to hear a wake-up on
                 # Nothing can stop the graph once it runs here (see _cancel_running).
                 paused = async_to_sync(stream)(prepared)
             else:
@@ -301,6 +303,7 @@ class Worker:
         self._running = loop.create_task(stream(prepared))
         if self._lease_lost:  # lost between the check before and now
             self._running.cancel()
+        heard = self._hear_while_busy(loop)
         try:
             return loop.run_until_complete(self._running)
         except asyncio.CancelledError:
@@ -308,6 +311,8 @@ class Worker:
                 return Outcome(RELEASE, LEASE_LOST)
             return Outcome(Run.Status.FAILED, "the run was cancelled inside the graph")
         finally:
+            if heard is not None:
+                loop.remove_reader(heard)
             self._running = None
 
     def _finish(self, run: Run, outcome: Outcome) -> None:
@@ -430,11 +435,14 @@ class Worker:
     def _wait(self) -> None:
         if queue.on_postgres():
             poll = self.poll if self.poll is not None else POLL_WITH_NOTIFY
-            listener = self._listen()
+            listener = self._listen(poll)
             if listener is not None:
                 try:
-                    for _ in listener.notifies(timeout=poll, stop_after=1):
-                        pass
+                    if self._my_turn:
+                        for _ in listener.notifies(timeout=poll, stop_after=1):
+                            pass
+                    else:
+                        self._my_turn = self._turn_taken(listener)
                     return
                 except Exception:
                     log.warning("worker %s: LISTEN connection lost", self.name, exc_info=True)
@@ -443,21 +451,65 @@ class Worker:
             return
         self._sleep(self.poll if self.poll is not None else POLL_WITHOUT_NOTIFY)
 
+    # Idle workers take turns to listen. A NOTIFY reaches every listening connection, so
+    # with several idle workers each queued run woke them all, and all but one claimed
+    # nothing, taking the cores from the one that did. Only the idle worker holding the
+    # turn (a session advisory lock) waits for a NOTIFY; the others wait for the turn, at
+    # most a poll at a time, and PostgreSQL hands it to the longest waiting. A worker that
+    # takes the turn claims before it listens, so a run queued while nobody held the turn
+    # is found. One that claims a run keeps the turn while executing it and gives it up
+    # when a wake-up arrives meanwhile (or at once, with no loop to hear one on); a worker
+    # that dies gives it up with its session.
+
+    def _turn_taken(self, listener: Any) -> bool:
+        try:
+            listener.execute(sql.TURN_TAKE, [sql.TURN_KEY])
+        except psycopg.errors.LockNotAvailable:
+            return False  # another idle worker held the turn for the whole poll
+        return True
+
+    def _hear_while_busy(self, loop: asyncio.AbstractEventLoop) -> int | None:
+        # Holding the turn while executing, so that one client's runs wake nobody else;
+        # a wake-up that arrives meanwhile is for another run, and passes the turn on.
+        if not self._my_turn or self._listener is None:
+            return None
+        fd = int(self._listener.fileno())
+        loop.add_reader(fd, self._heard)
+        return fd
+
+    def _heard(self) -> None:
+        if self._loop is not None and self._listener is not None:
+            self._loop.remove_reader(self._listener.fileno())
+        self._turn_give()
+
+    def _turn_give(self) -> None:
+        if not self._my_turn:
+            return
+        self._my_turn = False
+        try:
+            self._listener.execute(sql.TURN_GIVE, [sql.TURN_KEY])
+        except Exception:  # the session is gone, and its lock with it
+            log.warning("worker %s: LISTEN connection lost", self.name, exc_info=True)
+            self._close_listener()
+
     def _sleep(self, seconds: float) -> None:
         # In-process notify_workers() (and stop()) set the event and end the wait early.
         wake.wait(seconds)
 
-    def _listen(self) -> Any:
+    def _listen(self, poll: float) -> Any:
         if self._listener is None:
             try:
                 self._listener = psycopg.connect(**connect_kwargs(), autocommit=True)
                 self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                # How long a wait for the turn lasts before the loop goes round again.
+                self._listener.execute(f"SET lock_timeout = {max(int(poll * 1000), 1)}")
             except Exception:
                 log.warning("worker %s: cannot LISTEN; polling", self.name, exc_info=True)
                 self._listener = None
         return self._listener
 
     def _close_listener(self) -> None:
+        self._my_turn = False
         if self._listener is not None:
             try:
                 self._listener.close()

@@ -14,9 +14,11 @@ from collections import Counter
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 
 from portal.models import Decision, Interrupt, Run, Thread
 from portal.reviews import threads
+from portal.runs import sql
 from tests.processes import output, wait_for
 from tests.testagents import read_effects
 
@@ -156,3 +158,91 @@ def test_an_idle_worker_starts_a_queued_run_within_fifty_milliseconds_at_the_med
     median = statistics.median(delays)
     print(f"queued -> started: median {median * 1000:.1f} ms, max {max(delays) * 1000:.1f} ms")
     assert median < 0.050, delays
+
+
+def _turn() -> dict[str, list[str]]:
+    """Which workers (by application name) hold the idle workers' turn to listen, and
+    which wait for it, in this test's database."""
+    key = sql.TURN_KEY
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.application_name, l.granted FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [key >> 32, key & 0xFFFFFFFF],
+        )
+        rows = cursor.fetchall()
+    return {
+        "holds": sorted(name for name, granted in rows if granted),
+        "waits": sorted(name for name, granted in rows if not granted),
+    }
+
+
+@pytest.mark.postgres
+def test_one_idle_worker_listens_at_a_time_and_the_turn_passes_on_even_through_kill_9(
+    spawn, support_agent
+):
+    # A poll of a minute: every run below is started by a wake-up, not by a poll.
+    workers = {
+        f"turn-{n}": spawn("run_worker", "--id", f"turn-{n}", "--poll", "60", PGAPPNAME=f"turn-{n}")
+        for n in range(3)
+    }
+    wait_for(lambda: len(_turn()["waits"]) == 2, timeout=30, what="two workers waiting")
+    assert len(_turn()["holds"]) == 1
+
+    # One at a time: each run is claimed by the one listening, who passes the turn on.
+    delays = []
+    for n in range(6):
+        _, run = threads.thread_start(agent="echo", input=say(f"one {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=10)
+        delays.append((run.started_at - run.created_at).total_seconds())
+        wait_for(lambda: len(_turn()["waits"]) == 2, timeout=10, what="idle again")
+    assert statistics.median(delays) < 0.050, delays
+
+    # A burst in one transaction (one NOTIFY): the turn passes from each worker that
+    # claims one to the next, and the workers that finish claim what is left.
+    with transaction.atomic():
+        burst = [
+            threads.thread_start(agent="echo", input=say(f"burst {n}"), user=support_agent)[1]
+            for n in range(8)
+        ]
+    wait_for(
+        lambda: all(run_status(run) == Run.Status.SUCCEEDED for run in burst),
+        timeout=15,
+        what="the burst, well within a poll",
+    )
+
+    # The one holding the turn is killed: its session ends, and the turn with it.
+    wait_for(lambda: len(_turn()["waits"]) == 2, timeout=10, what="idle again")
+    [holder] = _turn()["holds"]
+    workers[holder].kill()
+    workers[holder].wait(timeout=10)
+    wait_for(lambda: len(_turn()["holds"]) == 1, timeout=10, what="the turn taken over")
+    assert holder not in _turn()["holds"] + _turn()["waits"]
+    _, run = threads.thread_start(agent="echo", input=say("after kill -9"), user=support_agent)
+    wait_for(lambda: run_status(run) == Run.Status.SUCCEEDED, timeout=10)
+    assert (run.started_at - run.created_at).total_seconds() < 1.0
+
+
+@pytest.mark.postgres
+def test_a_run_queued_while_the_listening_worker_executes_is_started_by_another_at_once(
+    spawn, support_agent, effects
+):
+    # The worker holding the turn keeps it while it executes; a wake-up meanwhile must
+    # pass it on, or the second run would wait for the first (or for a poll of a minute).
+    for n in range(2):
+        spawn("run_worker", "--id", f"busy-{n}", "--poll", "60", PGAPPNAME=f"busy-{n}")
+    wait_for(lambda: len(_turn()["waits"]) == 1, timeout=30, what="one worker waiting")
+    [holder] = _turn()["holds"]
+    _, slow = threads.thread_start(agent="crash", input=say("crash"), user=support_agent)
+    wait_for(lambda: read_effects(effects, "slow_started"), timeout=30, what="the slow tool")
+    slow.refresh_from_db()
+    assert slow.lease_owner.startswith(holder)  # the listening worker took it, and holds on
+
+    _, quick = threads.thread_start(agent="echo", input=say("meanwhile"), user=support_agent)
+    wait_for(lambda: run_status(quick) == Run.Status.SUCCEEDED, timeout=10)
+    assert (quick.started_at - quick.created_at).total_seconds() < 1.0
+    assert run_status(slow) == Run.Status.RUNNING  # still waiting for its release
+    (effects / "release").write_text("")
+    wait_for(lambda: run_status(slow) == Run.Status.SUCCEEDED, timeout=30)
