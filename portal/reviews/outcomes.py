@@ -19,8 +19,9 @@ from portal.reviews import sql
 __all__ = ["asking_steps_columns", "outcome_and_args"]
 
 # The steps read with the locked request: the call an in-tool question belongs to is in
-# the step that paused or the one before (the model's step, then the tool's).
-_STEPS_WITH_THE_LOCK = 2
+# the step that paused or one of the two before it. The runtime writes the model's step
+# (the call), then a step of the call's own that marks it in flight, then the pause.
+_STEPS_WITH_THE_LOCK = 3
 
 
 def asking_steps_columns() -> dict[str, Any]:

@@ -8,6 +8,9 @@ import json
 import pytest
 
 from portal.accounts.tokens import api_token_create
+from portal.models import Interrupt
+from portal.reviews.threads import thread_start
+from portal.runs.worker import Worker
 from tests.api.roundtrips import round_trips
 from tests.factories import make_interrupt
 
@@ -66,3 +69,24 @@ def test_the_token_its_user_and_the_users_permissions_come_in_one_round_trip(cli
 
     assert response.status_code == 404
     assert len(trips) == 2, "\n".join(trips)  # the token (user, permissions), the request
+
+
+def test_an_approval_of_the_refunds_agents_own_pause_takes_as_many_round_trips(
+    client, reviewer, support_agent
+):
+    # The request as the runtime leaves it (the tool's call two steps before the pause,
+    # the call marked in flight between), not as the factory builds it: the call's
+    # arguments come with the lock here too.
+    say = {"messages": [{"role": "user", "content": "Refund $42.50 for order A-1001."}]}
+    token = api_token_create(user=reviewer, name="t")[1]
+    threads = [thread_start(agent="refunds", input=say, user=support_agent)[0] for _ in range(2)]
+    Worker(name="test-worker").run_forever(once=True)
+    first, second = (Interrupt.objects.select_related("thread").get(thread=t) for t in threads)
+    _approve(client, token, first)
+
+    with round_trips() as trips:
+        response = _approve(client, token, second)
+
+    assert response.status_code == 202, response.content
+    assert len(trips) == APPROVAL_ROUND_TRIPS, "\n".join(trips)
+    assert not any(trip.startswith('SELECT "portal_checkpoint"') for trip in trips)
