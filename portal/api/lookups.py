@@ -4,15 +4,18 @@ Requests are read with the related rows ``InterruptOut`` shows, prefetched."""
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import uuid
+from functools import cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 from django.http import Http404, HttpRequest
 
 from portal.accounts import access
+from portal.api import sql
 from portal.api.auth import token_user
 from portal.api.errors import ApiProblem
-from portal.models import Approval, Assignment, Interrupt, RoutingEvent, Thread
+from portal.models import Approval, Assignment, Interrupt, RoutingEvent, Thread, rows
 
 
 def interrupt_relations() -> dict[str, Any]:
@@ -83,21 +86,43 @@ def pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt |
     return interrupt
 
 
+# What an answer needs of the request it names before the lock: the schema.
+_NAMED_FIELDS = ("thread", "response_schema")
+
+
 def named_request(user: Any, thread_id: str, interrupt_id: str | None) -> Interrupt | None:
     """The request ``interrupt_id`` of thread ``thread_id`` with its thread, when the
-    user can see it (None otherwise): an answer's lookup in one query."""
+    user can see it (None otherwise): an answer's lookup in one query, as
+    ``Interrupt.objects.select_related("thread").only(...)`` would read it."""
     if not interrupt_id:
         return None
     try:
         thread_uuid = uuid.UUID(str(thread_id))
     except ValueError:
         return None
-    found = (
-        Interrupt.objects.select_related("thread")
-        .only("id", "thread_id", "response_schema", "thread")
-        .filter(thread_id=thread_uuid, pk=interrupt_id)
+    thread_key = Thread._meta.pk.get_db_prep_value(thread_uuid, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_named_request_sql(connection.vendor), [str(interrupt_id), thread_key])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    split = rows.width(Interrupt, _NAMED_FIELDS)
+    thread = rows.loaded(Thread, found[split:])
+    if not access.can_see_thread(user, thread):
+        return None
+    interrupt = rows.loaded(Interrupt, found[:split], _NAMED_FIELDS)
+    Interrupt.thread.field.set_cached_value(interrupt, thread)
+    return interrupt
+
+
+@cache
+def _named_request_sql(vendor: str) -> str:
+    return sql.NAMED_REQUEST.format(
+        request=rows.columns(Interrupt, "i", _NAMED_FIELDS),
+        thread=rows.columns(Thread, "t"),
+        request_table=Interrupt._meta.db_table,
+        thread_table=Thread._meta.db_table,
     )
-    return access.in_visible_threads(found, user).first()
 
 
 def thread_or_404(request: HttpRequest, thread_id: str) -> Thread:

@@ -6,6 +6,9 @@ queries, composing and compiling them cost the web process more CPU than the dat
 spent running them; written out they cost almost nothing to prepare. The same SQL on
 every backend; the columns are the models' own (``portal.models.rows``). A thread's
 pending request is ``portal.api.lookups``' (``_PENDING_SQL``).
+
+An answer first reads the request it names, with its thread (``NAMED_REQUEST``), to check
+the answer against the request's schema before it takes the request's lock.
 """
 
 # Whether anything of the thread is queued or running: a row, or none.
@@ -19,4 +22,12 @@ THREAD_WITH_OWNER = """
 SELECT {thread}, {owner}
 FROM {thread_table} t LEFT JOIN {user_table} u ON u.id = t.owner_id
 WHERE t.id = %s
+"""
+
+# The request an answer names, if it is this thread's: {request} is the request's id,
+# thread and schema, {thread} the thread's columns.
+NAMED_REQUEST = """
+SELECT {request}, {thread}
+FROM {request_table} i JOIN {thread_table} t ON t.id = i.thread_id
+WHERE i.id = %s AND i.thread_id = %s
 """

@@ -19,20 +19,21 @@ from django.db.models import Model
 M = TypeVar("M", bound=Model)
 
 
-def columns(model: type[Model], alias: str) -> str:
-    """``model``'s concrete columns, in field order, from the table aliased ``alias``."""
+def columns(model: type[Model], alias: str, only: tuple[str, ...] = ()) -> str:
+    """``model``'s concrete columns, in field order, from the table aliased ``alias``;
+    with ``only``, just those fields' (the rest are deferred, as ``QuerySet.only``)."""
     quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
+    return ", ".join(f"{alias}.{quote(str(f.column))}" for f in _fields(model, only))
 
 
-def width(model: type[Model]) -> int:
+def width(model: type[Model], only: tuple[str, ...] = ()) -> int:
     """How many values ``columns`` reads."""
-    return len(model._meta.concrete_fields)
+    return len(_fields(model, only))
 
 
-def loaded(model: type[M], values: Sequence[Any]) -> M:
-    """The ``model`` instance from the values ``columns`` read."""
-    names, plan = _plan(model, connection.vendor)
+def loaded(model: type[M], values: Sequence[Any], only: tuple[str, ...] = ()) -> M:
+    """The ``model`` instance from the values ``columns`` read (with the same ``only``)."""
+    names, plan = _plan(model, connection.vendor, only)
     converted = list(values)
     for i, converters, expression in plan:
         value = converted[i]
@@ -42,14 +43,32 @@ def loaded(model: type[M], values: Sequence[Any]) -> M:
     return model.from_db(connection.alias, names, converted)
 
 
+def converted(expression: Any, value: Any) -> Any:
+    """The value a statement read for ``expression`` (an annotation such as a ``RawSQL``,
+    with its ``output_field``), as the ORM gives an annotation's value."""
+    converters = connection.ops.get_db_converters(expression)
+    for convert in converters + expression.get_db_converters(connection):
+        value = convert(value, expression, connection)
+    return value
+
+
+@cache
+def _fields(model: type[Model], only: tuple[str, ...]) -> list[Any]:
+    fields = model._meta.concrete_fields
+    if not only:
+        return list(fields)
+    return [f for f in fields if f.primary_key or f.name in only or f.attname in only]
+
+
 @cache
 def _plan(
-    model: type[Model], vendor: str
+    model: type[Model], vendor: str, only: tuple[str, ...]
 ) -> tuple[list[str], list[tuple[int, list[Callable[..., Any]], Any]]]:
     # As SQLCompiler.get_converters: the backend's converters, then the field's.
-    names = [f.attname for f in model._meta.concrete_fields]
+    fields = _fields(model, only)
+    names = [f.attname for f in fields]
     plan = []
-    for i, field in enumerate(model._meta.concrete_fields):
+    for i, field in enumerate(fields):
         expression = field.get_col(model._meta.db_table)
         converters = connection.ops.get_db_converters(expression)
         converters += expression.get_db_converters(connection)

@@ -286,6 +286,26 @@ def test_a_stranger_cannot_see_a_request_to_withdraw_it(client, support_agent, o
     assert interrupt.pk in response.json()["detail"]
 
 
+def test_an_answer_to_a_request_in_a_thread_the_decider_cannot_see_is_a_404_and_records_nothing(
+    client, support_agent, other_support_agent
+):
+    from django.contrib.auth.models import Permission
+
+    # May decide, but sees only their own threads.
+    other_support_agent.user_permissions.add(Permission.objects.get(codename="decide_interrupt"))
+    interrupt = make_interrupt(owner=support_agent)
+    api = token_with(client, other_support_agent, "read", "decide")
+
+    body = {"resume": {"approved": True}, "resume_interrupt_id": interrupt.pk}
+    response = api.post(f"/api/threads/{interrupt.thread_id}/resume", body)
+
+    assert response.status_code == 404, response.content
+    assert str(interrupt.thread_id) in response.json()["detail"]
+    assert not Decision.objects.exists()
+    interrupt.refresh_from_db()
+    assert interrupt.status == Interrupt.Status.PENDING
+
+
 # --- the audit trail ------------------------------------------------------------------------
 
 
