@@ -10,13 +10,15 @@ answers; nothing has been written when one is raised. See docs/architecture.md, 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.errors import InputError, InvalidDecision, StaleDecision, ThreadNotPaused, when
-from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread, policies
+from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread, policies, rows
 from portal.reviews import sql
 from portal.reviews.checks import (
     already_decided,
@@ -86,22 +88,10 @@ def decision_submit(
             # lock. Whatever changed those while it waited was a decision of this request,
             # which the status re-read under the lock refuses: only a decision's resume
             # writes the paused thread's next step (and steps are never rewritten).
-            wrote = sql.wrote_into_thread(getattr(reviewer, "pk", None))
-            try:
-                locked = (
-                    Interrupt.objects.select_for_update(of=("self",))
-                    .select_related("thread", "claimed_by")
-                    .annotate(
-                        **latest_checkpoint_columns(),
-                        **asking_steps_columns(),
-                        reviewer_wrote=wrote,
-                    )
-                    .get(pk=pk)
-                )
-            except Interrupt.DoesNotExist:
-                raise ThreadNotPaused(f"There is no request {pk}.") from None
+            locked = _locked_request(pk, getattr(reviewer, "pk", None))
             if getattr(reviewer, "pk", None) is not None:
-                locked.thread.authors_known(reviewer.pk, locked.reviewer_wrote)
+                wrote = locked.reviewer_wrote  # type: ignore[attr-defined]
+                locked.thread.authors_known(reviewer.pk, wrote)
             if locked.status != Interrupt.Status.PENDING:
                 raise already_decided(locked)
             if locked.expires_at is not None and locked.expires_at <= timezone.now():
@@ -158,6 +148,53 @@ def decision_submit(
     if isinstance(interrupt, Interrupt):
         interrupt.status, interrupt.resolved_at = locked.status, locked.resolved_at
     return decision
+
+
+def _locked_request(pk: str, reviewer_id: Any) -> Interrupt:
+    """Request ``pk`` with its row locked (as ``select_for_update(of=("self",))``), its
+    thread and who claimed it (as ``select_related``), and the columns the checks read
+    with the lock as annotations: one statement (``sql.LOCKED_REQUEST``)."""
+    columns = {
+        **latest_checkpoint_columns(),
+        **asking_steps_columns(),
+        "reviewer_wrote": sql.wrote_into_thread(reviewer_id),
+    }
+    params = [p for column in columns.values() for p in column.params]
+    with connection.cursor() as cursor:
+        cursor.execute(_locked_request_sql(connection.vendor), [*params, pk])
+        found = cursor.fetchone()
+    if found is None:
+        raise ThreadNotPaused(f"There is no request {pk}.")
+    values = iter(found)
+    locked = rows.loaded(Interrupt, [next(values) for _ in range(rows.width(Interrupt))])
+    thread = rows.loaded(Thread, [next(values) for _ in range(rows.width(Thread))])
+    user = get_user_model()
+    claimer = [next(values) for _ in range(rows.width(user))]
+    Interrupt.thread.field.set_cached_value(locked, thread)
+    claimed_by = rows.loaded(user, claimer) if locked.claimed_by_id is not None else None
+    Interrupt.claimed_by.field.set_cached_value(locked, claimed_by)
+    for name, column in columns.items():
+        setattr(locked, name, rows.converted(column, next(values)))
+    return locked
+
+
+@cache
+def _locked_request_sql(vendor: str) -> str:
+    user = get_user_model()
+    columns = [
+        *latest_checkpoint_columns().values(),
+        *asking_steps_columns().values(),
+        sql.wrote_into_thread(None),
+    ]
+    lock = "FOR UPDATE OF portal_interrupt" if connection.features.has_select_for_update_of else ""
+    return sql.LOCKED_REQUEST.format(
+        request=rows.columns(Interrupt, Interrupt._meta.db_table),
+        thread=rows.columns(Thread, "t"),
+        claimer=rows.columns(user, "u"),
+        columns=", ".join(f"({column.sql})" for column in columns),
+        user_table=user._meta.db_table,
+        lock=lock,
+    )
 
 
 def decision_submit_for_thread(

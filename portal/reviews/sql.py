@@ -5,8 +5,10 @@ other rows: the thread's newest checkpoint, the steps an in-tool question's call
 whether the reviewer wrote into the thread. As ORM subqueries these cost Django more CPU
 to build and compile on every decision than the rest of the locking read; written out as
 ``RawSQL`` annotations they cost almost nothing to compile
-(docs/benchmarks.md, "An approval's locking read"). The query stays the ORM's
-(``select_for_update``, ``select_related``), on every backend.
+(docs/benchmarks.md, "An approval's locking read"). A rule's decision annotates its own
+ORM query with them; a person's decision reads the request in ``LOCKED_REQUEST``, the
+locking read itself written out, which costs the web process less again than the ORM's
+query did to compose, compile and load.
 
 Each is a correlated subquery of a query over ``portal_interrupt`` that does not alias
 that table (the ORM's own queries do not); the table names are the models' default ones.
@@ -26,6 +28,18 @@ ORDER BY c.seq DESC LIMIT 1
 _ASKING_STEP = """
 SELECT c.messages FROM portal_checkpoint c
 WHERE c.thread_id = portal_interrupt.thread_id AND c.seq = portal_interrupt.checkpoint_seq - %s
+"""
+
+# The request with its thread and who claimed it ({request}, {thread} and {claimer} are
+# the models' columns), and {columns}, the annotations above; {lock} is FOR UPDATE OF the
+# request's row where the database has it (SQLite's BEGIN IMMEDIATE locks instead).
+LOCKED_REQUEST = """
+SELECT {request}, {thread}, {claimer}, {columns}
+FROM portal_interrupt
+JOIN portal_thread t ON t.id = portal_interrupt.thread_id
+LEFT JOIN {user_table} u ON u.id = portal_interrupt.claimed_by_id
+WHERE portal_interrupt.id = %s
+{lock}
 """
 
 _WROTE_INTO_THREAD = """
