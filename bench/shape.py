@@ -150,9 +150,9 @@ def _timed(side: Any, calls: list[Any]) -> tuple[float, float]:
 
 
 def profile_approval() -> None:
-    """py-spy (100 Hz, waits included) on one web process of the production shape's server
-    while it takes a burst of API approvals, the workers stopped: the shares of its
-    samples by phase, and the functions most often on top of the stack."""
+    """py-spy (400 Hz, the thread holding the GIL) on one web process of the production
+    shape's server while it takes a burst of API approvals, the workers stopped: the
+    shares of its samples by phase, and the functions most often on top of the stack."""
     spy = Path(sys.executable).parent / "py-spy"
     load = os.getloadavg()
     tokens = e2e._prepare()
@@ -162,7 +162,7 @@ def profile_approval() -> None:
         paused = _paused_threads(ours, REQUESTS + 20)
         _burst_approve(ours, paused[:20])  # warm-up
         pid = ours.web.pid if ours.server == "daphne" else _only_child(ours.web.pid)
-        record = [str(spy), "record", "--pid", str(pid), "--rate", "100", "--format", "raw"]
+        record = [str(spy), "record", "--pid", str(pid), "--rate", "400", "--format", "raw"]
         record += ["--gil"]  # the thread holding the GIL: where the process's CPU goes
         with subprocess.Popen(
             [*record, "--nonblocking", "-o", str(raw)],
@@ -184,7 +184,7 @@ def profile_approval() -> None:
             f"One {ours.server} web process (the production shape's server, one process so "
             f"that one profile holds every request), 2 workers stopped; {REQUESTS} API "
             f"approvals (`POST /api/threads/<id>/resume`, no wait) from {CLIENTS} clients: "
-            f"{rate:.1f} approvals/s, {cpu:.2f} ms of server CPU each. py-spy at 100 Hz with "
+            f"{rate:.1f} approvals/s, {cpu:.2f} ms of server CPU each. py-spy at 400 Hz with "
             "`--gil`: only the thread holding the GIL is sampled, so the shares are of the "
             "process's Python CPU, and waits on PostgreSQL and Redis are left out.",
             table(["phase (first match in the stack)", "% of samples"], phases),
