@@ -154,11 +154,7 @@ def _locked_request(pk: str, reviewer_id: Any) -> Interrupt:
     """Request ``pk`` with its row locked (as ``select_for_update(of=("self",))``), its
     thread and who claimed it (as ``select_related``), and the columns the checks read
     with the lock as annotations: one statement (``sql.LOCKED_REQUEST``)."""
-    columns = {
-        **latest_checkpoint_columns(),
-        **asking_steps_columns(),
-        "reviewer_wrote": sql.wrote_into_thread(reviewer_id),
-    }
+    columns = _with_the_lock(reviewer_id)
     params = [p for column in columns.values() for p in column.params]
     with connection.cursor() as cursor:
         cursor.execute(_locked_request_sql(connection.vendor), [*params, pk])
@@ -178,14 +174,19 @@ def _locked_request(pk: str, reviewer_id: Any) -> Interrupt:
     return locked
 
 
+def _with_the_lock(reviewer_id: Any) -> dict[str, Any]:
+    """The annotations the locking read brings, by name, in the statement's order."""
+    return {
+        **latest_checkpoint_columns(),
+        **asking_steps_columns(),
+        "reviewer_wrote": sql.wrote_into_thread(reviewer_id),
+    }
+
+
 @cache
 def _locked_request_sql(vendor: str) -> str:
     user = get_user_model()
-    columns = [
-        *latest_checkpoint_columns().values(),
-        *asking_steps_columns().values(),
-        sql.wrote_into_thread(None),
-    ]
+    columns = _with_the_lock(None).values()
     lock = "FOR UPDATE OF portal_interrupt" if connection.features.has_select_for_update_of else ""
     return sql.LOCKED_REQUEST.format(
         request=rows.columns(Interrupt, Interrupt._meta.db_table),
