@@ -46,10 +46,16 @@ def loaded(model: type[M], values: Sequence[Any], only: tuple[str, ...] = ()) ->
 def converted(expression: Any, value: Any) -> Any:
     """The value a statement read for ``expression`` (an annotation such as a ``RawSQL``,
     with its ``output_field``), as the ORM gives an annotation's value."""
-    converters = connection.ops.get_db_converters(expression)
-    for convert in converters + expression.get_db_converters(connection):
+    for convert in _converters(expression):
         value = convert(value, expression, connection)
     return value
+
+
+def _converters(expression: Any) -> list[Callable[..., Any]]:
+    # As SQLCompiler.get_converters: the backend's converters, then the field's.
+    converters: list[Callable[..., Any]] = connection.ops.get_db_converters(expression)
+    converters += expression.get_db_converters(connection)
+    return converters
 
 
 @cache
@@ -64,14 +70,12 @@ def _fields(model: type[Model], only: tuple[str, ...]) -> list[Any]:
 def _plan(
     model: type[Model], vendor: str, only: tuple[str, ...]
 ) -> tuple[list[str], list[tuple[int, list[Callable[..., Any]], Any]]]:
-    # As SQLCompiler.get_converters: the backend's converters, then the field's.
     fields = _fields(model, only)
     names = [f.attname for f in fields]
     plan = []
     for i, field in enumerate(fields):
         expression = field.get_col(model._meta.db_table)
-        converters = connection.ops.get_db_converters(expression)
-        converters += expression.get_db_converters(connection)
+        converters = _converters(expression)
         if converters:
             plan.append((i, converters, expression))
     return names, plan
