@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from django.db import connections, router, transaction
 
 GENESIS = "0" * 64
@@ -168,15 +169,36 @@ def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-def _lock_chain(using: str) -> None:
-    # One lock for every chain: an action that appends to two of them in one transaction
-    # (a vote that completes a request, a withdrawal) cannot take two locks in two orders.
+# The chains' lock, then a chain's head. On PostgreSQL the two go in one round trip as two
+# statements of one query string (Django's psycopg cursors bind on the client and send it
+# with the simple query protocol). Each statement takes its own snapshot under READ
+# COMMITTED, so the head is read after the lock is granted: it is the row the previous
+# holder committed, not the one that was the head when the string was sent.
+_LOCK = f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_KEY:d})"
+_HEAD = "SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
+
+
+def _locked_head(model: Any, using: str) -> str | None:
+    """The newest ``hash`` of ``model``'s table, read once the chains are locked.
+
+    One lock for every chain: an action that appends to two of them in one transaction (a
+    vote that completes a request, a withdrawal) cannot take two locks in two orders.
+    SQLite needs none: the portal opens every transaction with BEGIN IMMEDIATE, which takes
+    the database's write lock up front, so appends are already serialised there.
+    """
     connection = connections[using]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_KEY])
-    # SQLite: the portal opens every transaction with BEGIN IMMEDIATE, which takes the
-    # database's write lock up front, so appends are already serialised there.
+    head = _HEAD.format(table=connection.ops.quote_name(model._meta.db_table))
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(head)
+        elif isinstance(cursor.cursor, psycopg.ClientCursor):
+            cursor.execute(f"{_LOCK}; {head}")
+            cursor.nextset()
+        else:  # server-side binding (an OPTIONS choice): one statement a round trip
+            cursor.execute(_LOCK)
+            cursor.execute(head)
+        found = cursor.fetchone()
+    return found[0] if found is not None else None
 
 
 @contextmanager
@@ -196,9 +218,7 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
         # head and both store it as prev_hash, forking the chain. The transaction-level
         # advisory lock is held from reading the head until this insert commits, so the
         # second row waits and then reads the first one's hash.
-        _lock_chain(db)
-        heads = model._default_manager.using(db).order_by("-id")
-        head = heads.values_list("hash", flat=True).first()
+        head = _locked_head(model, db)
         record.prev_hash = head if head is not None else GENESIS
         payload = ""
         if chain.payload:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
 import pytest
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 
 from portal.audit.chains import verify_chain
-from portal.models import Decision, Interrupt
-from tests.factories import make_interrupt
+from portal.models import Decision, Interrupt, chain
+from portal.models.db import connect_kwargs
+from tests.factories import make_decision, make_interrupt
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -56,3 +59,23 @@ def test_decisions_committed_at_the_same_moment_form_one_unbroken_chain():
     report = verify_chain(Decision.objects.all())
     assert report.ok, report.broken
     assert report.count == WRITERS
+
+
+@pytest.mark.parametrize("binding", ["client-side", "server-side"])
+def test_the_chains_are_locked_by_the_time_their_head_is_read(binding, reviewer):
+    # Django's cursors bind on the client unless OPTIONS ask for server-side binding,
+    # which cannot send the lock and the head as one query string.
+    newest = make_decision(interrupt=make_interrupt(), reviewer=reviewer)
+    connection.ensure_connection()
+    if binding == "server-side":
+        connection.connection.cursor_factory = ServerBindingCursor
+    try:
+        with transaction.atomic():
+            head = chain._locked_head(Decision, "default")
+            with psycopg.connect(**connect_kwargs(), autocommit=True) as other:
+                key = chain.CHAIN_LOCK_KEY
+                taken = other.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
+        assert head == newest.hash
+        assert taken == (False,), "another transaction could take the chains' lock"
+    finally:
+        connection.close()  # the next test's connection binds as settings say
