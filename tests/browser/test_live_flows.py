@@ -50,6 +50,7 @@ def _paused_refund(live, login, support_agent, shoot=None):
     return chat, thread, interrupt
 
 
+@pytest.mark.embedded
 def test_the_full_round_trip_between_support_and_a_reviewer(
     live, login, shoot, support_agent, reviewer
 ):
