@@ -51,10 +51,7 @@ def list_interrupts(request: HttpRequest, filters: Query[InterruptFilter]) -> An
     response={200: InterruptOut, 404: Problem},
 )
 def get_interrupt(request: HttpRequest, interrupt_id: str) -> Any:
-    interrupt = visible_interrupts(token_user(request)).filter(pk=interrupt_id).first()
-    if interrupt is None:
-        raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
-    return interrupt
+    return interrupt_or_404(request, interrupt_id)
 
 
 @router.post(

@@ -7,6 +7,7 @@ import uuid
 from functools import cache
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 from django.http import Http404, HttpRequest
@@ -17,14 +18,17 @@ from portal.api.auth import token_user
 from portal.api.errors import ApiProblem
 from portal.models import Approval, Assignment, Interrupt, RoutingEvent, Thread, rows
 
+# The relations InterruptOut reads, in the order the statement says whether each has rows,
+# and the routing events it shows.
+_RELATIONS = ("approvals", "assignments", "routing_events")
+_ROUTED = (RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED)
+
 
 def interrupt_relations() -> dict[str, Any]:
     """What ``InterruptOut`` reads of an interrupt's related rows, by relation name."""
     votes = Approval.objects.select_related("reviewer").order_by("id")
     assignees = Assignment.objects.select_related("user", "group").order_by("created_at", "id")
-    routed = RoutingEvent.objects.filter(
-        action__in=[RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED]
-    )
+    routed = RoutingEvent.objects.filter(action__in=_ROUTED)
     return {
         "approvals": Prefetch("approvals", queryset=votes),
         "assignments": Prefetch("assignments", queryset=assignees),
@@ -39,51 +43,69 @@ def visible_interrupts(user: Any) -> QuerySet[Interrupt]:
     return access.in_visible_threads(related, user)
 
 
-# A thread's pending request and whether it has any rows in each relation InterruptOut
-# reads. Written out, not built with the ORM: composing this query (three Exists and a
-# select_related) cost more CPU than the four queries it replaces.
-_PENDING_SQL = """
-SELECT i.*,
-  EXISTS (SELECT 1 FROM {approval} a WHERE a.interrupt_id = i.id) AS has_approvals,
-  EXISTS (SELECT 1 FROM {assignment} s WHERE s.interrupt_id = i.id) AS has_assignments,
-  EXISTS (
-    SELECT 1 FROM {routing} r WHERE r.interrupt_id = i.id AND r.action IN (%s, %s)
-  ) AS has_routing_events
-FROM {interrupt} i
-WHERE i.id = %s
-"""
-
-
-def pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt | None:
-    """``thread``'s request ``interrupt_id`` as ``visible_interrupts`` gives it, in one
-    query while it has no votes, assignees or reminders (most have none of the three): a
-    relation is read only when the row says it has some."""
-    if interrupt_id is None or not access.can_see_thread(user, thread):
+def visible_request(user: Any, interrupt_id: Any) -> Interrupt | None:
+    """Request ``interrupt_id`` as ``visible_interrupts`` gives it, when the user can see
+    its thread (None otherwise): in one query while it has no votes, assignees or
+    reminders (most have none of the three), a relation read only when the row says it
+    has some."""
+    if interrupt_id is None:
         return None
-    query = _PENDING_SQL.format(
-        approval=Approval._meta.db_table,
-        assignment=Assignment._meta.db_table,
-        routing=RoutingEvent._meta.db_table,
-        interrupt=Interrupt._meta.db_table,
-    )
-    actions = [RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED]
-    found = list(Interrupt.objects.raw(query, [*actions, str(interrupt_id)]))
-    if not found or found[0].thread_id != thread.pk:
+    with connection.cursor() as cursor:
+        cursor.execute(_request_sql(connection.vendor), [*_ROUTED, str(interrupt_id)])
+        found = cursor.fetchone()
+    if found is None:
         return None
-    interrupt = found[0]
-    interrupt.thread = thread  # with its owner, for requested_by
+    user_model = get_user_model()
+    widths = [rows.width(Interrupt), rows.width(Thread), rows.width(user_model)]
+    ends = [sum(widths[: k + 1]) for k in range(3)]
+    interrupt = rows.loaded(Interrupt, found[: ends[0]])
+    thread = rows.loaded(Thread, found[ends[0] : ends[1]])
+    if not access.can_see_thread(user, thread):
+        return None
+    owner = rows.loaded(user_model, found[ends[1] : ends[2]]) if thread.owner_id else None
+    claimer = found[ends[2] : ends[2] + widths[2]]
+    Thread.owner.field.set_cached_value(thread, owner)
+    Interrupt.thread.field.set_cached_value(interrupt, thread)
+    claimed_by = rows.loaded(user_model, claimer) if interrupt.claimed_by_id else None
+    Interrupt.claimed_by.field.set_cached_value(interrupt, claimed_by)
+    has = dict(zip(_RELATIONS, found[ends[2] + widths[2] :], strict=True))
     relations = interrupt_relations()
     cache = interrupt.__dict__.setdefault("_prefetched_objects_cache", {})
     for name in relations:
-        if not getattr(interrupt, f"has_{name}"):
+        if not has[name]:
             # As prefetch_related leaves a relation it found empty.
             empty = getattr(interrupt, name).none()
             empty._result_cache, empty._prefetch_done = [], True
             cache[name] = empty
-    wanted = [p for name, p in relations.items() if getattr(interrupt, f"has_{name}")]
+    wanted = [p for name, p in relations.items() if has[name]]
     if wanted:
         prefetch_related_objects([interrupt], *wanted)
     return interrupt
+
+
+def pending_request(user: Any, thread: Thread, interrupt_id: Any) -> Interrupt | None:
+    """``thread``'s request ``interrupt_id``, as ``visible_request`` reads it."""
+    interrupt = visible_request(user, interrupt_id)
+    if interrupt is None or interrupt.thread_id != thread.pk:
+        return None
+    return interrupt
+
+
+@cache
+def _request_sql(vendor: str) -> str:
+    user_model = get_user_model()
+    return sql.VISIBLE_REQUEST.format(
+        request=rows.columns(Interrupt, "i"),
+        thread=rows.columns(Thread, "t"),
+        owner=rows.columns(user_model, "u"),
+        claimer=rows.columns(user_model, "c"),
+        request_table=Interrupt._meta.db_table,
+        thread_table=Thread._meta.db_table,
+        user_table=user_model._meta.db_table,
+        approval_table=Approval._meta.db_table,
+        assignment_table=Assignment._meta.db_table,
+        routing_table=RoutingEvent._meta.db_table,
+    )
 
 
 # What an answer needs of the request it names before the lock: the schema.
@@ -133,8 +155,7 @@ def thread_or_404(request: HttpRequest, thread_id: str) -> Thread:
 
 
 def interrupt_or_404(request: HttpRequest, interrupt_id: str) -> Interrupt:
-    found = visible_interrupts(token_user(request)).filter(pk=interrupt_id)
-    interrupt = found.first()
+    interrupt = visible_request(token_user(request), interrupt_id)
     if interrupt is None:
         raise ApiProblem(404, f"No request {interrupt_id} that you can see.")
     return interrupt

@@ -362,6 +362,36 @@ def test_a_threads_pending_request_is_the_request_as_its_own_endpoint_shows_it(
     assert alone["reminded_at"] and alone["escalated_at"]
 
 
+def test_a_request_read_alone_is_the_one_the_orm_gives_for_each_who_may_see_it(
+    reviewer, auditor, support_agent
+):
+    from django.contrib.auth.models import Group
+
+    from portal.api.lookups import visible_interrupts, visible_request
+    from portal.api.schemas import InterruptOut
+    from portal.models import Approval, Assignment, RoutingEvent
+    from portal.reviews.claims import interrupt_claim
+
+    plain, owned = make_interrupt(), make_interrupt(owner=support_agent)
+    busy = make_interrupt(owner=support_agent)
+    interrupt_claim(interrupt=busy, user=reviewer)
+    Approval.objects.create(interrupt=busy, reviewer=auditor, outcome="approved")
+    Assignment.objects.create(interrupt=busy, group=Group.objects.create(name="leads"))
+    RoutingEvent.objects.create(interrupt=busy, action="reminded")
+    RoutingEvent.objects.create(interrupt=busy, action="assigned")
+
+    for user in (reviewer, support_agent):
+        for request in (plain, owned, busy):
+            orm = visible_interrupts(user).filter(pk=request.pk).first()
+            read = visible_request(user, request.pk)
+            assert (read is None) == (orm is None), (user, request)
+            if orm is not None:
+                shown = InterruptOut.from_orm(read).model_dump()
+                assert shown == InterruptOut.from_orm(orm).model_dump()
+    assert visible_request(support_agent, plain.pk) is None  # not theirs
+    assert visible_request(reviewer, "int_none") is None
+
+
 @pytest.mark.parametrize("persona", ["auditor", "support_agent"])
 def test_resuming_without_the_reviewer_permission_is_403(client, request, persona):
     user = request.getfixturevalue(persona)

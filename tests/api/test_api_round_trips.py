@@ -72,6 +72,24 @@ def test_the_token_its_user_and_the_users_permissions_come_in_one_round_trip(cli
     assert len(trips) == 2, "\n".join(trips)  # the token (user, permissions), the request
 
 
+def test_a_claimed_request_read_alone_takes_three_round_trips(client, reviewer):
+    from portal.reviews.claims import interrupt_claim
+
+    token = api_token_create(user=reviewer, name="t")[1]
+    interrupt = make_interrupt()
+    interrupt_claim(interrupt=interrupt, user=reviewer)
+    url = f"/api/interrupts/{interrupt.pk}"
+    client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    with round_trips() as trips:
+        response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    assert response.status_code == 200 and response.json()["claimed_by"] == reviewer.username
+    # The token; the request with its thread, owner, claimant and which relations have
+    # rows (none here); the user's words, from the checkpoints.
+    assert len(trips) == 3, "\n".join(trips)
+
+
 def test_an_approval_of_the_refunds_agents_own_pause_takes_as_many_round_trips(
     client, reviewer, support_agent
 ):
