@@ -235,9 +235,9 @@ USING_POSTGRES = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresq
 if USING_POSTGRES and _test_suffix:
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}{_test_suffix}"}
 # Web processes borrow connections from a pool of at most this many instead of opening one
-# per request (0: no pool). Under ASGI each request runs its sync code in a thread of its
-# own, so Django's persistent connections (CONN_MAX_AGE) would never be reused. Workers
-# keep one connection of their own instead (run_worker drops the pool).
+# per request (0: no pool). Under ASGI a page's request runs its sync code in a thread
+# started for it, so Django's persistent connections (CONN_MAX_AGE) would never be reused
+# there. Workers keep one connection of their own instead (run_worker drops the pool).
 PORTAL_DB_POOL_SIZE = env_int("PORTAL_DB_POOL_SIZE", 20)
 if USING_POSTGRES and PORTAL_DB_POOL_SIZE:
     _options: dict[str, object] = DATABASES["default"]["OPTIONS"]  # type: ignore[assignment]

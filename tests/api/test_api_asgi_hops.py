@@ -135,3 +135,63 @@ def test_the_api_stack_throttles_a_token(reviewer, application, monkeypatch, set
 
     assert first.status_code == 200, first.text
     assert second.status_code == 429 and second.headers["Retry-After"], second.text
+
+
+def test_api_requests_borrow_kept_threads_instead_of_starting_one_each(
+    reviewer, application, monkeypatch
+):
+    import threading
+
+    headers = _headers(reviewer)
+    read = lambda c: c.get("/api/interrupts/int_none", headers=headers)  # noqa: E731
+    started = []
+    original = threading.Thread.start
+
+    def counted(self):
+        started.append(self.name)
+        return original(self)
+
+    async def run():
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            await read(c)  # the first request starts the thread the next ones borrow
+            monkeypatch.setattr(threading.Thread, "start", counted)
+            try:
+                return [await read(c) for _ in range(5)]
+            finally:
+                monkeypatch.setattr(threading.Thread, "start", original)
+
+    answers = asyncio.run(run())
+
+    assert [a.status_code for a in answers] == [404] * 5
+    assert started == []
+
+
+def test_api_requests_at_the_same_time_never_share_a_thread(reviewer, application, monkeypatch):
+    import threading
+
+    from portal.api.auth import BearerToken
+
+    headers = _headers(reviewer)
+    # Each token check waits for the other's: on one shared thread the first would wait
+    # for a second that could never start, and the barrier would break.
+    both = threading.Barrier(2, timeout=10)
+    threads = set()
+    original = BearerToken.authenticate
+
+    def meeting(self, request, token):
+        threads.add(threading.get_ident())
+        both.wait()
+        return original(self, request, token)
+
+    async def run():
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            await c.get("/api/interrupts", headers=headers)
+            monkeypatch.setattr(BearerToken, "authenticate", meeting)
+            return await asyncio.gather(*(c.get("/api/interrupts", headers=headers) for _ in "ab"))
+
+    answers = asyncio.run(run())
+
+    assert [a.status_code for a in answers] == [200, 200], answers[0].text
+    assert len(threads) == 2 and not both.broken
