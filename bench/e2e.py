@@ -877,7 +877,7 @@ Client-side time per HTTP request:
 
 # (label, substring of a sampled stack): the first that matches names the sample.
 WEB_PHASES = [
-    ("starting threads (asgiref starts one per request)", "Thread.start"),
+    ("starting threads (a page request gets its own; the API lends kept ones)", "Thread.start"),
     ("borrow a pooled connection (and its health check)", "DatabaseWrapper.get_new_connection"),
     ("token check", "BearerToken.authenticate"),
     ("permission checks (has_perm)", "_user_has_perm"),
