@@ -51,8 +51,10 @@ class ApiHandler(ASGIHandler):
             async with ThreadSensitiveContext(executor=lent):
                 await self.handle(scope, receive, send)
         finally:
-            # A request left unfinished (its client gone) may still hold the thread; the
-            # next borrower's calls queue behind it on the same thread.
+            # A request whose client left ends with Django's request_finished on this same
+            # thread, queued behind whatever sync code it left running, so the thread comes
+            # back free. Only a server cancelling the app itself could return it busy; the
+            # next borrower's calls would then wait behind that code, never beside it.
             if len(self._idle) < self.KEEP_IDLE:
                 self._idle.append(lent)
             else:

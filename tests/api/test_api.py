@@ -363,9 +363,9 @@ def test_a_threads_pending_request_is_the_request_as_its_own_endpoint_shows_it(
 
 
 def test_a_request_read_alone_is_the_one_the_orm_gives_for_each_who_may_see_it(
-    reviewer, auditor, support_agent
+    reviewer, auditor, support_agent, admin_user
 ):
-    from django.contrib.auth.models import Group
+    from django.contrib.auth.models import AnonymousUser, Group
 
     from portal.api.lookups import visible_interrupts, visible_request
     from portal.api.schemas import InterruptOut
@@ -373,15 +373,18 @@ def test_a_request_read_alone_is_the_one_the_orm_gives_for_each_who_may_see_it(
     from portal.reviews.claims import interrupt_claim
 
     plain, owned = make_interrupt(), make_interrupt(owner=support_agent)
-    busy = make_interrupt(owner=support_agent)
-    interrupt_claim(interrupt=busy, user=reviewer)
-    Approval.objects.create(interrupt=busy, reviewer=auditor, outcome="approved")
-    Assignment.objects.create(interrupt=busy, group=Group.objects.create(name="leads"))
-    RoutingEvent.objects.create(interrupt=busy, action="reminded")
-    RoutingEvent.objects.create(interrupt=busy, action="assigned")
+    voted, assigned, reminded = (make_interrupt(owner=support_agent) for _ in range(3))
+    interrupt_claim(interrupt=voted, user=reviewer)
+    # Each relation alone on a request of its own, so flags read in the wrong order show.
+    Approval.objects.create(interrupt=voted, reviewer=auditor, outcome="approved")
+    Assignment.objects.create(interrupt=assigned, group=Group.objects.create(name="leads"))
+    RoutingEvent.objects.create(interrupt=reminded, action="reminded")
+    RoutingEvent.objects.create(interrupt=assigned, action="assigned")  # not shown
 
-    for user in (reviewer, support_agent):
-        for request in (plain, owned, busy):
+    users = (reviewer, auditor, support_agent, admin_user, AnonymousUser())
+    requests = (plain, owned, voted, assigned, reminded)
+    for user in users:
+        for request in requests:
             orm = visible_interrupts(user).filter(pk=request.pk).first()
             read = visible_request(user, request.pk)
             assert (read is None) == (orm is None), (user, request)
@@ -389,7 +392,13 @@ def test_a_request_read_alone_is_the_one_the_orm_gives_for_each_who_may_see_it(
                 shown = InterruptOut.from_orm(read).model_dump()
                 assert shown == InterruptOut.from_orm(orm).model_dump()
     assert visible_request(support_agent, plain.pk) is None  # not theirs
+    assert visible_request(AnonymousUser(), owned.pk) is None
     assert visible_request(reviewer, "int_none") is None
+    shown = InterruptOut.from_orm(visible_request(reviewer, voted.pk))
+    assert shown.claimed_by == reviewer.username and len(shown.approvals) == 1
+    assert not shown.assigned_to and shown.reminded_at is None
+    assert len(InterruptOut.from_orm(visible_request(reviewer, assigned.pk)).assigned_to) == 1
+    assert InterruptOut.from_orm(visible_request(reviewer, reminded.pk)).reminded_at
 
 
 @pytest.mark.parametrize("persona", ["auditor", "support_agent"])
