@@ -15,7 +15,8 @@ import pytest
 from portal.accounts.groups import DEMO_USERS
 from tests.processes import ROOT, free_port, wait_for
 
-pytestmark = pytest.mark.slow
+# The demo's own path: CI runs it in its SQLite pass (.ci/run), and only there.
+pytestmark = [pytest.mark.slow, pytest.mark.embedded]
 
 
 def test_make_run_prints_no_traceback_and_ends_with_the_logins_and_the_url(tmp_path):

@@ -17,7 +17,8 @@ from portal.accounts.tokens import api_token_create
 from tests.api.test_api_events import parse_event
 from tests.processes import free_port, output, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("test_agents")]
+# On the embedded parts the server's own worker runs the agents, as the demo's does.
+pytestmark = [pytest.mark.slow, pytest.mark.embedded, pytest.mark.usefixtures("test_agents")]
 
 
 @pytest.fixture
