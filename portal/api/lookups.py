@@ -56,30 +56,32 @@ def visible_request(user: Any, interrupt_id: Any) -> Interrupt | None:
     if found is None:
         return None
     user_model = get_user_model()
-    widths = [rows.width(Interrupt), rows.width(Thread), rows.width(user_model)]
-    ends = [sum(widths[: k + 1]) for k in range(3)]
-    interrupt = rows.loaded(Interrupt, found[: ends[0]])
-    thread = rows.loaded(Thread, found[ends[0] : ends[1]])
+    request_end = rows.width(Interrupt)
+    thread_end = request_end + rows.width(Thread)
+    owner_end = thread_end + rows.width(user_model)
+    claimer_end = owner_end + rows.width(user_model)
+    interrupt = rows.loaded(Interrupt, found[:request_end])
+    thread = rows.loaded(Thread, found[request_end:thread_end])
     if not access.can_see_thread(user, thread):
         return None
-    owner = rows.loaded(user_model, found[ends[1] : ends[2]]) if thread.owner_id else None
-    claimer = found[ends[2] : ends[2] + widths[2]]
+    owner = rows.loaded(user_model, found[thread_end:owner_end]) if thread.owner_id else None
     Thread.owner.field.set_cached_value(thread, owner)
     Interrupt.thread.field.set_cached_value(interrupt, thread)
+    claimer = found[owner_end:claimer_end]
     claimed_by = rows.loaded(user_model, claimer) if interrupt.claimed_by_id else None
     Interrupt.claimed_by.field.set_cached_value(interrupt, claimed_by)
-    has = dict(zip(_RELATIONS, found[ends[2] + widths[2] :], strict=True))
-    relations = interrupt_relations()
+    has = dict(zip(_RELATIONS, found[claimer_end:], strict=True))
     cache = interrupt.__dict__.setdefault("_prefetched_objects_cache", {})
-    for name in relations:
+    for name in _RELATIONS:
         if not has[name]:
             # As prefetch_related leaves a relation it found empty.
             empty = getattr(interrupt, name).none()
             empty._result_cache, empty._prefetch_done = [], True
             cache[name] = empty
-    wanted = [p for name, p in relations.items() if has[name]]
+    wanted = [name for name in _RELATIONS if has[name]]
     if wanted:
-        prefetch_related_objects([interrupt], *wanted)
+        relations = interrupt_relations()
+        prefetch_related_objects([interrupt], *(relations[name] for name in wanted))
     return interrupt
 
 
