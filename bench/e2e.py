@@ -122,12 +122,14 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 # --- ours -----------------------------------------------------------------------------------
 
 
-def _web(server: str, processes: int = 1) -> tuple[int, subprocess.Popen[bytes]]:
+def _web(
+    server: str, processes: int = 1, loop: str = "uvloop"
+) -> tuple[int, subprocess.Popen[bytes]]:
     """``processes`` web processes serving ``portal.asgi`` under ``server`` (daphne,
     uvicorn or granian: ``bench.shape.command``) on a free port."""
     port = _free_port()
     proc = subprocess.Popen(
-        shape.command(server, port, processes),
+        shape.command(server, port, processes, loop),
         cwd=ROOT,
         env=_ours_env(),
         stdout=(LOGS / f"ours-{server}.log").open("a"),
@@ -997,14 +999,16 @@ def _prepare() -> dict[str, str]:
 # --- ours under daphne and under uvicorn ---------------------------------------------------
 
 
-def behind(ours: Ours, name: str, server: str = "uvicorn", processes: int = 1) -> Ours:
+def behind(
+    ours: Ours, name: str, server: str = "uvicorn", processes: int = 1, loop: str = "uvloop"
+) -> Ours:
     """Another web server serving ``portal.asgi`` beside ``ours``'s: the same database and
     workers. Its caller waits for it and stops it."""
     import copy
 
     other = copy.copy(ours)
     other.name, other.server, other.processes = name, server, processes
-    other.port, other.web = _web(server, processes)
+    other.port, other.web = _web(server, processes, loop)
     other.base = f"http://127.0.0.1:{other.port}"
     return other
 

@@ -16,9 +16,10 @@ def web_processes() -> int:
     return int(os.environ.get("BENCH_WEB_PROCESSES") or os.cpu_count() or 1)
 
 
-def command(server: str, port: int, processes: int = 1) -> list[str]:
+def command(server: str, port: int, processes: int = 1, loop: str = "uvloop") -> list[str]:
     """The command line serving ``portal.asgi`` under ``server`` with ``processes``
-    processes; warnings only, no access log (as the peer's uvicorn runs)."""
+    processes on the event loop ``loop`` (uvloop or asyncio; daphne's is Twisted's, on
+    asyncio's own); warnings only, no access log (as the peer's uvicorn runs)."""
     binary = str(Path(sys.executable).parent / server)
     app = "portal.asgi:application"
     if server == "daphne":
@@ -28,13 +29,17 @@ def command(server: str, port: int, processes: int = 1) -> list[str]:
     if server == "uvicorn":
         return [
             *(binary, "--host", "127.0.0.1", "--port", str(port), "--workers", str(processes)),
-            *("--no-access-log", "--log-level", "warning", "--lifespan", "off", app),
+            *("--loop", loop, "--no-access-log", "--log-level", "warning"),
+            *("--lifespan", "off", app),
         ]
     if server == "granian":
-        # asginl: ASGI without lifespan events (the portal's router has none).
+        # asginl: ASGI without lifespan events (the portal's router has none). The loop is
+        # named, as docs/deployment.md names it: granian's default takes uvloop only where
+        # it happens to be installed, and asyncio's own loop otherwise.
         return [
-            *(binary, "--interface", "asginl", "--host", "127.0.0.1", "--port", str(port)),
-            *("--workers", str(processes), "--log-level", "warning", "--no-access-log", app),
+            *(binary, "--interface", "asginl", "--loop", loop),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", str(processes)),
+            *("--log-level", "warning", "--no-access-log", app),
         ]
     raise ValueError(f"unknown server {server!r}")
 

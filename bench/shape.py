@@ -6,6 +6,9 @@ and an API approval (``POST /api/threads/<id>/resume``, no wait; the workers sto
 the approval's request alone is timed). Requests per second, and the server's CPU (its
 process tree's user + system) per request. ``-m bench.shape servers`` runs it.
 
+``loops``: the same bursts on granian with uvloop (the production shape's loop) and with
+asyncio's own loop. ``profile``: py-spy on one approval burst.
+
 The end-to-end benchmark (``bench.e2e``) runs ours in the shape chosen here
 (``bench.servers``), as docs/deployment.md runs it.
 """
@@ -33,14 +36,72 @@ CLIENTS = int(os.environ.get("BENCH_SHAPE_CLIENTS", "20"))
 
 def servers() -> None:
     load = os.getloadavg()
+    rows = _taking_turns({name: (name, "uvloop") for name in ("daphne", "uvicorn", "granian")})
+    body = "\n\n".join(
+        [
+            "Command: `.venv-bench/bin/python -m bench.shape servers`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            "One web process per server, each serving `portal.asgi` on the same database "
+            f"(DEBUG off, 2 `run_worker`s, stopped while approvals are timed); {CLIENTS} "
+            f"clients, {REQUESTS} requests a burst, {BURSTS} bursts per server and request "
+            "after a warm-up, the servers taking turns (order reversed every other round). "
+            "uvicorn and granian run on uvloop, daphne on Twisted's reactor. " + _MEASURES,
+            table(["server", "request", "bursts", "requests/s", "server CPU ms/request"], rows),
+        ]
+    )
+    print(body)
+    write_section("e2e-shape-servers", "Production shape: daphne, uvicorn or granian", body)
+
+
+def loops() -> None:
+    """granian on uvloop, the production shape's loop, against granian on asyncio's own."""
+    load = os.getloadavg()
+    rows = _taking_turns({f"granian, {loop}": ("granian", loop) for loop in ("uvloop", "asyncio")})
+    body = "\n\n".join(
+        [
+            "Command: `.venv-bench/bin/python -m bench.shape loops`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            "Two granian web processes of one process each, on the same database, one on "
+            "uvloop (`--loop uvloop`, as docs/deployment.md runs it) and one on asyncio's own "
+            f"loop (`--loop asyncio`); 2 `run_worker`s, stopped while approvals are timed; "
+            f"{CLIENTS} clients, {REQUESTS} requests a burst, {BURSTS} bursts per loop and "
+            "request after a warm-up, the two taking turns (order reversed every other "
+            "round). " + _MEASURES,
+            table(
+                ["server, loop", "request", "bursts", "requests/s", "server CPU ms/request"], rows
+            ),
+        ]
+    )
+    print(body)
+    write_section("e2e-shape-loops", "The event loop: uvloop or asyncio's own", body)
+
+
+_MEASURES = (
+    "A 404 is `GET /api/interrupts/<an id that is not there>` with a reviewer's "
+    "token; an approval is `POST /api/threads/<id>/resume` on a paused thread "
+    "(answered 202 once the decision and the resume run are committed). Server CPU "
+    "= the server's process tree's user + system time over the burst / requests; "
+    "medians over the bursts."
+)
+
+
+def _taking_turns(named: dict[str, tuple[str, str]]) -> list[list[object]]:
+    """Bursts of 404s and of approvals on one web process per entry of ``named`` (its
+    (server, loop)), taking turns: a row (name, request, bursts, requests/s, CPU ms) per
+    entry and request. A daphne process, timed only if ``named`` has daphne, makes the
+    paused threads."""
     tokens = e2e._prepare()
     ours = e2e.Ours(2, tokens, server="daphne", processes=1)
-    sides = {"daphne": ours}
+    sides = {}
     try:
-        for name in ("uvicorn", "granian"):
-            sides[name] = e2e.behind(ours, name, name)
-        for side in sides.values():
-            e2e._wait_http(side.base + "/healthz", side.web, seconds=e2e.STARTUP_SECONDS)
+        for name, (server, loop) in named.items():
+            if server == "daphne":  # the process that makes the paused threads
+                sides[name] = ours
+            else:
+                sides[name] = e2e.behind(ours, name, server, loop=loop)
+                e2e._wait_http(
+                    sides[name].base + "/healthz", sides[name].web, seconds=e2e.STARTUP_SECONDS
+                )
         names = list(sides)
         per = REQUESTS
         # Paused threads to approve: one per approval of every burst, made up front.
@@ -58,31 +119,14 @@ def servers() -> None:
                 rates.setdefault((name, "approval"), []).append(_burst_approve(sides[name], batch))
             print(f"  round {rnd + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
-        e2e._stop([s.web for n, s in sides.items() if n != "daphne"])
+        e2e._stop([s.web for s in sides.values() if s is not ours])
         ours.stop()
     rows = []
     for (name, kind), values in rates.items():
         rps, cpu = [v[0] for v in values], [v[1] for v in values]
         rows.append([name, kind, len(values), statistics.median(rps), statistics.median(cpu)])
     rows.sort(key=lambda r: (r[1], r[0]))
-    body = "\n\n".join(
-        [
-            "Command: `.venv-bench/bin/python -m bench.shape servers`.",
-            f"Machine: {machine()}; {load_note(load)}.",
-            "One web process per server, each serving `portal.asgi` on the same database "
-            f"(DEBUG off, 2 `run_worker`s, stopped while approvals are timed); {CLIENTS} "
-            f"clients, {REQUESTS} requests a burst, {BURSTS} bursts per server and request "
-            "after a warm-up, the servers taking turns (order reversed every other round). "
-            "A 404 is `GET /api/interrupts/<an id that is not there>` with a reviewer's "
-            "token; an approval is `POST /api/threads/<id>/resume` on a paused thread "
-            "(answered 202 once the decision and the resume run are committed). Server CPU "
-            "= the server's process tree's user + system time over the burst / requests; "
-            "medians over the bursts.",
-            table(["server", "request", "bursts", "requests/s", "server CPU ms/request"], rows),
-        ]
-    )
-    print(body)
-    write_section("e2e-shape-servers", "Production shape: daphne, uvicorn or granian", body)
+    return rows
 
 
 def _paused_threads(ours: Any, n: int) -> list[tuple[str, str]]:
@@ -227,7 +271,9 @@ def _top_frames(raw: Path, n: int = 12) -> list[list[object]]:
 if __name__ == "__main__":
     if sys.argv[1:] == ["servers"]:
         servers()
+    elif sys.argv[1:] == ["loops"]:
+        loops()
     elif sys.argv[1:] == ["profile"]:
         profile_approval()
     else:
-        sys.exit("usage: python -m bench.shape servers|profile")
+        sys.exit("usage: python -m bench.shape servers|loops|profile")
