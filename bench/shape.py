@@ -7,7 +7,9 @@ the approval's request alone is timed). Requests per second, and the server's CP
 process tree's user + system) per request. ``-m bench.shape servers`` runs it.
 
 ``loops``: the same bursts on granian with uvloop (the production shape's loop) and with
-asyncio's own loop. ``profile``: py-spy on one approval burst.
+asyncio's own loop. ``approvals``: bursts of approvals through the production shape, and
+how many of the database's backends wait for the chains' lock meanwhile. ``profile``:
+py-spy on one approval burst.
 
 The end-to-end benchmark (``bench.e2e``) runs ours in the shape chosen here
 (``bench.servers``), as docs/deployment.md runs it.
@@ -21,7 +23,10 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +195,99 @@ def _timed(side: Any, calls: list[Any]) -> tuple[float, float]:
     return len(calls) / seconds, 1000 * (tree_cpu_seconds(side.web.pid) - cpu) / len(calls)
 
 
+# --- approvals through the production shape, and who waits for the chains' lock -------
+
+
+def approvals() -> None:
+    """Bursts of API approvals through the production shape (``bench.servers``: N web
+    processes, 4 workers stopped), while a sampler counts, every 10 ms, the database's
+    backends by what they wait for: how many wait for the chains' lock (an advisory lock)
+    says how much of the rate that lock sets."""
+    load = os.getloadavg()
+    tokens = e2e._prepare()
+    ours = e2e.Ours(4, tokens)
+    try:
+        paused = _paused_threads(ours, REQUESTS * (BURSTS + 1))
+        _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])  # warm-up
+        runs = []
+        for rnd in range(BURSTS):
+            with _waits_sampled() as waits:
+                rate, cpu = _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])
+            runs.append((rate, cpu, waits))
+            print(f"  burst {rnd + 1}: {rate:.1f} approvals/s, load {os.getloadavg()[0]:.1f}")
+    finally:
+        ours.stop()
+    rows = [
+        [n + 1, rate, cpu, waits.get("Lock:advisory", 0.0), waits.get("Client:ClientRead", 0.0)]
+        for n, (rate, cpu, waits) in enumerate(runs)
+    ]
+    rows.append(["median", *(statistics.median(float(r[k]) for r in rows) for k in (1, 2, 3, 4))])
+    body = "\n\n".join(
+        [
+            "Command: `.venv-bench/bin/python -m bench.shape approvals`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            f"{ours.processes} {ours.server} web processes (the production shape), 4 "
+            f"`run_worker`s stopped while approvals are timed; {CLIENTS} clients, "
+            f"{REQUESTS} API approvals a burst (`POST /api/threads/<id>/resume`, no wait, "
+            f"each on a paused thread of its own), {BURSTS} bursts after a warm-up. Server "
+            "CPU = the web processes' tree's user + system time / approvals. Waiting: the "
+            "mean number of the database's client backends seen waiting on each thing, "
+            "sampled every 10 ms through the burst (`pg_stat_activity`): for the chains' "
+            "lock (`Lock:advisory`), or idle for their client's next statement "
+            "(`Client:ClientRead`: a connection between requests, or a transaction whose "
+            "Python is building its next statement).",
+            table(
+                [
+                    "burst",
+                    "approvals/s",
+                    "server CPU ms/approval",
+                    "waiting for the chains' lock",
+                    "waiting for their client",
+                ],
+                rows,
+            ),
+        ]
+    )
+    print(body)
+    write_section("e2e-shape-approvals", "Approvals through the production shape", body)
+
+
+@contextmanager
+def _waits_sampled() -> Iterator[dict[str, float]]:
+    """Yield a dict that, once the block ends, holds the mean number of the bench
+    database's client backends waiting on each wait event (type:event), sampled every
+    10 ms in a thread of its own."""
+    import psycopg
+
+    found: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    samples = 0
+    stop = threading.Event()
+    query = (
+        "SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend' AND wait_event IS NOT NULL"
+    )
+
+    def sample() -> None:
+        nonlocal samples
+        with psycopg.connect(e2e.OURS_DB, autocommit=True) as conn:
+            while not stop.is_set():
+                for (event,) in conn.execute(query).fetchall():
+                    counts[event] = counts.get(event, 0) + 1
+                samples += 1
+                time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        sampler.join()
+        found.update({event: n / max(samples, 1) for event, n in counts.items()})
+
+
 # --- one approval under py-spy ------------------------------------------------------------
 
 
@@ -273,7 +371,9 @@ if __name__ == "__main__":
         servers()
     elif sys.argv[1:] == ["loops"]:
         loops()
+    elif sys.argv[1:] == ["approvals"]:
+        approvals()
     elif sys.argv[1:] == ["profile"]:
         profile_approval()
     else:
-        sys.exit("usage: python -m bench.shape servers|loops|profile")
+        sys.exit("usage: python -m bench.shape servers|loops|approvals|profile")
