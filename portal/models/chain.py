@@ -214,16 +214,16 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
     # No savepoint inside a caller's transaction: a failed insert fails it (or the
     # caller's own savepoint) whole, and the lock is held to its end either way.
     with transaction.atomic(using=db, savepoint=False):
+        payload = ""
+        if chain.payload:  # needs no head: hashed before the lock, which others wait for
+            record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
+            payload = record.payload_hash
         # The race: two rows committed at the same moment would both read the same chain
         # head and both store it as prev_hash, forking the chain. The transaction-level
         # advisory lock is held from reading the head until this insert commits, so the
         # second row waits and then reads the first one's hash.
         head = _locked_head(model, db)
         record.prev_hash = head if head is not None else GENESIS
-        payload = ""
-        if chain.payload:
-            record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
-            payload = record.payload_hash
         record.hash = chain.hash(
             _fields_of(record, chain.columns), prev_hash=record.prev_hash, payload=payload
         )

@@ -2,9 +2,9 @@
 
 ``resolve`` is the write every closing path ends in (a decision, the vote that completes
 a quorum, the expiry, a withdrawal, a cancelled thread's requests, an outside agent's
-request). Its callers check first, then lock the request and call it; it records, takes
-the request out of the queue, notifies, resumes the run (or answers the outside agent)
-and announces the change on commit.
+request). Its callers check first, then lock the request and call it; it takes the
+request out of the queue, notifies, resumes the run, records the decision (or records it,
+then answers the outside agent) and announces the change on commit.
 """
 
 from __future__ import annotations
@@ -29,26 +29,26 @@ class DecisionClash(IntegrityError):
     """The decision's insert broke a unique constraint: the request has one already."""
 
 
-def thread_resume(
-    *, thread: Thread, value: Any, interrupt_id: str, node: str | None = None
-) -> Run | None:
+def thread_resume(*, thread: Thread, value: Any, interrupt_id: str) -> Run:
     """Queue the run that answers ``interrupt_id`` with ``value`` (None: cancelled).
 
     Called inside the transaction that locked and resolved the interrupt: the ``Run`` row
     is the durable queue, and workers see it (and are woken) only once that commits. An
-    external agent's request has no graph to resume: its thread is closed instead and the
-    agent told (``portal.reviews.external``), and there is no run (None). ``node``: the
-    request's, when known (only a request of the external node can be external).
+    outside agent's request has no graph to resume (``resolve`` answers it instead).
     """
-    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
-    check_input(payload, "the decision")
-    if external.is_external(interrupt_id, node=node):
-        external.external_request_close(thread=thread, interrupt_id=interrupt_id)
-        return None
+    payload = _resume_input(value, interrupt_id)
     # Part of the caller's transaction when there is one, without a savepoint of its own.
     with transaction.atomic(savepoint=False):
         run = enqueue(thread=thread, kind=Run.Kind.RESUME, input=payload)
     return run
+
+
+def _resume_input(value: Any, interrupt_id: str) -> dict[str, Any]:
+    """The answer as a run's input, checked (``InputError``); an outside agent's answer
+    is checked the same way, though no run takes it."""
+    payload = {"resume": value, "resume_interrupt_id": interrupt_id}
+    check_input(payload, "the decision")
+    return payload
 
 
 def _door(by: Any, rule_version: RuleVersion | None) -> str:
@@ -85,36 +85,45 @@ def resolve(
     has a decision already, and the caller's transaction must roll back.
     """
     thread = locked.thread
-    try:
-        decision = Decision.objects.create(
-            interrupt=locked,
-            thread=thread,
-            reviewer=by,
-            value=value,
-            note=note,
-            outcome=outcome,
-            original_args=original_args,
-            executed_args=executed_args,
-            door=door or _door(by, rule_version),
-            rule_version=rule_version,
-            rule_hash=rule_version.hash if rule_version is not None else "",
-        )
-    except IntegrityError as exc:
-        # No savepoint to recover in (a round trip each way, for a clash the row lock
-        # all but rules out): the transaction rolls back and the refusal is read after.
-        raise DecisionClash(*exc.args) from None
-    # The request's new status, the outbox event, the queued run and the wake-ups (the
-    # request's waiters, the notifiers, the workers) go in one statement at the end,
-    # still inside the caller's transaction.
+    decision = Decision(
+        interrupt=locked,
+        thread=thread,
+        reviewer=by,
+        value=value,
+        note=note,
+        outcome=outcome,
+        original_args=original_args,
+        executed_args=executed_args,
+        door=door or _door(by, rule_version),
+        rule_version=rule_version,
+        rule_hash=rule_version.hash if rule_version is not None else "",
+    )
+    outside = external.is_external(locked.pk, node=locked.node)
+    # The chains' lock holds every other decision back from the read of its chain's head
+    # to the commit, so what needs no head is built first: the request's new status, the
+    # outbox event, the queued run and the wake-ups wait for one statement, which goes
+    # ahead of the lock's own (portal/models/together.py), still inside the caller's
+    # transaction. Under the lock there is left the decision's hash, its insert and the
+    # commit.
+    run = None
     with together():
         locked.decided_as(status, at if at is not None else timezone.now())
         outbox.notify_decision(decision, locked)
-        run = None
-        if resume:
-            run = thread_resume(
-                thread=thread, value=value, interrupt_id=locked.pk, node=locked.node
-            )
-        elif external.is_external(locked.pk, node=locked.node):
+        if resume and outside:
+            _resume_input(value, locked.pk)
+        elif resume:
+            run = thread_resume(thread=thread, value=value, interrupt_id=locked.pk)
+        try:
+            decision.save()
+        except IntegrityError as exc:
+            # No savepoint to recover in (a round trip each way, for a clash the row
+            # lock all but rules out): the transaction rolls back and the refusal is read
+            # after.
+            raise DecisionClash(*exc.args) from None
+        # An outside agent's answer carries the decision's id and hash: after its insert.
+        if outside and resume:
+            external.external_request_close(thread=thread, interrupt_id=locked.pk)
+        elif outside:
             # Its agent is told it was cancelled (the thread is not closed: a cancelled
             # thread takes no more steps).
             external.external_answer_queue(locked.pk)

@@ -46,6 +46,12 @@ def test_an_api_approval_takes_eight_round_trips_begin_and_commit_included(clien
     assert sum("pg_advisory_xact_lock" in trip for trip in trips) == 1  # with the chain's head
     # The steps the tool call is looked for in come with the lock, not in a query after it.
     assert not any(trip.startswith('SELECT "portal_checkpoint"') for trip in trips)
+    # Every other decision waits for the chains' lock: under it, only the decision's insert
+    # and the commit. The closing writes (and their wake-ups) went before it.
+    locked = next(n for n, trip in enumerate(trips) if "pg_advisory_xact_lock" in trip)
+    assert "pg_notify" in trips[locked - 1], "\n".join(trips)
+    assert trips[locked + 1].startswith('INSERT INTO "portal_decision"'), "\n".join(trips)
+    assert trips[locked + 2 :] == ["COMMIT"], "\n".join(trips)
 
 
 def test_an_api_start_takes_six_round_trips_begin_and_commit_included(client, support_agent):
