@@ -51,6 +51,11 @@ def _resume_input(value: Any, interrupt_id: str) -> dict[str, Any]:
     return payload
 
 
+def _table_of(exc: IntegrityError) -> str | None:
+    """The table whose constraint ``exc`` broke, when the database says (PostgreSQL)."""
+    return getattr(getattr(exc.__cause__, "diag", None), "table_name", None)
+
+
 def _door(by: Any, rule_version: RuleVersion | None) -> str:
     if rule_version is not None:
         return Decision.Door.RULE
@@ -116,6 +121,9 @@ def resolve(
         try:
             decision.save()
         except IntegrityError as exc:
+            # The save sends the writes above too: only the decision's own table clashes.
+            if _table_of(exc) not in (None, Decision._meta.db_table):
+                raise
             # No savepoint to recover in (a round trip each way, for a clash the row
             # lock all but rules out): the transaction rolls back and the refusal is read
             # after.
