@@ -108,8 +108,8 @@ def resolve(
     # to the commit, so what needs no head is built first: the request's new status, the
     # outbox event, the queued run and the wake-ups wait for one statement, which goes
     # ahead of the lock's own (portal/models/together.py), still inside the caller's
-    # transaction. Under the lock there is left the decision's hash, its insert and the
-    # commit.
+    # transaction. Under the lock there is left the decision's hash and insert, and
+    # whatever the caller writes after them, to the commit.
     run = None
     with together():
         locked.decided_as(status, at if at is not None else timezone.now())
