@@ -154,6 +154,22 @@ def live(live_portal, transactional_db) -> str:
     return live_portal
 
 
+# The checks of every role's pages run a test per role, so the test workers share them
+# out: each role here with the fixture of its user (``role_user``).
+ROLE_USERS = {
+    "support": "support_agent",
+    "reviewer": "reviewer",
+    "auditor": "auditor",
+    "admin": "admin_user",
+}
+
+
+@pytest.fixture
+def role_user(request, role):
+    """The user of the test's ``role`` parameter, a key of ``ROLE_USERS``."""
+    return request.getfixturevalue(ROLE_USERS[role])
+
+
 @pytest.fixture
 def login(browser, live) -> Callable[..., object]:
     """``login(user)`` -> a logged-in Page in a fresh browser context of its own. Every

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from portal.reviews.decisions import decision_submit
-from tests.browser.conftest import TIMEOUT_MS, wait_live
+from tests.browser.conftest import ROLE_USERS, TIMEOUT_MS, wait_live
 from tests.browser.csp import csp_violations, watch_csp
 from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
@@ -90,14 +90,9 @@ def _pages(data) -> dict[str, list[tuple[str, bool]]]:
     }
 
 
-# Each role's pages are a test of their own, so the test workers share them out.
-ROLES = {"support": "support_agent", "reviewer": "reviewer", "auditor": "auditor"}
-ROLES["admin"] = "admin_user"
-
-
-@pytest.mark.parametrize("role", ROLES)
-def test_no_page_reports_a_csp_violation_for_any_role(request, live, login, data, role):
-    page = login(request.getfixturevalue(ROLES[role]))
+@pytest.mark.parametrize("role", ROLE_USERS)
+def test_no_page_reports_a_csp_violation_for_any_role(live, login, data, role, role_user):
+    page = login(role_user)
     assert csp_violations(page) == [], role
     for path, live_page in _pages(data)[role]:
         _visit(page, live, path, live_page=live_page)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.a11y import PHONE, axe_violations, overflow
-from tests.browser.conftest import TIMEOUT_MS, wait_live
+from tests.browser.conftest import ROLE_USERS, TIMEOUT_MS, wait_live
 from tests.browser.csp import watch_csp
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
@@ -58,22 +58,20 @@ def pages(live, support_agent, reviewer):
     }
 
 
-# Each role's pages are a test of their own, so the test workers share them out.
-ROLES = {"support": "support_agent", "reviewer": "reviewer", "auditor": "auditor"}
-ROLES["admin"] = "admin_user"
-
-
-def _each_page(live, login, user, paths):
-    """Yield (path, page) for each of ``paths`` at phone width, as ``user``."""
+def _problems(live, login, user, paths, check) -> list[str]:
+    """What ``check`` finds on each of ``paths`` at phone width, as ``user``, each line
+    naming its page."""
     page = login(user)
     page.set_viewport_size(PHONE)
+    problems = []
     for path in paths:
         response = page.goto(live + path)
         assert response is not None and response.status < 500, path
         page.wait_for_load_state("networkidle")
         if page.locator("[data-live-status]").count():
             wait_live(page)
-        yield f"{path} ({response.status})", page
+        problems += [f"{path} ({response.status}): {p}" for p in check(page)]
+    return problems
 
 
 def _login_page(browser, live):
@@ -95,21 +93,17 @@ def test_the_login_page_fits_a_phone_and_has_no_serious_accessibility_violation(
     assert problems == [], "\n".join(problems)
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ROLE_USERS)
 def test_no_page_is_wider_than_a_phone_screen_and_log_out_stays_in_view(
-    request, live, login, pages, role
+    live, login, pages, role, role_user
 ):
-    problems = []
-    for label, page in _each_page(live, login, request.getfixturevalue(ROLES[role]), pages[role]):
-        problems += [f"{role} {label}: {p}" for p in overflow(page)]
-    assert problems == [], "\n".join(problems)
+    problems = _problems(live, login, role_user, pages[role], overflow)
+    assert problems == [], f"as {role}:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", ROLE_USERS)
 def test_no_page_has_a_serious_or_critical_accessibility_violation(
-    request, live, login, pages, role
+    live, login, pages, role, role_user
 ):
-    problems = []
-    for label, page in _each_page(live, login, request.getfixturevalue(ROLES[role]), pages[role]):
-        problems += [f"{role} {label}: {p}" for p in axe_violations(page)]
-    assert problems == [], "\n".join(problems)
+    problems = _problems(live, login, role_user, pages[role], axe_violations)
+    assert problems == [], f"as {role}:\n" + "\n".join(problems)
