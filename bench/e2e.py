@@ -123,7 +123,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _web(
-    server: str, processes: int = 1, loop: str = "uvloop"
+    server: str, processes: int = 1, loop: str = shape.LOOP
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """``processes`` web processes serving ``portal.asgi`` under ``server`` (daphne,
     uvicorn or granian: ``bench.shape.command``) on a free port."""
@@ -1001,7 +1001,7 @@ def _prepare() -> dict[str, str]:
 
 
 def behind(
-    ours: Ours, name: str, server: str = "uvicorn", processes: int = 1, loop: str = "uvloop"
+    ours: Ours, name: str, server: str = "uvicorn", processes: int = 1, loop: str = shape.LOOP
 ) -> Ours:
     """Another web server serving ``portal.asgi`` beside ``ours``'s: the same database and
     workers. Its caller waits for it and stops it."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 # The server the production shape runs (docs/deployment.md).
 SERVER = os.environ.get("BENCH_SERVER", "granian")
+# Its event loop, named on the command line as docs/deployment.md names it.
+LOOP = "uvloop"
 
 
 def web_processes() -> int:
@@ -16,7 +18,7 @@ def web_processes() -> int:
     return int(os.environ.get("BENCH_WEB_PROCESSES") or os.cpu_count() or 1)
 
 
-def command(server: str, port: int, processes: int = 1, loop: str = "uvloop") -> list[str]:
+def command(server: str, port: int, processes: int = 1, loop: str = LOOP) -> list[str]:
     """The command line serving ``portal.asgi`` under ``server`` with ``processes``
     processes on the event loop ``loop`` (uvloop or asyncio; daphne's is Twisted's, on
     asyncio's own); warnings only, no access log (as the peer's uvicorn runs)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from bench import e2e
 from bench.report import load_note, machine, table, write_section
-from bench.servers import tree_cpu_seconds
+from bench.servers import LOOP, tree_cpu_seconds
 
 REQUESTS = int(os.environ.get("BENCH_SHAPE_REQUESTS", "600"))
 BURSTS = int(os.environ.get("BENCH_SHAPE_BURSTS", "3"))
@@ -41,7 +41,7 @@ CLIENTS = int(os.environ.get("BENCH_SHAPE_CLIENTS", "20"))
 
 def servers() -> None:
     load = os.getloadavg()
-    rows = _taking_turns({name: (name, "uvloop") for name in ("daphne", "uvicorn", "granian")})
+    rows = _taking_turns({name: (name, LOOP) for name in ("daphne", "uvicorn", "granian")})
     body = "\n\n".join(
         [
             "Command: `.venv-bench/bin/python -m bench.shape servers`.",
@@ -61,7 +61,7 @@ def servers() -> None:
 def loops() -> None:
     """granian on uvloop, the production shape's loop, against granian on asyncio's own."""
     load = os.getloadavg()
-    rows = _taking_turns({f"granian, {loop}": ("granian", loop) for loop in ("uvloop", "asyncio")})
+    rows = _taking_turns({f"granian, {loop}": ("granian", loop) for loop in (LOOP, "asyncio")})
     body = "\n\n".join(
         [
             "Command: `.venv-bench/bin/python -m bench.shape loops`.",
