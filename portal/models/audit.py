@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from portal.models.chain import EVENTS, canonical, sealing
+from portal.models.chain import EVENTS, Sealed, canonical, sealing
 from portal.models.decisions import ImmutableRecordError
 
 _APPEND_ONLY_EVENTS = (
@@ -40,7 +40,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
         )
 
 
-class AuditEvent(models.Model):
+class AuditEvent(Sealed, models.Model):
     """One action someone (or the system) took: a claim, a login, a token revoked...
 
     Append-only and hash-chained like ``Decision`` (its own chain, ``chain.EVENTS``).

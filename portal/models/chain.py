@@ -16,7 +16,11 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
-from django.db import connections, router, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, router, transaction
+from django.db.models.expressions import RawSQL
+
+from portal.models.together import then as together_then
+from portal.models.together import together
 
 GENESIS = "0" * 64
 # pg_advisory_xact_lock key for "the chains' heads" (all three share it); any constant
@@ -131,9 +135,14 @@ class Chain:
     def hash(self, fields: Mapping[str, Any], *, prev_hash: str, payload: str = "") -> str:
         """The chain hash of one row from its own fields, the previous row's hash and (for
         a chain with payloads) the payload's hash."""
+        return _sha256(prev_hash + self.sealed_text(fields, payload=payload))
+
+    def sealed_text(self, fields: Mapping[str, Any], *, payload: str = "") -> str:
+        """What follows the previous row's hash in the text a row's hash is taken of: its
+        own fields' canonical form, then the payload's hash (``_HASHED`` in SQL)."""
         own = {name: fields.get(name) for name in self.fields}
         own |= {name: fields[name] for name in self.later if fields.get(name)}
-        return _sha256(prev_hash + canonical(own) + payload)
+        return canonical(own) + payload
 
 
 _ANSWER_EDITS = "a value, note, outcome, reviewer or time"
@@ -169,13 +178,12 @@ def _fields_of(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-# The chains' lock, then a chain's head. On PostgreSQL the two go in one round trip as two
-# statements of one query string (Django's psycopg cursors bind on the client and send it
-# with the simple query protocol). Each statement takes its own snapshot under READ
-# COMMITTED, so the head is read after the lock is granted: it is the row the previous
-# holder committed, not the one that was the head when the string was sent.
 _LOCK = f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_KEY:d})"
 _HEAD = "SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
+# The head and the row's hash as the insert's own values, so that the head is read, the
+# hash taken and the row inserted in one statement (Chain.hash's rule, in SQL).
+_HEAD_OR_GENESIS = f"COALESCE(({_HEAD}), '{GENESIS}')"
+_HASHED = f"encode(sha256(convert_to({_HEAD_OR_GENESIS} || %s, 'UTF8')), 'hex')"
 
 
 def _locked_head(model: Any, using: str) -> str | None:
@@ -189,16 +197,46 @@ def _locked_head(model: Any, using: str) -> str | None:
     connection = connections[using]
     head = _HEAD.format(table=connection.ops.quote_name(model._meta.db_table))
     with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.execute(head)
-        elif isinstance(cursor.cursor, psycopg.ClientCursor):
-            cursor.execute(f"{_LOCK}; {head}")
-            cursor.nextset()
-        else:  # server-side binding (an OPTIONS choice): one statement a round trip
+        if connection.vendor == "postgresql":
             cursor.execute(_LOCK)
-            cursor.execute(head)
+        cursor.execute(head)
         found = cursor.fetchone()
     return found[0] if found is not None else None
+
+
+def _sealed_in_sql(using: str) -> bool:
+    """Whether the lock, the head's read and the insert can go in one query string: on
+    PostgreSQL, where Django's cursors bind on the client (unless OPTIONS ask for
+    server-side binding) and send it with the simple query protocol."""
+    connection = connections[using]
+    if using != DEFAULT_DB_ALIAS or connection.vendor != "postgresql":
+        return False
+    connection.ensure_connection()
+    return issubclass(connection.connection.cursor_factory, psycopg.ClientCursor)
+
+
+class Sealed:
+    """Mixed into each chain's model: hashes the database took on insert (``sealing``)
+    come back with the row's id, in the insert's ``RETURNING``."""
+
+    def _do_insert(
+        self, manager: Any, using: str, fields: Any, returning_fields: Any, raw: bool
+    ) -> Any:
+        meta = self._meta  # type: ignore[attr-defined]
+        by_sql = [
+            field
+            for field in (meta.get_field("prev_hash"), meta.get_field("hash"))
+            if isinstance(getattr(self, field.attname), RawSQL)
+        ]
+        rows = super()._do_insert(  # type: ignore[misc]
+            manager, using, fields, [*returning_fields, *by_sql], raw
+        )
+        if not by_sql:
+            return rows
+        own = len(returning_fields)
+        for field, value in zip(by_sql, rows[0][own:], strict=True):
+            setattr(self, field.attname, value)
+        return [row[:own] for row in rows]
 
 
 @contextmanager
@@ -207,13 +245,13 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
     transaction ends.
 
     The insert must happen inside the ``with`` block (``Decision.save``, ``Approval.save``
-    and ``AuditEvent.save`` do so).
+    and ``AuditEvent.save`` do so), and the model must mix in ``Sealed``.
     """
     model = type(record)
     db = using or router.db_for_write(model, instance=record)
     # No savepoint inside a caller's transaction: a failed insert fails it (or the
     # caller's own savepoint) whole, and the lock is held to its end either way.
-    with transaction.atomic(using=db, savepoint=False):
+    with transaction.atomic(using=db, savepoint=False), together():
         payload = ""
         if chain.payload:  # needs no head: hashed before the lock, which others wait for
             record.payload_hash = payload_hash(_fields_of(record.interrupt, PAYLOAD_FIELDS))
@@ -222,9 +260,21 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
         # head and both store it as prev_hash, forking the chain. The transaction-level
         # advisory lock is held from reading the head until this insert commits, so the
         # second row waits and then reads the first one's hash.
-        head = _locked_head(model, db)
-        record.prev_hash = head if head is not None else GENESIS
-        record.hash = chain.hash(
-            _fields_of(record, chain.columns), prev_hash=record.prev_hash, payload=payload
-        )
+        if _sealed_in_sql(db):
+            # The lock goes in the insert's round trip, as the statement before it (after
+            # the block's waiting writes, which need no lock): each statement of the string
+            # takes its own snapshot, so the insert reads the head once the lock is
+            # granted. Under the lock there is left that one statement and the commit.
+            text = chain.sealed_text(_fields_of(record, chain.columns), payload=payload)
+            # Constants but for the model's own table, quoted; the text is bound.
+            table = connections[db].ops.quote_name(model._meta.db_table)
+            record.prev_hash = RawSQL(_HEAD_OR_GENESIS.format(table=table), ())  # noqa: S611
+            record.hash = RawSQL(_HASHED.format(table=table), (text,))  # noqa: S611
+            together_then(_LOCK)
+        else:
+            head = _locked_head(model, db)
+            record.prev_hash = head if head is not None else GENESIS
+            record.hash = chain.hash(
+                _fields_of(record, chain.columns), prev_hash=record.prev_hash, payload=payload
+            )
         yield

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from portal.models.chain import APPROVALS, DECISIONS, sealing
+from portal.models.chain import APPROVALS, DECISIONS, Sealed, sealing
 from portal.models.requests import Interrupt
 from portal.models.threads import Thread
 
@@ -35,7 +35,7 @@ class DecisionQuerySet(models.QuerySet["Decision"]):
     # bulk_update goes through update(), so it is refused as well.
 
 
-class Decision(models.Model):
+class Decision(Sealed, models.Model):
     """A person's (or the system's) answer to one interrupt. Written once."""
 
     class Outcome(models.TextChoices):
@@ -150,7 +150,7 @@ class ApprovalQuerySet(models.QuerySet["Approval"]):
         raise ImmutableRecordError(f"Approval.objects.delete() refused: {_IMMUTABLE}")
 
 
-class Approval(models.Model):
+class Approval(Sealed, models.Model):
     """One reviewer's answer to a request whose policy needs several (``approvals_required``
     or ``rejections_required`` over 1): a vote towards the ``Decision``, written once.
 

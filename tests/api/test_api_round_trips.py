@@ -16,7 +16,7 @@ from tests.factories import make_interrupt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
-APPROVAL_ROUND_TRIPS = 8  # docs/benchmarks.md lists each
+APPROVAL_ROUND_TRIPS = 6  # docs/benchmarks.md lists each
 START_ROUND_TRIPS = 6
 
 
@@ -31,7 +31,7 @@ def _approve(client, token, interrupt):
     return _post(client, token, f"/api/threads/{interrupt.thread.pk}/resume", body)
 
 
-def test_an_api_approval_takes_eight_round_trips_begin_and_commit_included(client, reviewer):
+def test_an_api_approval_takes_six_round_trips_begin_and_commit_included(client, reviewer):
     token = api_token_create(user=reviewer, name="t")[1]
     _approve(client, token, make_interrupt())  # the token's last use is written once a minute
     interrupt = make_interrupt()
@@ -43,15 +43,17 @@ def test_an_api_approval_takes_eight_round_trips_begin_and_commit_included(clien
     assert len(trips) == APPROVAL_ROUND_TRIPS, "\n".join(trips)
     assert trips.count("BEGIN") == 1 and trips[-1] == "COMMIT"
     assert sum("pg_notify" in trip for trip in trips) == 1  # three wake-ups, one statement
-    assert sum("pg_advisory_xact_lock" in trip for trip in trips) == 1  # with the chain's head
     # The steps the tool call is looked for in come with the lock, not in a query after it.
     assert not any(trip.startswith('SELECT "portal_checkpoint"') for trip in trips)
     # Every other decision waits for the chains' lock: under it, only the decision's insert
-    # and the commit. The closing writes (and their wake-ups) went before it.
-    locked = next(n for n, trip in enumerate(trips) if "pg_advisory_xact_lock" in trip)
-    assert "pg_notify" in trips[locked - 1], "\n".join(trips)
-    assert trips[locked + 1].startswith('INSERT INTO "portal_decision"'), "\n".join(trips)
-    assert trips[locked + 2 :] == ["COMMIT"], "\n".join(trips)
+    # (which reads the head and takes the hash itself) and the commit. The closing writes
+    # (and their wake-ups) go before the lock, in the same round trip.
+    [sealed] = [trip for trip in trips if "pg_advisory_xact_lock" in trip]
+    lock = sealed.index("; SELECT pg_advisory_xact_lock(")
+    insert = sealed.index('; INSERT INTO "portal_decision"')
+    assert sealed.startswith("WITH w0 AS (UPDATE") and "pg_notify" in sealed[:lock], sealed
+    assert lock < insert and "sha256" in sealed[insert:], sealed
+    assert trips[trips.index(sealed) + 1 :] == ["COMMIT"], "\n".join(trips)
 
 
 def test_an_api_start_takes_six_round_trips_begin_and_commit_included(client, support_agent):

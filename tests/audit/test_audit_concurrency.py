@@ -62,20 +62,26 @@ def test_decisions_committed_at_the_same_moment_form_one_unbroken_chain():
 
 
 @pytest.mark.parametrize("binding", ["client-side", "server-side"])
-def test_the_chains_are_locked_by_the_time_their_head_is_read(binding, reviewer):
+def test_a_decision_is_chained_to_the_head_under_the_chains_lock(binding, reviewer):
     # Django's cursors bind on the client unless OPTIONS ask for server-side binding,
-    # which cannot send the lock and the head as one query string.
+    # which cannot send the lock and the insert as one query string: it reads the head
+    # after the lock and hashes in Python instead. Either way the row comes back sealed.
     newest = make_decision(interrupt=make_interrupt(), reviewer=reviewer)
     connection.ensure_connection()
+    factory = connection.connection.cursor_factory
     if binding == "server-side":
         connection.connection.cursor_factory = ServerBindingCursor
     try:
         with transaction.atomic():
-            head = chain._locked_head(Decision, "default")
+            decision = make_decision(interrupt=make_interrupt(), reviewer=reviewer)
             with psycopg.connect(**connect_kwargs(), autocommit=True) as other:
                 key = chain.CHAIN_LOCK_KEY
                 taken = other.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
-        assert head == newest.hash
         assert taken == (False,), "another transaction could take the chains' lock"
+        assert decision.prev_hash == newest.hash
+        stored = Decision.objects.get(pk=decision.pk)
+        assert (stored.prev_hash, stored.hash) == (decision.prev_hash, decision.hash)
+        assert verify_chain(Decision.objects.all()).ok
     finally:
-        connection.close()  # the next test's connection binds as settings say
+        connection.connection.cursor_factory = factory  # the pool lends it again
+        connection.close()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 
 from portal.models import Interrupt, Run, together
 from tests.api.roundtrips import round_trips
@@ -67,3 +68,50 @@ def test_outside_a_block_each_write_goes_at_once():
         together.insert(run)
 
     assert len(trips) == 1 and trips[0].startswith('INSERT INTO "portal_run"'), trips
+
+
+def test_the_next_statement_goes_in_the_writes_round_trip_and_reads_its_own_result():
+    interrupt = make_interrupt()
+    run = Run(thread=interrupt.thread, kind=Run.Kind.RESUME, input={})
+
+    with round_trips() as trips, transaction.atomic(), together.together():
+        together.insert(run)
+        together.then("SELECT 'kept after the writes'")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*), '100%%' FROM portal_run WHERE id = %s", [run.pk])
+            assert cursor.fetchall() == [(1, "100%")]
+            cursor.execute("SELECT '5%'")  # nothing bound: the % is the statement's own
+            assert cursor.fetchone() == ("5%",)
+
+    # BEGIN; the insert, the kept statement and the read; the second read; COMMIT.
+    assert len(trips) == 4, "\n".join(trips)
+    insert, kept, read = trips[1].split("; ")
+    assert insert.startswith("WITH w0 AS (INSERT") and kept == "SELECT 'kept after the writes'"
+    assert read.startswith("SELECT count(*)"), trips[1]
+
+
+def test_with_server_side_binding_each_statement_goes_alone():
+    interrupt = make_interrupt()
+    run = Run(thread=interrupt.thread, kind=Run.Kind.RESUME, input={})
+    connection.ensure_connection()
+    factory = connection.connection.cursor_factory
+    connection.connection.cursor_factory = ServerBindingCursor
+    try:
+        with round_trips() as trips, transaction.atomic(), together.together():
+            together.insert(run)
+            together.then("SELECT 'kept after the writes'")
+            assert Run.objects.filter(pk=run.pk).exists()
+    finally:
+        connection.connection.cursor_factory = factory  # the pool lends it again
+        connection.close()
+
+    assert len(trips) == 5, "\n".join(trips)  # BEGIN, the insert, the kept one, the read, COMMIT
+    assert "SELECT 'kept after the writes'" in trips[2], "\n".join(trips)
+
+
+def test_a_kept_statement_is_sent_as_the_block_ends_when_nothing_follows():
+    with round_trips() as trips, transaction.atomic(), together.together():
+        together.then("SELECT pg_advisory_xact_lock(7)")
+
+    assert trips == ["BEGIN", "SELECT pg_advisory_xact_lock(7)", "COMMIT"], trips
+    assert not together.then("SELECT 1"), "outside a block nothing is kept"
