@@ -887,9 +887,10 @@ WEB_PHASES = [
     ("POST resume: the request the answer names, read before the lock", "named_request ("),
     ("POST resume: the answer checked against the request's schema", "check_decision ("),
     ("POST resume: the locking read", "_locked_request ("),
-    # Sent by the chains' lock's statement, inside the decision's save: matched first.
-    ("POST resume: the closing writes, one statement", "_send (portal/models/together.py"),
-    ("POST resume: the decision's insert and its chain", "Decision.save (portal/"),
+    # The closing writes go in the decision's insert's round trip, ahead of the chains'
+    # lock: sending them is the insert's; building them (before the save) is theirs.
+    ("POST resume: the decision's insert, the lock and the writes sent", "Decision.save (portal/"),
+    ("POST resume: the closing writes built", "portal/models/together.py"),
     ("POST resume: the rest of decision_submit", "_resume (portal/api/threads.py"),
     ("POST start: thread_start", "_start (portal/api/threads.py"),
     ("?wait: looks while waiting", "_thread_busy (portal/api/threads.py"),

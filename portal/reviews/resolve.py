@@ -107,9 +107,9 @@ def resolve(
     # The chains' lock holds every other decision back from the read of its chain's head
     # to the commit, so what needs no head is built first: the request's new status, the
     # outbox event, the queued run and the wake-ups wait for one statement, which goes
-    # ahead of the lock's own (portal/models/together.py), still inside the caller's
-    # transaction. Under the lock there is left the decision's hash and insert, and
-    # whatever the caller writes after them, to the commit.
+    # ahead of the lock in the decision's insert's round trip (portal/models/together.py),
+    # still inside the caller's transaction. Under the lock there is left the decision's
+    # insert, and whatever the caller writes after it, to the commit.
     run = None
     with together():
         locked.decided_as(status, at if at is not None else timezone.now())

@@ -16,17 +16,29 @@ from django.db import connection
 from psycopg import pq
 
 
+def _messages(trace: str) -> list[str]:
+    """The trace's messages, one a line: a statement written over several lines is traced
+    over several, its later lines starting with neither side's mark."""
+    messages: list[str] = []
+    for line in trace.splitlines():
+        if messages and not line.startswith(("F\t", "B\t")):
+            messages[-1] += " " + line.strip()
+        else:
+            messages.append(line)
+    return messages
+
+
 def _statements(trace: str) -> list[str]:
     trips: list[str] = []
     sent: list[str] = []
-    for line in trace.splitlines():
+    for line in _messages(trace):
         parts = line.split("\t")
         if len(parts) < 3:
             continue
         side, kind = parts[0], parts[2]
         text = parts[3].strip() if len(parts) > 3 else ""
         if side == "F" and kind == "Query":
-            sent.append(text.strip('"'))
+            sent.append(text.strip('"').strip())
         elif side == "F" and kind == "Parse":
             # Parse "<name>" "<sql>" ...: the statement between the second pair of quotes.
             sent.append(text.split('" "', 1)[-1].rsplit('"', 1)[0])
