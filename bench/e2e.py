@@ -888,9 +888,12 @@ WEB_PHASES = [
     ("POST resume: the answer checked against the request's schema", "check_decision ("),
     ("POST resume: the locking read", "_locked_request ("),
     # The closing writes go in the decision's insert's round trip, ahead of the chains'
-    # lock: sending them is the insert's; building them (before the save) is theirs.
+    # lock: sending them is the insert's; building them (before the save) is theirs. One
+    # label, three calls (a label named twice counts once).
     ("POST resume: the decision's insert, the lock and the writes sent", "Decision.save (portal/"),
-    ("POST resume: the closing writes built", "portal/models/together.py"),
+    ("POST resume: the closing writes built", "insert (portal/models/together.py"),
+    ("POST resume: the closing writes built", "update (portal/models/together.py"),
+    ("POST resume: the closing writes built", "gathered_notify (portal/models/together.py"),
     ("POST resume: the rest of decision_submit", "_resume (portal/api/threads.py"),
     ("POST start: thread_start", "_start (portal/api/threads.py"),
     ("?wait: looks while waiting", "_thread_busy (portal/api/threads.py"),

@@ -216,8 +216,9 @@ def _sealed_in_sql(using: str) -> bool:
 
 
 class Sealed:
-    """Mixed into each chain's model: hashes the database took on insert (``sealing``)
-    come back with the row's id, in the insert's ``RETURNING``."""
+    """Mixed into each chain's model: where ``sealing`` left the hashes to the database,
+    the chains' lock goes just ahead of the insert, and the hashes come back with the
+    row's id, in the insert's ``RETURNING``."""
 
     def _do_insert(
         self, manager: Any, using: str, fields: Any, returning_fields: Any, raw: bool
@@ -228,6 +229,11 @@ class Sealed:
             for field in (meta.get_field("prev_hash"), meta.get_field("hash"))
             if isinstance(getattr(self, field.attname), RawSQL)
         ]
+        # The lock goes as the statement before the insert, in its round trip: queued
+        # here, not earlier, so that nothing between (a savepoint rolled back, say, which
+        # releases it) can leave the insert reading the head unlocked.
+        if by_sql and not together_then(_LOCK):
+            raise RuntimeError("a row sealed in SQL must be inserted inside sealing()")
         rows = super()._do_insert(  # type: ignore[misc]
             manager, using, fields, [*returning_fields, *by_sql], raw
         )
@@ -261,16 +267,16 @@ def sealing(record: Any, *, chain: Chain, using: str | None = None) -> Iterator[
         # advisory lock is held from reading the head until this insert commits, so the
         # second row waits and then reads the first one's hash.
         if _sealed_in_sql(db):
-            # The lock goes in the insert's round trip, as the statement before it (after
-            # the block's waiting writes, which need no lock): each statement of the string
-            # takes its own snapshot, so the insert reads the head once the lock is
-            # granted. Under the lock there is left that one statement and the commit.
+            # The insert reads the head and takes the hash; Sealed sends the lock as the
+            # statement before it, in its round trip (after the block's waiting writes,
+            # which need no lock). Under READ COMMITTED each statement of the string takes
+            # its own snapshot, so the insert reads the head once the lock is granted.
+            # Under the lock there is left that one statement and the commit.
             text = chain.sealed_text(_fields_of(record, chain.columns), payload=payload)
             # Constants but for the model's own table, quoted; the text is bound.
             table = connections[db].ops.quote_name(model._meta.db_table)
             record.prev_hash = RawSQL(_HEAD_OR_GENESIS.format(table=table), ())  # noqa: S611
             record.hash = RawSQL(_HASHED.format(table=table), (text,))  # noqa: S611
-            together_then(_LOCK)
         else:
             head = _locked_head(model, db)
             record.prev_hash = head if head is not None else GENESIS

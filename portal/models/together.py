@@ -6,7 +6,8 @@ query, the notifies its ``SELECT``) as the block ends, or ahead of any other sta
 block runs, in its round trip, so whatever reads them sees them. ``then`` keeps a
 statement of its own (the chains' lock) to go after them. They are still inside the
 caller's transaction: its rollback undoes them, and the notifies are delivered at its
-commit only. Elsewhere, and on SQLite, each is executed at once, as the ORM would.
+commit only. Elsewhere, and on SQLite, each write and notify is executed at once, as the
+ORM would, and ``then`` keeps nothing (it says so).
 
 The rows' keys must be set in Python, no model signal is sent, and a write that fails
 (a broken constraint) raises when it is sent, failing the whole transaction.
@@ -104,8 +105,10 @@ def gathered_notify(channel: str, payload: str) -> bool:
 
 
 def then(statement: str) -> bool:
-    """Keep ``statement`` (nothing bound) to go after the block's writes, in their round
-    trip where the cursor binds on the client; False outside a block."""
+    """Keep ``statement`` (one statement, nothing bound) to go after the block's writes,
+    in their round trip where the cursor binds on the client; False outside a block."""
+    if ";" in statement:  # the caller's result is found by counting statements
+        raise ValueError(f"one statement at a time, not {statement!r}")
     kept: list[str] | None = getattr(_block, "then", None)
     if kept is None:
         return False
@@ -137,6 +140,8 @@ def _taken() -> list[tuple[str, Sequence[Any]]]:
 
 def _send() -> None:
     taken = _taken()
+    if not taken:
+        return
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         for statement, params in taken:  # a round trip each
             cursor.execute(statement, params)

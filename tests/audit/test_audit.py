@@ -294,3 +294,21 @@ def test_the_postgres_trigger_refuses_truncate_even_by_the_tables_owner(three_de
         finally:
             cursor.execute("RESET ROLE")
     assert Decision.objects.count() == 3
+
+
+def test_a_decision_with_any_text_hashes_as_its_row_is_verified_on_either_backend(reviewer):
+    # On PostgreSQL the insert takes the hash in SQL from text bound on the client; it must
+    # be the hash the verifier takes in Python of the row read back, whatever the text.
+    awkward = "Überweisung 100% ok? «nein» — 'quoted' \"double\" back\\slash\ttab\nline 💶"
+    make_decision(interrupt=make_interrupt(), reviewer=reviewer)
+    decision = make_decision(
+        interrupt=make_interrupt(), reviewer=reviewer, value={"approved": False}, note=awkward
+    )
+
+    stored = Decision.objects.get(pk=decision.pk)
+    fields = {name: getattr(stored, name) for name in chain.DECISIONS.columns}
+    expected = chain.decision_hash(fields, prev_hash=stored.prev_hash, payload=stored.payload_hash)
+    assert stored.note == awkward
+    assert (decision.prev_hash, decision.hash) == (stored.prev_hash, stored.hash) != ("", "")
+    assert stored.hash == expected
+    assert verify_chain(Decision.objects.all()).ok

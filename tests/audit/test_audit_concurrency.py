@@ -83,5 +83,6 @@ def test_a_decision_is_chained_to_the_head_under_the_chains_lock(binding, review
         assert (stored.prev_hash, stored.hash) == (decision.prev_hash, decision.hash)
         assert verify_chain(Decision.objects.all()).ok
     finally:
-        connection.connection.cursor_factory = factory  # the pool lends it again
+        if connection.connection is not None:
+            connection.connection.cursor_factory = factory  # the pool lends it again
         connection.close()

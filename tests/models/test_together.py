@@ -102,7 +102,8 @@ def test_with_server_side_binding_each_statement_goes_alone():
             together.then("SELECT 'kept after the writes'")
             assert Run.objects.filter(pk=run.pk).exists()
     finally:
-        connection.connection.cursor_factory = factory  # the pool lends it again
+        if connection.connection is not None:
+            connection.connection.cursor_factory = factory  # the pool lends it again
         connection.close()
 
     assert len(trips) == 5, "\n".join(trips)  # BEGIN, the insert, the kept one, the read, COMMIT
@@ -115,3 +116,5 @@ def test_a_kept_statement_is_sent_as_the_block_ends_when_nothing_follows():
 
     assert trips == ["BEGIN", "SELECT pg_advisory_xact_lock(7)", "COMMIT"], trips
     assert not together.then("SELECT 1"), "outside a block nothing is kept"
+    with pytest.raises(ValueError, match="one statement"):
+        together.then("SELECT 1; SELECT 2")  # the caller's result is found by counting
