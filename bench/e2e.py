@@ -946,11 +946,14 @@ def profile() -> None:
         run_batch(ours, max(WORKERS), 1, 3)
         procs = {"web": ours.web, **{f"worker-{k}": p for k, p in enumerate(ours.workers)}}
         seconds = str(int(min(BATCH_SECONDS, 30)))
+        # The web's pid is granian's supervisor: the requests run in the processes it
+        # starts, so py-spy follows its subprocesses (without, the web had no samples).
         spies = [
             subprocess.Popen(
                 [
                     *(str(spy), "record", "--pid", str(p.pid), "--duration", seconds),
                     *("--rate", "200", "--format", "raw", "--nonblocking"),
+                    *(("--subprocesses",) if name == "web" else ()),
                     *("-o", str(LOGS / f"profile-{name}.txt")),
                 ],
                 stdout=subprocess.DEVNULL,
