@@ -49,8 +49,8 @@ def together() -> Iterator[None]:
 def _sent_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
     """Another statement of the block: what waits goes first, so it is seen. Where the
     cursor binds on the client it goes in the same query string, one round trip, each
-    statement run in turn with its own snapshot; the cursor is left on the last one's
-    result, which is the caller's."""
+    statement run in turn with its own snapshot; the cursor is then moved past what went
+    first, onto the caller's own result."""
     cursor = context["cursor"].cursor
     if many or isinstance(params, Mapping) or not isinstance(cursor, psycopg.ClientCursor):
         _send()
