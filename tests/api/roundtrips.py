@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator
 
 from django.db import connection
+from django.db.backends.postgresql.base import ServerBindingCursor
 from psycopg import pq
 
 
@@ -69,3 +70,19 @@ def traced(pgconn: pq.abc.PGconn) -> Iterator[list[str]]:
             pgconn.untrace()
             out.seek(0)
             trips.extend(_statements(out.read().decode(errors="replace")))
+
+
+@contextlib.contextmanager
+def server_side_binding() -> Iterator[None]:
+    """Django's connection binds on the server inside the block, as the ``OPTIONS`` choice
+    ``server_side_binding`` makes it (one statement a round trip); closed after, with its
+    cursor factory put back, since the pool lends the same connection again."""
+    connection.ensure_connection()
+    factory = connection.connection.cursor_factory
+    connection.connection.cursor_factory = ServerBindingCursor
+    try:
+        yield
+    finally:
+        if connection.connection is not None:
+            connection.connection.cursor_factory = factory
+        connection.close()

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 import psycopg
 import pytest
 from django.db import connection, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
 
 from portal.audit.chains import verify_chain
 from portal.models import Decision, Interrupt, chain
 from portal.models.db import connect_kwargs
+from tests.api.roundtrips import server_side_binding
 from tests.factories import make_decision, make_interrupt
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -67,11 +68,8 @@ def test_a_decision_is_chained_to_the_head_under_the_chains_lock(binding, review
     # which cannot send the lock and the insert as one query string: it reads the head
     # after the lock and hashes in Python instead. Either way the row comes back sealed.
     newest = make_decision(interrupt=make_interrupt(), reviewer=reviewer)
-    connection.ensure_connection()
-    factory = connection.connection.cursor_factory
-    if binding == "server-side":
-        connection.connection.cursor_factory = ServerBindingCursor
-    try:
+    bound = server_side_binding() if binding == "server-side" else contextlib.nullcontext()
+    with bound:
         with transaction.atomic():
             decision = make_decision(interrupt=make_interrupt(), reviewer=reviewer)
             with psycopg.connect(**connect_kwargs(), autocommit=True) as other:
@@ -82,7 +80,3 @@ def test_a_decision_is_chained_to_the_head_under_the_chains_lock(binding, review
         stored = Decision.objects.get(pk=decision.pk)
         assert (stored.prev_hash, stored.hash) == (decision.prev_hash, decision.hash)
         assert verify_chain(Decision.objects.all()).ok
-    finally:
-        if connection.connection is not None:
-            connection.connection.cursor_factory = factory  # the pool lends it again
-        connection.close()

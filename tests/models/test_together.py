@@ -7,10 +7,9 @@ import uuid
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
 
 from portal.models import Interrupt, Run, together
-from tests.api.roundtrips import round_trips
+from tests.api.roundtrips import round_trips, server_side_binding
 from tests.factories import make_interrupt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -93,18 +92,11 @@ def test_the_next_statement_goes_in_the_writes_round_trip_and_reads_its_own_resu
 def test_with_server_side_binding_each_statement_goes_alone():
     interrupt = make_interrupt()
     run = Run(thread=interrupt.thread, kind=Run.Kind.RESUME, input={})
-    connection.ensure_connection()
-    factory = connection.connection.cursor_factory
-    connection.connection.cursor_factory = ServerBindingCursor
-    try:
+    with server_side_binding():
         with round_trips() as trips, transaction.atomic(), together.together():
             together.insert(run)
             together.then("SELECT 'kept after the writes'")
             assert Run.objects.filter(pk=run.pk).exists()
-    finally:
-        if connection.connection is not None:
-            connection.connection.cursor_factory = factory  # the pool lends it again
-        connection.close()
 
     assert len(trips) == 5, "\n".join(trips)  # BEGIN, the insert, the kept one, the read, COMMIT
     assert "SELECT 'kept after the writes'" in trips[2], "\n".join(trips)
