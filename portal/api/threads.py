@@ -4,9 +4,10 @@ server-sent events is ``portal.api.follow``."""
 
 # No `from __future__ import annotations`: django-ninja reads the annotations at runtime.
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
@@ -46,6 +47,8 @@ from portal.runs.checkpointer import DjangoCheckpointer
 from portal.runs.registry import UnknownAgentError
 
 router = Router(tags=["threads"])
+
+T = TypeVar("T")
 
 
 class StartIn(Schema):
@@ -182,14 +185,25 @@ def _release_connection() -> None:
         connection.close()
 
 
-async def _settle(thread_id: Any, seconds: float) -> bool:
-    """Wait up to ``seconds`` until nothing of the thread is queued or running; whether
-    that happened."""
+async def _settled(thread_id: Any, seconds: float, answer: Callable[[], T]) -> tuple[bool, T]:
+    """Wait up to ``seconds`` until nothing of the thread is queued or running: whether
+    that happened, and ``answer()``. The look that finds the thread settled builds the
+    answer in its own hand-off, on the connection it holds; when the time is up it is
+    built as the thread is then."""
+    built: list[T] = []
+
+    def look() -> bool:
+        if _thread_busy(thread_id):
+            return False
+        built.append(answer())
+        return True
 
     async def settled() -> bool:
-        return not await sync_to_async(_thread_busy)(thread_id)
+        return await sync_to_async(look)()
 
-    return await waiting.await_until(waiting.thread_key(thread_id), settled, seconds=seconds)
+    if await waiting.await_until(waiting.thread_key(thread_id), settled, seconds=seconds):
+        return True, built[0]
+    return False, await sync_to_async(answer)()
 
 
 async def _after_wait(
@@ -201,7 +215,6 @@ async def _after_wait(
     if not seconds:
         return accepted
     recorded = accepted.value
-    settled = await _settle(recorded["thread_id"], seconds)
 
     def answer() -> Schema:
         # Validated whole, in a thread (the resolvers read the database): a schema built
@@ -210,7 +223,8 @@ async def _after_wait(
             {**recorded, "thread": _thread_data(request, recorded["thread_id"])}
         )
 
-    return Status(200 if settled else 202, await sync_to_async(answer)())
+    settled, built = await _settled(recorded["thread_id"], seconds, answer)
+    return Status(200 if settled else 202, built)
 
 
 @router.get("/{thread_id}", response={200: ThreadOut, 404: Problem})
@@ -223,8 +237,7 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     if not params.wait:
         return await sync_to_async(_visible_thread_out)(request, thread_id)  # one hand-off
     thread = await sync_to_async(thread_or_404)(request, thread_id)
-    await _settle(thread.pk, params.wait)
-    return await sync_to_async(_thread_out)(request, thread.pk)
+    return (await _settled(thread.pk, params.wait, lambda: _thread_out(request, thread.pk)))[1]
 
 
 def _visible_thread_out(request: HttpRequest, thread_id: str) -> ThreadOut:

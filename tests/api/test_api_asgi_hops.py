@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 # check, and the view's one block; docs/benchmarks.md, "Where an approval's time goes".
 APPROVAL_HOPS = 4
 READ_HOPS = 4
+# A read with ?wait: the thread looked up, then each look; the look that finds the thread
+# settled builds the answer in its own hand-off.
+WAITING_READ_HOPS = 5
 
 
 def _hops(application, monkeypatch, requests):
@@ -77,6 +80,20 @@ def test_reading_a_thread_through_asgi_makes_at_most_the_counted_thread_hand_off
     assert response.status_code == 200, response.text
     assert response.json()["pending_interrupt"] is not None
     assert 0 < len(hops) <= READ_HOPS, hops
+
+
+def test_a_waiting_read_of_a_settled_thread_answers_from_the_look_that_found_it_settled(
+    reviewer, application, monkeypatch
+):
+    headers = _headers(reviewer)
+    url = f"/api/threads/{make_interrupt().thread.pk}?wait=5"
+    read = lambda c: c.get(url, headers=headers)  # noqa: E731
+
+    (_, response), hops = _hops(application, monkeypatch, [read, read])
+
+    assert response.status_code == 200, response.text
+    assert response.json()["pending_interrupt"] is not None
+    assert 0 < len(hops) <= WAITING_READ_HOPS, hops
 
 
 def test_the_api_stack_answers_with_the_security_headers_and_without_a_session(
