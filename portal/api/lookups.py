@@ -18,9 +18,10 @@ from portal.api.auth import token_user
 from portal.api.errors import ApiProblem
 from portal.models import Approval, Assignment, Interrupt, RoutingEvent, Thread, rows
 
-# The relations InterruptOut reads, in the order the statement says whether each has rows,
-# and the routing events it shows.
-_RELATIONS = ("approvals", "assignments", "routing_events")
+# The relations InterruptOut reads (with their rows' model), in the order the statement
+# says whether each has rows, and the routing events it shows.
+_RELATED = {"approvals": Approval, "assignments": Assignment, "routing_events": RoutingEvent}
+_RELATIONS = tuple(_RELATED)
 _ROUTED = (RoutingEvent.Action.REMINDED, RoutingEvent.Action.ESCALATED)
 
 
@@ -74,8 +75,9 @@ def visible_request(user: Any, interrupt_id: Any) -> Interrupt | None:
     cache = interrupt.__dict__.setdefault("_prefetched_objects_cache", {})
     for name in _RELATIONS:
         if not has[name]:
-            # As prefetch_related leaves a relation it found empty.
-            empty = getattr(interrupt, name).none()
+            # As prefetch_related leaves a relation it found empty (the related manager's
+            # own none() would build its filter first, for a query that never runs).
+            empty: Any = _RELATED[name]._default_manager.none()
             empty._result_cache, empty._prefetch_done = [], True
             cache[name] = empty
     wanted = [name for name in _RELATIONS if has[name]]
