@@ -75,6 +75,22 @@ TEXT = "Refund $42.50 for order A-1001, it arrived broken."
 SECRET = "bench-e2e-" + "s" * 60
 
 
+@dataclass(frozen=True)
+class Checkout:
+    """A work tree of the portal that ``Ours`` serves, and the database it serves it on:
+    this one on ``OURS_DB``, or another beside it (``bench.ab``)."""
+
+    root: Path = ROOT
+    db: str = OURS_DB
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "artifacts" / "bench" / "e2e"
+
+
+HERE = Checkout()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -123,27 +139,31 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _web(
-    server: str, processes: int = 1, loop: str = shape.LOOP
+    server: str, processes: int = 1, loop: str = shape.LOOP, checkout: Checkout = HERE
 ) -> tuple[int, subprocess.Popen[bytes]]:
     """``processes`` web processes serving ``portal.asgi`` under ``server`` (daphne,
     uvicorn or granian: ``bench.shape.command``) on a free port."""
     port = _free_port()
     proc = subprocess.Popen(
         shape.command(server, port, processes, loop),
-        cwd=ROOT,
-        env=_ours_env(),
-        stdout=(LOGS / f"ours-{server}.log").open("a"),
+        cwd=checkout.root,
+        env=_ours_env(checkout),
+        stdout=(checkout.logs / f"ours-{server}.log").open("a"),
         stderr=subprocess.STDOUT,
     )
     return port, proc
 
 
-def _ours_env() -> dict[str, str]:
-    unset = ("SQLITE_PATH", "TEST_DB_SUFFIX", "PORTAL_EMBEDDED_WORKER", "PORTAL_NO_WORKER")
+def _ours_env(checkout: Checkout = HERE) -> dict[str, str]:
+    # PYTHONPATH too: each process imports the portal from its checkout's root.
+    unset = (
+        *("SQLITE_PATH", "TEST_DB_SUFFIX", "PORTAL_EMBEDDED_WORKER", "PORTAL_NO_WORKER"),
+        "PYTHONPATH",
+    )
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(
         {
-            "DATABASE_URL": OURS_DB,
+            "DATABASE_URL": checkout.db,
             "REDIS_URL": REDIS_URL,
             "DJANGO_SETTINGS_MODULE": "bench.e2e_settings",
             "PORTAL_MODEL": "scripted",
@@ -196,25 +216,28 @@ class Ours:
         tokens: dict[str, str],
         server: str = shape.SERVER,
         processes: int | None = None,
+        checkout: Checkout = HERE,
     ) -> None:
         """The production shape (``bench.shape``) unless ``server`` and ``processes``
-        say otherwise."""
-        LOGS.mkdir(parents=True, exist_ok=True)
+        say otherwise; ``checkout``'s code on its database."""
+        self.checkout = checkout
+        logs = checkout.logs
+        logs.mkdir(parents=True, exist_ok=True)
         self.server = server
         self.processes = shape.web_processes() if processes is None else processes
         self.support = {"Authorization": f"Bearer {tokens['support']}"}
         self.reviewer = {"Authorization": f"Bearer {tokens['reviewer']}"}
-        env = _ours_env()
-        self.port, self.web = _web(server, self.processes)
+        env = _ours_env(checkout)
+        self.port, self.web = _web(server, self.processes, checkout=checkout)
         self.base = f"http://127.0.0.1:{self.port}"
         self.workers = []
         for k in range(workers):
-            log = LOGS / f"ours-worker-{k}.log"
+            log = logs / f"ours-worker-{k}.log"
             log.write_text("")
             self.workers.append(
                 subprocess.Popen(
                     [sys.executable, "manage.py", "run_worker", "--id", f"e2e-{k}"],
-                    cwd=ROOT,
+                    cwd=checkout.root,
                     env=env,
                     stdout=log.open("a"),
                     stderr=subprocess.STDOUT,
@@ -224,9 +247,9 @@ class Ours:
             _wait_http(self.base + "/healthz", self.web, seconds=STARTUP_SECONDS)
             deadline = time.monotonic() + STARTUP_SECONDS
             for k, proc in enumerate(self.workers):
-                while "ready" not in (LOGS / f"ours-worker-{k}.log").read_text():
+                while "ready" not in (logs / f"ours-worker-{k}.log").read_text():
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"worker {k} did not start; see {LOGS}")
+                        raise RuntimeError(f"worker {k} did not start; see {logs}")
                     time.sleep(0.1)
         except BaseException:
             self.stop()
@@ -476,11 +499,12 @@ def _db_now(url: str) -> Any:
 
 
 def run_batch(side: Ours | Peer, workers: int, clients: int, total: int) -> Batch:
-    window_start = _db_now(OURS_DB) if isinstance(side, Ours) else None
+    db = side.checkout.db if isinstance(side, Ours) else None
+    window_start = _db_now(db) if db else None
     paused, done, seconds, errors, stats = asyncio.run(_batch(side, clients, total))
     batch = Batch(side.name, workers, clients, paused, done, seconds, errors, stats)
-    if window_start is not None:
-        batch.db_window = (window_start, _db_now(OURS_DB))
+    if db:
+        batch.db_window = (window_start, _db_now(db))
     print(
         f"  {side.name:9} workers={workers} clients={clients:2}: {len(done)} cycles in "
         f"{seconds:.1f} s ({batch.cycles_per_second:.1f}/s), paused p50 "
@@ -991,12 +1015,18 @@ def _prepare() -> dict[str, str]:
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    _fresh_database(OURS_DB)
     _fresh_database(PEER_DB)
+    return prepare_checkout(HERE)
+
+
+def prepare_checkout(checkout: Checkout) -> dict[str, str]:
+    """``checkout``'s database made anew, migrated by its own code, with our users; their
+    tokens."""
+    _fresh_database(checkout.db)
     out = subprocess.run(
         [sys.executable, "-m", "bench.e2e", "setup"],
-        cwd=ROOT,
-        env=_ours_env(),
+        cwd=checkout.root,
+        env=_ours_env(checkout),
         check=True,
         capture_output=True,
         text=True,
