@@ -94,6 +94,8 @@ def test_a_waiting_read_of_a_settled_thread_answers_from_the_look_that_found_it_
     assert response.status_code == 200, response.text
     assert response.json()["pending_interrupt"] is not None
     assert 0 < len(hops) <= WAITING_READ_HOPS, hops
+    assert sum(hop.endswith(".look") for hop in hops) == 1, hops  # settled at the first
+    assert not any("_thread_out" in hop or "<lambda>" in hop for hop in hops), hops
 
 
 def test_the_api_stack_answers_with_the_security_headers_and_without_a_session(
