@@ -3,8 +3,9 @@
 ``python -m bench.ab BEFORE [AFTER]``: each side is a git revision (checked out into a
 work tree of its own for the run) or a directory holding a checkout; AFTER defaults to
 this work tree. Both sides run at once as ``bench.e2e`` runs ours (the production shape,
-4 ``run_worker`` processes, the scripted model), each on a database of its own, so that
-nothing but the code differs. Short batches take turns, in the order A B B A, so that
+4 ``run_worker`` processes, the scripted model), each on a PostgreSQL database of its own
+(they share Redis and its channel prefix, where their threads' groups are named apart by
+the threads' ids). Short batches take turns, in the order A B B A, so that
 a machine whose speed drifts within minutes (these small machines do) slows both sides
 alike; halfway, both are stopped and started again in the other order, since the side
 started second was seen to run cheaper.
@@ -12,7 +13,9 @@ started second was seen to run cheaper.
 Each round: one client's cycles (start -> paused, resume -> done: ``bench.e2e``'s
 cycle), then 20 clients' cycles, timed for cycles per second and for the CPU they cost:
 the web processes, the workers, and the side's own PostgreSQL backends (its database's,
-read from ``pg_stat_activity``). The section "A/B of two checkouts" of
+read from ``pg_stat_activity``; a backend that closes during a batch takes its CPU with
+it). Errors (a cycle that failed) are counted, not hidden. Logs go to
+``artifacts/bench/e2e/ab/A`` and ``.../B``. The section "A/B of two checkouts" of
 docs/benchmarks.md is replaced by the last run.
 """
 
@@ -24,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,7 @@ class Side:
     done: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
     cycles: int = 0
+    errors: int = 0
     cpu: dict[str, float] = field(
         default_factory=lambda: {"web": 0.0, "workers": 0.0, "PostgreSQL": 0.0}
     )
@@ -81,11 +84,11 @@ def _revision(tree: Path) -> str:
     return out.stdout.strip() + (" (and uncommitted changes)" if dirty else "")
 
 
-def _process_cpu(pid: int) -> float:
+def _process_cpu(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        return None  # gone, or not a process of this machine's
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -102,10 +105,17 @@ def _backends(db: str) -> list[int]:
 
 
 def _cpu_now(ours: e2e.Ours) -> tuple[float, float, dict[int, float]]:
+    backends = {pid: _process_cpu(pid) for pid in _backends(ours.checkout.db)}
+    read = {pid: cpu for pid, cpu in backends.items() if cpu is not None}
+    if backends and not read:
+        raise RuntimeError(
+            "PostgreSQL's backends are not processes of this machine (a container, or "
+            "another host): their CPU cannot be read"
+        )
     return (
         tree_cpu_seconds(ours.web.pid),
-        sum(_process_cpu(p.pid) for p in ours.workers),
-        {pid: _process_cpu(pid) for pid in _backends(ours.checkout.db)},
+        sum(_process_cpu(p.pid) or 0.0 for p in ours.workers),
+        read,
     )
 
 
@@ -114,27 +124,28 @@ def _round(sides: list[Side], servers: dict[str, e2e.Ours], order: list[Side]) -
         batch = e2e.run_batch(servers[side.label], WORKERS, 1, ONE)
         side.paused += batch.paused
         side.done += batch.done
+        side.errors += len(batch.errors)
     for side in order:
         ours = servers[side.label]
         web, workers, pg = _cpu_now(ours)
-        began = time.perf_counter()
         batch = e2e.run_batch(ours, WORKERS, e2e.MANY, MANY)
-        seconds = time.perf_counter() - began
         web2, workers2, pg2 = _cpu_now(ours)
-        side.rates.append(len(batch.done) / seconds)
+        side.rates.append(batch.cycles_per_second)
         side.cycles += len(batch.done)
+        side.errors += len(batch.errors)
         side.cpu["web"] += web2 - web
         side.cpu["workers"] += workers2 - workers
-        # Backends that lived through the batch (a pooled connection closed meanwhile
-        # takes its CPU with it; both sides lose alike).
-        side.cpu["PostgreSQL"] += sum(pg2[pid] - before for pid, before in pg.items() if pid in pg2)
+        # A backend opened during the batch counts whole; one closed during it is lost.
+        side.cpu["PostgreSQL"] += sum(now - pg.get(pid, 0.0) for pid, now in pg2.items())
 
 
 def _half(sides: list[Side], tokens: dict[str, dict[str, str]], rounds: int) -> None:
     servers: dict[str, e2e.Ours] = {}
     try:
         for side in sides:
-            servers[side.label] = e2e.Ours(WORKERS, tokens[side.label], checkout=side.checkout)
+            ours = e2e.Ours(WORKERS, tokens[side.label], checkout=side.checkout)
+            ours.name = f"ours {side.label}"
+            servers[side.label] = ours
         for side in sides:  # warm-up, not counted
             e2e.run_batch(servers[side.label], WORKERS, 1, 3)
             e2e.run_batch(servers[side.label], WORKERS, e2e.MANY, 40)
@@ -143,6 +154,12 @@ def _half(sides: list[Side], tokens: dict[str, dict[str, str]], rounds: int) -> 
     finally:
         for ours in servers.values():
             ours.stop()
+
+
+def _side(label: str, tree: Path) -> Side:
+    db = f"{e2e.PG}/bench_ab_{label.lower()}{e2e.DB_SUFFIX}"
+    logs = e2e.LOGS / "ab" / label  # the side's work tree may be a temporary one
+    return Side(label, e2e.Checkout(tree, db, logs), _revision(tree))
 
 
 def _figures(side: Side) -> list[object]:
@@ -159,34 +176,30 @@ def _figures(side: Side) -> list[object]:
         per_cycle.get("workers", float("nan")),
         per_cycle.get("PostgreSQL", float("nan")),
         sum(per_cycle.values()) if per_cycle else float("nan"),
+        side.errors,
     ]
 
 
 def main() -> None:
     if not 1 <= len(sys.argv[1:]) <= 2:
         sys.exit("usage: python -m bench.ab BEFORE [AFTER] (git revisions or directories)")
+    if ROUNDS < 2 or ROUNDS % 2:
+        sys.exit("BENCH_AB_ROUNDS must be even: the two halves take as many rounds each")
     before, after = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else str(e2e.ROOT)
     load = os.getloadavg()
     with _checked_out(before) as tree_a, _checked_out(after) as tree_b:
-        sides = [
-            Side(
-                "A", e2e.Checkout(tree_a, f"{e2e.PG}/bench_ab_a{e2e.DB_SUFFIX}"), _revision(tree_a)
-            ),
-            Side(
-                "B", e2e.Checkout(tree_b, f"{e2e.PG}/bench_ab_b{e2e.DB_SUFFIX}"), _revision(tree_b)
-            ),
-        ]
+        sides = [_side("A", tree_a), _side("B", tree_b)]
         tokens = {side.label: e2e.prepare_checkout(side.checkout) for side in sides}
-        first = ROUNDS // 2
-        _half(sides, tokens, first)
-        _half(sides[::-1], tokens, ROUNDS - first)
+        _half(sides, tokens, ROUNDS // 2)
+        _half(sides[::-1], tokens, ROUNDS // 2)
     a, b = (_figures(side) for side in sides)
     ratio = [
         "B / A",
         *(
             y / x if isinstance(x, float) and x else float("nan")
-            for x, y in zip(a[1:], b[1:], strict=True)
+            for x, y in zip(a[1:-1], b[1:-1], strict=True)
         ),
+        "",  # errors: counted, not compared
     ]
     headers = [
         "side",
@@ -199,12 +212,12 @@ def main() -> None:
         "workers",
         "PostgreSQL",
         "sum",
+        "errors",
     ]
     body = "\n\n".join(
         [
             f"Command: `.venv-bench/bin/python -m bench.ab {before}"
-            + (f" {sys.argv[2]}`." if len(sys.argv) > 2 else "` (B: the work tree).")
-            + "",
+            + (f" {sys.argv[2]}`." if len(sys.argv) > 2 else "` (B: the work tree)."),
             f"Machine: {machine()}; {load_note(load)}.",
             f"Both checkouts served at once in the production shape, {WORKERS} workers each, "
             f"on databases of their own; {ROUNDS} rounds in two halves (restarted in the other "

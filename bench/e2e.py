@@ -77,15 +77,13 @@ SECRET = "bench-e2e-" + "s" * 60
 
 @dataclass(frozen=True)
 class Checkout:
-    """A work tree of the portal that ``Ours`` serves, and the database it serves it on:
-    this one on ``OURS_DB``, or another beside it (``bench.ab``)."""
+    """A work tree of the portal that ``Ours`` serves, the database it serves it on and
+    where its processes' logs go: this one on ``OURS_DB``, or another beside it
+    (``bench.ab``)."""
 
     root: Path = ROOT
     db: str = OURS_DB
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "artifacts" / "bench" / "e2e"
+    logs: Path = LOGS
 
 
 HERE = Checkout()
@@ -106,13 +104,15 @@ def _fresh_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+def _wait_http(
+    url: str, proc: subprocess.Popen[bytes], seconds: float = 60, logs: Path = LOGS
+) -> None:
     import httpx
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}; see {LOGS}")
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}; see {logs}")
         try:
             if httpx.get(url, timeout=1).status_code < 500:
                 return
@@ -244,7 +244,7 @@ class Ours:
                 )
             )
         try:
-            _wait_http(self.base + "/healthz", self.web, seconds=STARTUP_SECONDS)
+            _wait_http(self.base + "/healthz", self.web, seconds=STARTUP_SECONDS, logs=logs)
             deadline = time.monotonic() + STARTUP_SECONDS
             for k, proc in enumerate(self.workers):
                 while "ready" not in (logs / f"ours-worker-{k}.log").read_text():
