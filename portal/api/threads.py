@@ -237,7 +237,8 @@ async def get_thread(request: HttpRequest, thread_id: str, params: Query[WaitPar
     if not params.wait:
         return await sync_to_async(_visible_thread_out)(request, thread_id)  # one hand-off
     thread = await sync_to_async(thread_or_404)(request, thread_id)
-    return (await _settled(thread.pk, params.wait, lambda: _thread_out(request, thread.pk)))[1]
+    _, out = await _settled(thread.pk, params.wait, lambda: _thread_out(request, thread.pk))
+    return out
 
 
 def _visible_thread_out(request: HttpRequest, thread_id: str) -> ThreadOut:
