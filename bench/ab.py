@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench import e2e
 from bench.report import load_note, machine, percentile, table, write_section
-from bench.servers import tree_cpu_seconds
+from bench.servers import cpu_seconds, tree_cpu_seconds
 
 WORKERS = 4
 ROUNDS = int(os.environ.get("BENCH_AB_ROUNDS", "12"))  # both halves together
@@ -86,10 +86,9 @@ def _revision(tree: Path) -> str:
 
 def _process_cpu(pid: int) -> float | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except OSError:
         return None  # gone, or not a process of this machine's
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _backends(db: str) -> list[int]:

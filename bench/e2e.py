@@ -1119,11 +1119,6 @@ def _nothing_found(side: Ours | Peer) -> tuple[str, dict[str, str]]:
     return f"{side.base}/threads/{uuid.uuid4()}", {}
 
 
-def _cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
-    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _requests_per_second(side: Ours | Peer) -> tuple[float, float, list[str]]:
     """Requests per second, and the server process's CPU milliseconds per request."""
     url, headers = _nothing_found(side)
@@ -1134,9 +1129,9 @@ def _requests_per_second(side: Ours | Peer) -> tuple[float, float, list[str]]:
         if r.status_code != 404:
             raise RuntimeError(f"{r.status_code} {r.text[:200]}")
 
-    cpu = _cpu_seconds(server)
+    cpu = shape.cpu_seconds(server.pid)
     seconds, errors = asyncio.run(_burst([call] * CEILING_REQUESTS, MANY))
-    cpu_ms = 1000 * (_cpu_seconds(server) - cpu) / CEILING_REQUESTS
+    cpu_ms = 1000 * (shape.cpu_seconds(server.pid) - cpu) / CEILING_REQUESTS
     return CEILING_REQUESTS / seconds, cpu_ms, errors
 
 

@@ -46,6 +46,12 @@ def command(server: str, port: int, processes: int = 1, loop: str = LOOP) -> lis
     raise ValueError(f"unknown server {server!r}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` alone; OSError if it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) of ``pid`` and every live descendant."""
     children: dict[int, list[int]] = {}
