@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -30,10 +31,11 @@ from portal.models import (
     RuleVersion,
     audit_record,
     policies,
+    rows,
 )
 from portal.notify import broadcast, outbox
 from portal.notify.assignments import request_assign
-from portal.reviews import external
+from portal.reviews import external, sql
 from portal.reviews.checks import (
     Answer,
     check_decision,
@@ -63,12 +65,27 @@ HOUR = timedelta(hours=1)
 
 def switched_on_rules() -> list[Rule]:
     """The switched-on rules with their active versions, in the order they are tried
-    (lowest position, then id): one statement. Read from the database each time, so
-    switching a rule off takes effect at once on every process."""
-    return list(
-        Rule.objects.filter(enabled=True, active_version__isnull=False)
-        .select_related("active_version__rule")
-        .order_by("position", "id")
+    (lowest position, then id): one statement (``sql.SWITCHED_ON_RULES``). Read from the
+    database each time, so switching a rule off takes effect at once on every process."""
+    with connection.cursor() as cursor:
+        cursor.execute(_switched_on_rules_sql(connection.vendor))
+        found = cursor.fetchall()
+    split = rows.width(Rule)
+    rules = []
+    for values in found:
+        rule = rows.loaded(Rule, values[:split])
+        version = rows.loaded(RuleVersion, values[split:])
+        if version.rule_id == rule.pk:
+            RuleVersion.rule.field.set_cached_value(version, rule)
+        Rule.active_version.field.set_cached_value(rule, version)
+        rules.append(rule)
+    return rules
+
+
+@cache
+def _switched_on_rules_sql(vendor: str) -> str:
+    return sql.SWITCHED_ON_RULES.format(
+        rule=rows.columns(Rule, "r"), version=rows.columns(RuleVersion, "v")
     )
 
 

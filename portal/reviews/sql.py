@@ -1,4 +1,5 @@
-"""The SQL of ``portal.reviews``, by name: the columns read with a request's row lock.
+"""The SQL of ``portal.reviews``, by name: the columns read with a request's row lock, and
+the switched-on rules.
 
 A decision locks the request and, in the same statement, reads what its checks need of
 other rows: the thread's newest checkpoint, the steps an in-tool question's call is in,
@@ -13,6 +14,10 @@ query did to compose, compile and load.
 Each is a correlated subquery of a query over ``portal_interrupt`` that does not alias
 that table (the ORM's own queries do not); the table names are the models' default ones.
 Values are bound as parameters, never formatted in.
+
+Every pause also reads the switched-on rules (``SWITCHED_ON_RULES``), most often to find
+none: as an ORM query, with its two joins and its ordering, compiling it cost the worker
+more CPU than anything else it does for a pause outside the graph.
 """
 
 from typing import Any
@@ -40,6 +45,15 @@ JOIN portal_thread t ON t.id = portal_interrupt.thread_id
 LEFT JOIN {user_table} u ON u.id = portal_interrupt.claimed_by_id
 WHERE portal_interrupt.id = %s
 {lock}
+"""
+
+# The switched-on rules, each with its active version, in the order they are tried:
+# {rule} and {version} are the models' columns.
+SWITCHED_ON_RULES = """
+SELECT {rule}, {version}
+FROM portal_rule r JOIN portal_ruleversion v ON v.id = r.active_version_id
+WHERE r.enabled
+ORDER BY r.position, r.id
 """
 
 _WROTE_INTO_THREAD = """

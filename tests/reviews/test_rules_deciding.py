@@ -407,6 +407,28 @@ def test_with_no_rule_switched_on_a_pause_costs_one_statement(roles, django_asse
     assert not RuleHit.objects.exists()
 
 
+def test_the_switched_on_rules_come_in_order_with_their_versions_in_one_statement(
+    roles, django_assert_num_queries
+):
+    late = active_rule("late", position=30, conditions=SMALL)
+    first = active_rule("first", position=10, conditions=SMALL)
+    tie = active_rule("tie", position=30, conditions=SMALL)  # after "late": a higher id
+    write_version("not yet", conditions=SMALL)
+    off = active_rule("switched off", position=0, conditions=SMALL)
+    rule_switch_off(off.rule, by=off.written_by)
+
+    with django_assert_num_queries(1):
+        read = rule_decisions.switched_on_rules()
+        seen = [(r.name, r.active_version, r.active_version.rule.name) for r in read]
+
+    assert seen == [("first", first, "first"), ("late", late, "late"), ("tie", tie, "tie")]
+    # Loaded as the ORM loads them: what the version's hash seals reads the same.
+    assert [r.active_version.content_hash() for r in read] == [
+        v.content_hash() for v in (first, late, tie)
+    ]
+    assert all(r.active_version.content_hash() == r.active_version.hash for r in read)
+
+
 def test_on_a_pause_the_rules_are_read_once_and_decide_as_before(roles, monkeypatch):
     version = active_rule("small refunds", conditions=SMALL)
     interrupt = _refund()
