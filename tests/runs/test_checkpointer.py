@@ -179,7 +179,8 @@ def test_two_writers_racing_from_the_same_checkpoint_cannot_both_append(transact
 
     assert results.count(2) == 1
     assert sum(isinstance(r, CheckpointConflict) for r in results) == 7
-    assert list(Checkpoint.objects.filter(thread=thread).values_list("seq", flat=True)) == [1, 2]
+    seqs = Checkpoint.objects.filter(thread=thread).order_by("seq").values_list("seq", flat=True)
+    assert list(seqs) == [1, 2]
 
 
 @pytest.mark.django_db
