@@ -158,8 +158,10 @@ def roles(db):
 
 
 def _user(django_user_model, username, group=None, **extra):
-    user = django_user_model.objects.create_user(
-        username=username, password="pw-" + username, **extra
+    from tests.factories import password_hash
+
+    user = django_user_model.objects.create(
+        username=username, password=password_hash("pw-" + username), **extra
     )
     if group is not None:
         user.groups.add(group)
