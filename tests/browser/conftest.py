@@ -214,6 +214,15 @@ def shoot() -> Callable[[object, str], None]:
     return save
 
 
+def settle(page) -> None:
+    """Wait until the page has loaded (its "load" event: every script, style and image the
+    document named) and what it reported on the way (a CSP violation, a console line)
+    has reached the test: one more task in the page and a round trip to it. Playwright's
+    "networkidle" would add half a second of quiet to every page instead."""
+    page.wait_for_load_state("load")
+    page.evaluate("() => new Promise((done) => setTimeout(done))")
+
+
 def wait_live(page) -> None:
     """Wait until the page's websocket is open (so nothing published next is missed)."""
     page.wait_for_selector("[data-live-status][data-state=open]")

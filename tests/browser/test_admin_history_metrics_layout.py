@@ -8,6 +8,7 @@ from itertools import pairwise
 import pytest
 
 from portal.reviews.decisions import decision_submit
+from tests.browser.conftest import settle
 from tests.factories import admin_change_url, make_interrupt, make_tool_approval
 
 # The widest element's right edge beyond the viewport, and what it is (for the message).
@@ -47,7 +48,7 @@ def test_every_admin_list_fits_1280_pixels(live, login, data, admin_user):
     page = login(admin_user, start="/admin/")
     for name in ("thread", "interrupt", "decision", "run", "checkpoint", "apitoken"):
         page.goto(f"{live}/admin/portal/{name}/")
-        page.wait_for_load_state("networkidle")
+        settle(page)
         found = _overflow(page)
         assert found["page"] <= 0 and found["worst"] is None, (name, found)
 

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.browser.conftest import ROOT, TIMEOUT_MS, _wait_until_up
+from tests.browser.conftest import ROOT, TIMEOUT_MS, _wait_until_up, settle
 from tests.browser.csp import watch_csp
 from tests.processes import database_env, free_port
 
@@ -99,7 +99,7 @@ def visit(debug_off_portal, browser, transactional_db):
             assert page.get_by_role("button", name="Log out").count() == 1, page.content()
         response = page.goto(debug_off_portal + path)
         assert response is not None
-        page.wait_for_load_state("networkidle")
+        settle(page)
         return response.status, page
 
     yield go

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser.a11y import PHONE, axe_violations, overflow
-from tests.browser.conftest import ROLE_USERS, TIMEOUT_MS, wait_live
+from tests.browser.conftest import ROLE_USERS, TIMEOUT_MS, settle, wait_live
 from tests.browser.csp import watch_csp
 from tests.factories import make_decision, make_interrupt, make_tool_approval
 
@@ -67,7 +67,7 @@ def _problems(live, login, user, paths, check) -> list[str]:
     for path in paths:
         response = page.goto(live + path)
         assert response is not None and response.status < 500, path
-        page.wait_for_load_state("networkidle")
+        settle(page)
         if page.locator("[data-live-status]").count():
             wait_live(page)
         problems += [f"{path} ({response.status}): {p}" for p in check(page)]
