@@ -201,7 +201,7 @@ def _check_memory_is_flat(client, auditor, monkeypatch, small: int, large: int) 
 
 
 def test_export_memory_does_not_grow_with_the_number_of_rows(client, auditor, monkeypatch):
-    _check_memory_is_flat(client, auditor, monkeypatch, small=1_000, large=10_000)
+    _check_memory_is_flat(client, auditor, monkeypatch, small=1_000, large=5_000)
 
 
 @pytest.mark.postgres
@@ -209,7 +209,7 @@ def test_export_memory_does_not_grow_with_the_number_of_rows_on_postgres(
     client, auditor, monkeypatch
 ):
     # generate_series makes the rows in a second; bench/history.py measures 1,000,000.
-    _check_memory_is_flat(client, auditor, monkeypatch, small=2_000, large=20_000)
+    _check_memory_is_flat(client, auditor, monkeypatch, small=2_000, large=10_000)
 
 
 def test_every_outcome_is_exported_with_the_name_the_pages_use():
