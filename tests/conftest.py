@@ -87,10 +87,11 @@ def django_db_setup(django_db_setup, django_db_blocker, django_db_keepdb):
 @pytest.fixture(scope="session", autouse=True)
 def _empty_tables_by_delete_on_postgresql() -> Iterator[None]:
     """After each transactional test Django empties every table with one TRUNCATE, which
-    on PostgreSQL gives each table and index a new file: 0.3-0.4 s a test, whatever the
-    tables hold. DELETE of rows so few takes about a millisecond. The decisions' triggers
-    refuse DELETE, so the flush skips triggers (``session_replication_role``, for
-    superusers only, as the test runner connects); without a superuser, TRUNCATE as before."""
+    on PostgreSQL gives each table and index a new file, whatever the tables hold: a
+    large share of a short test's time. DELETE of the few rows a test leaves costs next to
+    nothing. The decisions' triggers refuse DELETE, so the flush skips triggers
+    (``session_replication_role``, for superusers only, as the test runner connects);
+    without a superuser, TRUNCATE as before."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush

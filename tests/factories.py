@@ -70,8 +70,8 @@ _counter = itertools.count(1)
 def password_hash(raw: str) -> str:
     """``raw`` hashed as the settings say, once per session and hasher list: the browser
     tests' users get the real hasher (the live server checks their passwords with it),
-    which takes a fifth of a second a user; a stored hash serves each test that makes
-    a user of that name again."""
+    which is slow by design; a stored hash serves each test that makes a user of that
+    name again."""
     return _hash(raw, tuple(settings.PASSWORD_HASHERS))
 
 
