@@ -3,6 +3,10 @@ role and no page reports a violation (no inline script, handler, style or eval).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import pytest
 from playwright.sync_api import expect
 
@@ -116,12 +120,20 @@ def test_deciding_from_the_page_and_the_admin_reports_no_csp_violation(
     assert csp_violations(admin) == []
 
 
-def test_the_login_pages_and_the_api_docs_report_no_csp_violation(live, browser):
+@contextmanager
+def _watched_page(browser) -> Iterator[tuple[Any, list[str]]]:
+    """A page in a fresh context of its own, and the CSP violations its pages report."""
     context = browser.new_context()
     context.set_default_timeout(TIMEOUT_MS)
     found = watch_csp(context)
-    page = context.new_page()
     try:
+        yield context.new_page(), found
+    finally:
+        context.close()
+
+
+def test_the_login_pages_and_the_api_docs_report_no_csp_violation(live, browser):
+    with _watched_page(browser) as (page, found):
         for path in ["/login/", "/admin/login/", "/api/docs"]:
             response = page.goto(live + path)
             assert response is not None and response.status == 200, path
@@ -139,18 +151,12 @@ def test_the_login_pages_and_the_api_docs_report_no_csp_violation(live, browser)
         page.get_by_role("button", name="Log in").click()
         settle(page)
         assert found == []
-    finally:
-        context.close()
 
 
 def test_a_page_served_with_inline_script_and_style_has_reported_both_once_settled(live, browser):
     # What the walks above rely on: by the time settle() returns, a page served under the
     # portal's own policy has reported what it broke, with no pause of the test's own.
-    context = browser.new_context()
-    context.set_default_timeout(TIMEOUT_MS)
-    found = watch_csp(context)
-    page = context.new_page()
-    try:
+    with _watched_page(browser) as (page, found):
         response = page.goto(live + "/login/")
         assert response is not None
         policy = response.headers["content-security-policy"]
@@ -168,16 +174,11 @@ def test_a_page_served_with_inline_script_and_style_has_reported_both_once_settl
         assert page.evaluate("window.ran === undefined")
         assert any("script-src" in v for v in found), found
         assert any("style-src" in v for v in found), found
-    finally:
-        context.close()
 
 
 def test_a_blocked_inline_script_would_be_reported(live, browser):
     # The watch itself works: an inline script added to a page is refused and recorded.
-    context = browser.new_context()
-    found = watch_csp(context)
-    page = context.new_page()
-    try:
+    with _watched_page(browser) as (page, found):
         page.goto(live + "/login/")
         page.evaluate(
             "() => { const s = document.createElement('script');"
@@ -186,5 +187,3 @@ def test_a_blocked_inline_script_would_be_reported(live, browser):
         page.wait_for_timeout(300)
         assert page.evaluate("window.ran === undefined")
         assert any("script-src" in v for v in found), found
-    finally:
-        context.close()
