@@ -124,50 +124,48 @@ def roles(db):
     return {g.name: g for g in ensure_roles()}
 
 
-def _user(django_user_model, username, group=None, **extra):
-    from tests.factories import password_hash
+def _user(username, group=None, **extra):
+    from tests.factories import make_user
 
-    user = django_user_model.objects.create(
-        username=username, password=password_hash("pw-" + username), **extra
-    )
+    user = make_user(username, **extra)
     if group is not None:
         user.groups.add(group)
     return user
 
 
 @pytest.fixture
-def support_agent(django_user_model, roles):
-    return _user(django_user_model, "sam-support", roles["support"])
+def support_agent(roles):
+    return _user("sam-support", roles["support"])
 
 
 @pytest.fixture
-def other_support_agent(django_user_model, roles):
-    return _user(django_user_model, "olga-support", roles["support"])
+def other_support_agent(roles):
+    return _user("olga-support", roles["support"])
 
 
 @pytest.fixture
-def reviewer(django_user_model, roles):
-    return _user(django_user_model, "rita-reviewer", roles["reviewer"])
+def reviewer(roles):
+    return _user("rita-reviewer", roles["reviewer"])
 
 
 @pytest.fixture
-def second_reviewer(django_user_model, roles):
-    return _user(django_user_model, "rob-reviewer", roles["reviewer"])
+def second_reviewer(roles):
+    return _user("rob-reviewer", roles["reviewer"])
 
 
 @pytest.fixture
-def auditor(django_user_model, roles):
-    return _user(django_user_model, "abe-auditor", roles["auditor"])
+def auditor(roles):
+    return _user("abe-auditor", roles["auditor"])
 
 
 @pytest.fixture
-def outsider(django_user_model, roles):
-    return _user(django_user_model, "otto-outsider")
+def outsider(roles):
+    return _user("otto-outsider")
 
 
 @pytest.fixture
-def admin_user(django_user_model, roles):
-    return _user(django_user_model, "ada-admin", is_staff=True, is_superuser=True)
+def admin_user(roles):
+    return _user("ada-admin", is_staff=True, is_superuser=True)
 
 
 # --- browser tests: Debian's Chromium through Playwright ---------------------------------
