@@ -84,6 +84,53 @@ def django_db_setup(django_db_setup, django_db_blocker, django_db_keepdb):
                 time.sleep(0.1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _empty_tables_by_delete_on_postgresql() -> Iterator[None]:
+    """After each transactional test Django empties every table with one TRUNCATE, which
+    on PostgreSQL gives each table and index a new file, whatever the tables hold: a
+    large share of a short test's time. DELETE of the few rows a test leaves costs next to
+    nothing. The decisions' triggers refuse DELETE, so the flush skips triggers
+    (``session_replication_role``, for superusers only, as the test runner connects);
+    without a superuser, TRUNCATE as before."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if not tables or reset_sequences or not _is_superuser(self.connection):
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        # execute_sql_flush runs these in one transaction: SET LOCAL ends with it.
+        return [
+            "SET LOCAL session_replication_role = replica",
+            *(f"DELETE FROM {self.quote_name(table)}" for table in tables),
+        ]
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = truncate
+
+
+@pytest.fixture
+def fresh_tables(db) -> None:
+    """The requests', checkpoints' and decisions' tables as a new database has them, for a
+    test that reads a query plan. The planner weighs the tables' pages and statistics,
+    and earlier tests leave theirs behind: rows the flush above deleted or a transaction
+    rolled back, an ANALYZE. Truncated within the test's own transaction, so the
+    truncation ends with it. PostgreSQL only."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE portal_interrupt, portal_checkpoint, portal_decision CASCADE")
+
+
+def _is_superuser(connection) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        return bool(cursor.fetchone()[0])
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings_xdist_suffix(request: pytest.FixtureRequest) -> None:
     """pytest-django's own, but the SQLite file keeps its extension: .test-db_gw0.sqlite3

@@ -205,7 +205,7 @@ def _copies(decision, n: int = 2000) -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_search_uses_the_full_text_index(decisions):
+def test_postgres_search_uses_the_full_text_index(fresh_tables, decisions):
     """On a table of some size (2,000 decided requests, analysed), a word that one request
     has is found through the full-text index. The index holds decided requests only, so
     this also shows the search says so (the planner must prove the index's WHERE)."""
@@ -216,7 +216,7 @@ def test_postgres_search_uses_the_full_text_index(decisions):
 
 
 @pytest.mark.postgres
-def test_postgres_estimates_how_many_requests_a_search_matches(decisions):
+def test_postgres_estimates_how_many_requests_a_search_matches(fresh_tables, decisions):
     """The planner knows how common a word is (statistics on the search's document,
     migration 0012; a partial index's own are not used), rather than guessing 0.5% of
     the table: a word in every copy is estimated at about every copy, a word in none

@@ -69,7 +69,7 @@ def test_the_history_page_offers_dropdowns_in_words_that_send_the_codes(client, 
 
 
 @pytest.mark.postgres
-def test_postgres_searches_the_customers_words_through_their_index(said):
+def test_postgres_searches_the_customers_words_through_their_index(fresh_tables, said):
     """The customer's words are found through the partial GIN index of migration 0031
     (the planner uses it only if the query's expression and WHERE equal the index's)."""
     from tests.audit.test_history import _plan
