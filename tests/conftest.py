@@ -101,10 +101,15 @@ def _empty_tables_by_delete_on_postgresql() -> Iterator[None]:
             return truncate(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
-        # execute_sql_flush runs these in one transaction: SET LOCAL ends with it.
+        # execute_sql_flush runs these in one transaction: SET LOCAL ends with it. The
+        # lock is TRUNCATE's own, taken on every table at once: a live server's worker
+        # that writes meanwhile waits for the flush rather than writing between the
+        # DELETEs (a step of a thread already deleted, which no check would refuse here).
+        quoted = [self.quote_name(table) for table in tables]
         return [
             "SET LOCAL session_replication_role = replica",
-            *(f"DELETE FROM {self.quote_name(table)}" for table in tables),
+            f"LOCK TABLE {', '.join(quoted)} IN ACCESS EXCLUSIVE MODE",
+            *(f"DELETE FROM {table}" for table in quoted),
         ]
 
     DatabaseOperations.sql_flush = sql_flush

@@ -73,9 +73,9 @@ def _wait_until_up(url: str, proc: subprocess.Popen, log: Path, timeout: float =
 
 @pytest.fixture(scope="session", autouse=True)
 def flush_again_after_a_deadlock() -> Iterator[None]:
-    """Each test's data is flushed (TRUNCATE) while the session's server and worker go on
-    querying: PostgreSQL may find the TRUNCATE and a worker's claim deadlocked and cancel
-    the TRUNCATE. The other side finishes, so the flush is tried again."""
+    """Each test's data is flushed while the session's server and worker go on querying:
+    PostgreSQL may find the flush's table locks and a worker's claim deadlocked and cancel
+    the flush. The other side finishes, so the flush is tried again."""
     from django.core.management.base import CommandError
     from django.core.management.commands import flush
 
