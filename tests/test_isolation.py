@@ -12,9 +12,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 # pg_stat_activity lists sessions, not counters; a test may read its own database's rows
-# there (``WHERE datname = current_database()``) to see its server's connections.
+# there (``WHERE datname = current_database()``) to see its server's connections, and
+# pg_stat_clear_snapshot() only makes its own session read them afresh.
 SERVER_WIDE = re.compile(
-    r"\bpg_stat_(?!activity\b)\w+|\bpg_current_wal_\w+|\bpg_wal_lsn_diff\b|\bpg_stat_get_\w+"
+    r"\bpg_stat_(?!activity\b|clear_snapshot\b)\w+"
+    r"|\bpg_current_wal_\w+|\bpg_wal_lsn_diff\b|\bpg_stat_get_\w+"
     r"|\.info\(\s*\)|[\"']INFO[\"']|\bdbsize\(",
 )
 
@@ -35,3 +37,5 @@ def test_the_pattern_catches_what_once_made_a_full_run_flaky():
     assert SERVER_WIDE.search("client.info()")
     assert not SERVER_WIDE.search("conn.info.backend_pid")
     assert not SERVER_WIDE.search("FROM pg_stat_activity WHERE datname = current_database()")
+    assert not SERVER_WIDE.search('cursor.execute("SELECT pg_stat_clear_snapshot()")')
+    assert SERVER_WIDE.search("SELECT n_dead_tup FROM pg_stat_user_tables")

@@ -831,6 +831,10 @@ def test_a_run_finishing_while_its_thread_is_cancelled_does_not_deadlock(
 
     def waiting_on_a_lock() -> int:
         with connection.cursor() as cursor:
+            # Read inside the cancellation's transaction, where the server keeps the list of
+            # sessions from its first read of pg_stat_activity: a session that connects
+            # later (the finisher's, when it opens a new one) would never be seen.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity "
                 "WHERE wait_event_type = 'Lock' AND datname = current_database()"
