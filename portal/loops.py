@@ -90,12 +90,18 @@ L = TypeVar("L", bound=Loop)
 def keep_connections() -> None:
     """A loop is one long-lived process: keep its connection between rounds instead of
     reconnecting for each (web processes borrow from a pool instead, see settings). Health
-    checks replace a connection the server dropped."""
+    checks replace a connection the server dropped. On PostgreSQL the connection binds
+    parameters on the server, so psycopg prepares what a loop repeats (a worker's claim
+    and finish are planned once, not on each run)."""
     for alias in connections:
+        options = connections[alias].settings_dict.setdefault("OPTIONS", {})
         # One connection for the life of the process: a pool would only add a hand-over.
-        connections[alias].settings_dict.get("OPTIONS", {}).pop("pool", None)
+        options.pop("pool", None)
         connections[alias].settings_dict["CONN_MAX_AGE"] = settings.PORTAL_WORKER_CONN_MAX_AGE
         connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
+        if connections[alias].vendor == "postgresql":
+            # Django turns psycopg's preparing off unless told a threshold: psycopg's own.
+            options.update(server_side_binding=True, prepare_threshold=5)
 
 
 def run_as_command(

@@ -2,9 +2,10 @@
 and one per write), the run queue's (one per claim and one per finish) and the idle
 workers' turn to listen.
 
-The tables are the models' default names, and the INSERTs name every column by hand
-(tests/runs/test_checkpointer.py checks both). Parameters that land in a SELECT list are
-cast: the server cannot infer their types there, and a NULL would otherwise be text.
+The tables are the models' default names, and the INSERTs and the claim's RETURNING name
+every column by hand (tests/runs/test_checkpointer.py checks all three). Parameters that
+land in a SELECT list are cast: the server cannot infer their types there, and a NULL
+would otherwise be text.
 """
 
 # -- the checkpointer (portal.runs.checkpointer) --------------------------------------
@@ -128,6 +129,9 @@ CLAIMED_THREAD_FIELDS = ("id", "agent", "owner_id", "last_seq", "cancelled_at")
 # branch is only read when no expired lease is found). The run and its thread are locked
 # SKIP LOCKED together, so concurrent workers take different runs and two runs of one
 # thread never start at once; the same statement marks the run and its thread running.
+# It returns the run's columns by name: a worker prepares its claim, and a prepared
+# statement returning `r.*` would fail once a migration added a column ("cached plan must
+# not change result type"), on every claim until the connection was replaced.
 CLAIM = """
 WITH expired AS (
     SELECT r.id FROM portal_run r JOIN portal_thread t ON t.id = r.thread_id
@@ -156,7 +160,9 @@ WITH expired AS (
         lease_expires_at = statement_timestamp() + %(lease)s * interval '1 second',
         started_at = coalesce(r.started_at, statement_timestamp())
     FROM picked WHERE r.id = picked.id
-    RETURNING r.*
+    RETURNING r.id, r.thread_id, r.kind, r.status, r.input, r.author_id, r.attempts,
+              r.lease_owner, r.lease_expires_at, r.error, r.created_at, r.started_at,
+              r.finished_at
 ), busy AS (
     UPDATE portal_thread t SET status = 'running', updated_at = statement_timestamp()
     FROM claimed WHERE t.id = claimed.thread_id AND t.cancelled_at IS NULL

@@ -362,6 +362,18 @@ def test_the_postgresql_statements_fill_every_column_of_the_rows_they_insert():
         assert inserted(sql, model._meta.db_table) == columns - auto, model.__name__
 
 
+def test_the_claim_returns_every_column_of_the_run_by_name():
+    """A new Run field must be named in the claim too, or the claimed run would read it
+    with a query of its own (and a ``r.*`` would break the prepared claim, see
+    tests/runs/test_worker_processes.py)."""
+    from portal.runs import sql as queue_sql
+
+    match = re.search(r"RETURNING ([^)]*)\n\)", queue_sql.CLAIM)
+    assert match, "no RETURNING in the claim"
+    returned = [c.strip() for c in match.group(1).split(",")]
+    assert returned == [f"r.{f.column}" for f in Run._meta.concrete_fields]
+
+
 @pytest.mark.postgres
 def test_a_pause_on_a_thread_not_loaded_still_expires_by_its_agents_policy(
     transactional_db, settings, monkeypatch

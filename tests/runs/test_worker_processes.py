@@ -246,3 +246,63 @@ def test_a_run_queued_while_the_listening_worker_executes_is_started_by_another_
     assert run_status(slow) == Run.Status.RUNNING  # still waiting for its release
     (effects / "release").write_text("")
     wait_for(lambda: run_status(slow) == Run.Status.SUCCEEDED, timeout=30)
+
+
+PREPARED_IN_A_WORKER = """
+from django.db import connection
+from portal import loops
+from portal.runs.worker import Worker
+loops.keep_connections()
+Worker(name="preparing").run_forever(once=True)
+with connection.cursor() as cursor:
+    cursor.execute("SELECT statement FROM pg_prepared_statements")
+    for (statement,) in cursor.fetchall():
+        print("PREPARED", " ".join(statement.split())[:30])
+"""
+
+
+@pytest.mark.postgres
+def test_a_worker_plans_its_claim_and_finish_once_not_on_each_run(spawn, support_agent):
+    for n in range(8):
+        threads.thread_start(agent="echo", input=say(f"run {n}"), user=support_agent)
+    text = finish(spawn("shell", "-c", PREPARED_IN_A_WORKER))
+    assert Run.objects.filter(status=Run.Status.SUCCEEDED).count() == 8
+    prepared = [line.removeprefix("PREPARED ").strip() for line in text.splitlines()]
+    assert "WITH expired AS ( SELECT r.id" in prepared, text
+    assert "WITH finished AS ( UPDATE port" in prepared, text
+
+
+# Columns a migration adds to the tables a worker's repeated statements read, while the
+# workers of the release before keep running.
+_ADDED = ("portal_run", "portal_thread", "portal_checkpoint")
+
+
+@pytest.mark.postgres
+def test_a_column_migrated_in_under_a_running_worker_leaves_its_prepared_statements_working(
+    spawn, support_agent
+):
+    # A worker's statements are prepared once they repeat. One that returned a table's
+    # every column would fail on each claim after such a migration ("cached plan must not
+    # change result type"), until the connection was replaced.
+    worker = spawn("run_worker", "--id", "migrated-under")
+    for n in range(8):  # enough runs for every statement of one to be prepared
+        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    try:
+        with connection.cursor() as cursor:
+            for table in _ADDED:
+                cursor.execute(f"ALTER TABLE {table} ADD COLUMN added_by_a_migration integer")
+        _, after = threads.thread_start(agent="echo", input=say("after"), user=support_agent)
+        wait_for(
+            lambda: run_status(after) == Run.Status.SUCCEEDED,
+            timeout=10,
+            what="the run queued after the migration",
+        )
+        worker.terminate()
+        text = finish(worker)
+        assert "cached plan" not in text, text
+    finally:
+        worker.kill()
+        with connection.cursor() as cursor:
+            for table in _ADDED:
+                cursor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS added_by_a_migration")
