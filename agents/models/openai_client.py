@@ -9,11 +9,14 @@ went out raises ``ModelError`` and the caller decides what to do with the half a
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2  # the openai package's HTTP client
 import openai
 
 from agents.models.base import DeltaCallback, ModelError
@@ -26,6 +29,14 @@ _RETRYABLE_STATUS = frozenset({408, 429})
 
 def _is_retryable_status(status: int) -> bool:
     return status in _RETRYABLE_STATUS or status >= 500
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The certificates the openai package's client trusts by default, loaded once per
+    process: loading them costs tens of milliseconds of CPU, and a worker builds its
+    agent's model, and so a client, for each run."""
+    return httpx2.create_ssl_context()
 
 
 class _StreamBroken(Exception):
@@ -102,6 +113,7 @@ class OpenAIChatModel:
             base_url=base_url,
             timeout=timeout,
             max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
         )
 
     @property

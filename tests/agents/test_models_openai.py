@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from agents.models import ModelError, OpenAIChatModel, resolve_model
+from agents.models import ModelError, OpenAIChatModel, openai_client, resolve_model
 from agents.state import Message
 from agents.testing.fake_openai import FakeOpenAI
 
@@ -312,3 +313,22 @@ def test_resolve_model_gives_an_openai_client_when_a_base_url_is_set(monkeypatch
     assert isinstance(model, OpenAIChatModel)
     assert model.name == "gpt-4o-mini"
     assert model.base_url.rstrip("/") == fake.base_url
+
+
+def test_models_built_one_after_another_load_the_trusted_certificates_once(monkeypatch):
+    """A worker builds its agent's model, and so a client, for each run: the certificates,
+    far the dearest part of a client, are loaded for the first one only."""
+    loads = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        load(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    openai_client._tls_context.cache_clear()
+
+    models = [OpenAIChatModel("gpt-test", api_key="k") for _ in range(3)]
+
+    assert len(models) == 3
+    assert len(loads) == 1
