@@ -6,10 +6,12 @@ these tests need no subprocess; the cross-process behaviour is in test_worker_pr
 
 from __future__ import annotations
 
+import copy
 import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from portal.models import Checkpoint, Interrupt, Run, Thread
@@ -173,9 +175,12 @@ def test_a_worker_name_too_long_for_its_leases_is_refused_at_start():
     Worker(name="w" * 119)
     with pytest.raises(ValueError, match="at most 119 characters"):
         Worker(name="w" * 120)
+    database = copy.deepcopy(connection.settings_dict)
     with pytest.raises(CommandError, match="--id: a worker's name may have at most 119"):
         call_command("run_worker", "--once", "--id", "w" * 120)
     assert not Run.objects.filter(status=Run.Status.RUNNING).exists()  # nothing claimed
+    # Nor was this process's connection made a loop's (kept, bound on the server).
+    assert connection.settings_dict == database
 
 
 def test_a_run_whose_lease_expired_too_often_fails_with_the_reason(support_agent, settings):

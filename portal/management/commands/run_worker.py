@@ -30,7 +30,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        loops.keep_connections()
         try:
             # Overdue requests are declined between runs: no cron job for expire_interrupts.
             # The decision rules act on each new request once its run has paused.
@@ -43,6 +42,7 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(f"--id: {exc}") from None
+        loops.keep_connections()  # once the arguments are known good: nothing refused changed
         done = loops.run_as_command(
             self, worker, kind="worker", once=options["once"], finishing="the current run"
         )
