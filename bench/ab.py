@@ -3,12 +3,12 @@
 ``python -m bench.ab BEFORE [AFTER]``: each side is a git revision (checked out into a
 work tree of its own for the run) or a directory holding a checkout; AFTER defaults to
 this work tree. Both sides run at once as ``bench.e2e`` runs ours (the production shape,
-4 ``run_worker`` processes, the scripted model), each on a PostgreSQL database of its own
-(they share Redis and its channel prefix, where their threads' groups are named apart by
-the threads' ids). Short batches take turns, in the order A B B A, so that
-a machine whose speed drifts within minutes (these small machines do) slows both sides
-alike; halfway, both are stopped and started again in the other order, since the side
-started second was seen to run cheaper.
+4 ``run_worker`` processes, the scripted model or, with ``BENCH_E2E_MODEL=openai``, a
+model over HTTP), each on a PostgreSQL database of its own (they share Redis and its
+channel prefix, where their threads' groups are named apart by the threads' ids). Short
+batches take turns, in the order A B B A, so that a machine whose speed drifts within
+minutes (these small machines do) slows both sides alike; halfway, both are stopped and
+started again in the other order, since the side started second was seen to run cheaper.
 
 Each round: one client's cycles (start -> paused, resume -> done: ``bench.e2e``'s
 cycle), then 20 clients' cycles, timed for cycles per second and for the CPU they cost:
@@ -215,7 +215,7 @@ def main() -> None:
     ]
     body = "\n\n".join(
         [
-            f"Command: `.venv-bench/bin/python -m bench.ab {before}"
+            f"Command: `{e2e.command('bench.ab')} {before}"
             + (f" {sys.argv[2]}`." if len(sys.argv) > 2 else "` (B: the work tree)."),
             f"Machine: {machine()}; {load_note(load)}.",
             f"Both checkouts served at once in the production shape, {WORKERS} workers each, "
@@ -223,8 +223,9 @@ def main() -> None:
             f"order halfway), each round {ONE} one-client cycles per side, then {MANY} "
             f"cycles from {e2e.MANY} clients per side, the sides taking turns A B B A. "
             f"{len(sides[0].paused)} one-client cycles and {sides[0].cycles} "
-            f"{e2e.MANY}-client cycles per side. CPU: the web processes' tree, the workers, "
-            "and the backends of the side's own database, over the 20-client batches.",
+            f"{e2e.MANY}-client cycles per side. The agent's model: {e2e.model_words()[0]}. "
+            "CPU: the web processes' tree, the workers, and the backends of the side's own "
+            "database, over the 20-client batches.",
             table(headers, [a, b, ratio]),
         ]
     )

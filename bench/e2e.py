@@ -25,6 +25,11 @@ Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e
 profile`` samples our web process and workers with py-spy during a 20-client batch;
 ``-m bench.e2e servers`` runs ours behind daphne and behind uvicorn side by side;
 ``-m bench.e2e ceiling`` measures what one web process serves at most (a 404 each).
+``BENCH_E2E_MODEL=openai`` gives both sides a model over HTTP instead: each side's model
+node is a chat-completions client of one fake OpenAI-compatible server process on loopback
+(``agents.testing.fake_openai``), scripted to call the refund tool and then to answer with
+its result; ours names a model (``PORTAL_MODEL``), the peer's node holds one ``openai``
+client built as its graph module loads. The model is mocked at its boundary only.
 PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (names end in
 ``BENCH_E2E_DB_SUFFIX``; dropped and created anew
 each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
@@ -34,6 +39,8 @@ every loop is bounded in count and in time.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import json
 import os
 import signal
@@ -71,6 +78,9 @@ BATCH_SECONDS = float(os.environ.get("BENCH_E2E_BATCH_SECONDS", "60"))
 WAIT = float(os.environ.get("BENCH_E2E_WAIT_SECONDS", "30"))
 # A start-up takes a minute when other jobs load the machine several times over.
 STARTUP_SECONDS = float(os.environ.get("BENCH_E2E_STARTUP_SECONDS", "180"))
+# Each side's model: its own offline model ("scripted"), or a client of the fake
+# OpenAI-compatible server ("openai"; see the module's docstring).
+MODEL = os.environ.get("BENCH_E2E_MODEL", "scripted")
 TEXT = "Refund $42.50 for order A-1001, it arrived broken."
 SECRET = "bench-e2e-" + "s" * 60
 
@@ -154,6 +164,70 @@ def _web(
     return port, proc
 
 
+# What the fake model answers: the refund's tool call to the customer's request, and the
+# tool's result, repeated, to the result (the fake matches the latest message).
+FAKE_MODEL_SCRIPT = [
+    {"text": "Refund of $42.50 issued for order A-1001.", "match": "^Refund of", "forever": True},
+    {
+        "tool_calls": [
+            {"name": "issue_refund", "arguments": {"order_id": "A-1001", "amount": 42.5}}
+        ],
+        "forever": True,
+    },
+]
+
+
+@functools.cache
+def fake_model_url() -> str:
+    """The base URL of the fake OpenAI-compatible server both sides' models call, started
+    (once, in a process of its own, until the bench exits) on first use."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    script = LOGS / "fake-model-script.json"
+    script.write_text(json.dumps(FAKE_MODEL_SCRIPT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agents.testing.fake_openai", "--script", str(script)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    atexit.register(_stop, [proc])
+    assert proc.stdout is not None
+    return proc.stdout.readline().strip()
+
+
+def command(tool: str) -> str:
+    """The command line a report names, with the model when it is not the default."""
+    model = f"BENCH_E2E_MODEL={MODEL} " if MODEL != "scripted" else ""
+    return f"{model}.venv-bench/bin/python -m {tool}"
+
+
+def model_words() -> tuple[str, str]:
+    """What ours runs its agent with, and what the peer's model node is, in a report."""
+    if MODEL == "scripted":
+        return (
+            "the scripted model (`PORTAL_MODEL=scripted`, no delay)",
+            "a deterministic model node",
+        )
+    fake = (
+        "a fake OpenAI-compatible server process on loopback (`agents.testing.fake_openai`), "
+        "scripted to call the refund tool and then to answer with its result"
+    )
+    return (
+        f"a model over HTTP (`PORTAL_MODEL=gpt-bench`, `OPENAI_BASE_URL`): {fake}",
+        "a model node asking the same server through one `openai` client built as its module "
+        "loads (not streamed; ours streams)",
+    )
+
+
+def _model_env() -> dict[str, str]:
+    if MODEL == "scripted":
+        return {"PORTAL_MODEL": "scripted"}
+    if MODEL != "openai":
+        raise SystemExit(f"BENCH_E2E_MODEL={MODEL!r}: 'scripted' or 'openai'")
+    url = fake_model_url()
+    return {"PORTAL_MODEL": "gpt-bench", "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "bench"}
+
+
 def _ours_env(checkout: Checkout = HERE) -> dict[str, str]:
     # PYTHONPATH too: each process imports the portal from its checkout's root.
     unset = (
@@ -166,7 +240,7 @@ def _ours_env(checkout: Checkout = HERE) -> dict[str, str]:
             "DATABASE_URL": checkout.db,
             "REDIS_URL": REDIS_URL,
             "DJANGO_SETTINGS_MODULE": "bench.e2e_settings",
-            "PORTAL_MODEL": "scripted",
+            **_model_env(),
             "PORTAL_SCRIPTED_DELAY_MS": "0",
             # PORTAL_EMBEDDED_WORKER unset, as in production: off with PostgreSQL and
             # Redis (portal/settings.py), so no web process runs a worker of its own.
@@ -360,6 +434,8 @@ class Peer:
             "LANGCHAIN_TRACING_V2": "false",
             "LOG_LEVEL": "WARNING",
         }
+        if MODEL == "openai":
+            env["BENCH_E2E_MODEL_URL"] = fake_model_url()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -795,7 +871,7 @@ Targets (ratios are ours / the peer's, from this run):
   ({drain:.1f} per second).
 """
     body = f"""
-Command: `.venv-bench/bin/python -m bench e2e`.
+Command: `{command("bench e2e")}`.
 
 Machine: {machine()}; {load_note(load)}. Client, servers, PostgreSQL and Redis all share
 these cores: every figure is a whole-system figure on a small machine.
@@ -803,7 +879,7 @@ these cores: every figure is a whole-system figure on a small machine.
 **Ours**, in the production shape (docs/deployment.md): {web_shape} serving the JSON API
 (`portal.asgi`), and {" or ".join(map(str, WORKERS))} `manage.py run_worker` processes,
 PostgreSQL and Redis, `DEBUG` off; `agents/examples/refunds.py` with
-the scripted model (`PORTAL_MODEL=scripted`, no delay). A support user's token starts a
+{model_words()[0]}. A support user's token starts a
 thread (`POST /api/threads?wait={WAIT:g}`), a reviewer's token approves it (`POST
 /api/threads/<id>/resume?wait={WAIT:g}`): one request a step, like the peer's client, each
 answered with the thread once the run has paused or finished (a waiting `GET
@@ -814,8 +890,8 @@ peer's uvicorn does.
 serves the API and runs its queue) on its PostgreSQL + Redis runtime
 (`langgraph-runtime-pg`), started offline with no license key;
 `N_JOBS_PER_WORKER` = the number of workers. Its graph (`bench/e2e_peer_graph.py`) has the
-same model -> tool -> model shape, `interrupt()` before the refund is paid, and a
-deterministic model node. The client uses the server's own waiting call, `POST
+same model -> tool -> model shape, `interrupt()` before the refund is paid, and
+{model_words()[1]}. The client uses the server's own waiting call, `POST
 /threads/<id>/runs/wait` (the first creates the thread).
 
 A cycle: start a thread until it is paused on the approval (start -> paused), then approve
@@ -893,9 +969,14 @@ Client-side time per HTTP request:
     errors = [e for b in batches for e in b.errors] + [e for a in apart for e in a["errors"]]
     if errors:
         body += f"\nErrors ({len(errors)}), first: `{errors[0]}`\n"
-    write_section(
-        "e2e", "End to end through HTTP: the portal against LangGraph's agent server", body
-    )
+    if MODEL == "scripted":
+        section, title = (
+            "e2e",
+            "End to end through HTTP: the portal against LangGraph's agent server",
+        )
+    else:
+        section, title = "e2e-model", "End to end with a model over HTTP, against the peer"
+    write_section(section, title, body)
     print(body)
 
 
