@@ -16,7 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import connection, connections
+from django.db import close_old_connections, connection, connections
 from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
@@ -102,6 +102,21 @@ def keep_connections() -> None:
         if connections[alias].vendor == "postgresql":
             # Django turns psycopg's preparing off unless told a threshold: psycopg's own.
             options.update(server_side_binding=True, prepare_threshold=5)
+
+
+def refresh_connections() -> None:
+    """Between a loop's rounds: close the connections that broke, outlived CONN_MAX_AGE or
+    saw an error. One that saw an error is replaced even if it still answers: its prepared
+    statements may no longer fit the tables (a migration changed a column's type under the
+    running loop, and each later run of a statement that returns it fails until the
+    session ends). Not inside an atomic block: a test running the loop in its transaction
+    would lose that transaction."""
+    if connection.in_atomic_block:
+        return
+    for kept in connections.all(initialized_only=True):
+        if kept.errors_occurred and not kept.in_atomic_block:
+            kept.close()
+    close_old_connections()
 
 
 def run_as_command(

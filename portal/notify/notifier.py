@@ -12,7 +12,7 @@ import threading
 import time
 
 from django.contrib.auth import get_user_model
-from django.db import close_old_connections, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from portal import loops
@@ -169,8 +169,7 @@ class Notifier:
     def _run(self, *, once: bool, total: int) -> int:
         try:
             while not self.stopping.is_set():
-                if not connection.in_atomic_block:
-                    close_old_connections()
+                loops.refresh_connections()
                 _wake.clear()
                 self._heartbeat.maybe_beat()
                 try:
@@ -188,8 +187,7 @@ class Notifier:
                     _wake.wait(self.poll)
         finally:
             self._heartbeat.forget()
-            if not connection.in_atomic_block:
-                close_old_connections()
+            loops.refresh_connections()
         log.info("notifier %s stopped", self.name)
         return total
 

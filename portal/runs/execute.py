@@ -118,8 +118,8 @@ def failure(
         return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
     native = prepared.connection
     if native is not None and _connection_failed(native, exc):
-        # Our connection died (a database restart, a failover), not the run: give the
-        # run back, to continue from its last checkpoint after we reconnect.
+        # Our connection died (a database restart, a failover) or went stale, not the
+        # run: give the run back, to continue from its last checkpoint after we reconnect.
         log.warning("run %s: the database connection failed; releasing it", run.pk)
         connection_lost()
         return Outcome(RELEASE, f"{type(exc).__name__}: {exc}")
@@ -127,8 +127,11 @@ def failure(
 
 
 def _connection_failed(conn: Any, exc: BaseException) -> bool:
-    """Whether ``exc`` is the worker's own connection failing rather than the run."""
-    return isinstance(exc, psycopg.OperationalError) or bool(conn.closed or conn.broken)
+    """Whether ``exc`` is the worker's own connection failing rather than the run: lost,
+    or holding prepared statements that no longer fit a table a migration changed (each
+    later run of them would fail the same way until the session ends)."""
+    outdated = isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in str(exc)
+    return isinstance(exc, psycopg.OperationalError) or outdated or bool(conn.closed or conn.broken)
 
 
 def _input_problem(payload: Any) -> str:

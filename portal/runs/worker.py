@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.db.models.functions import Now
 
 from portal import loops
@@ -53,14 +53,6 @@ LEASE_LOST = (
 # run_worker's exit status when the run it was executing may be another worker's now
 # (sysexits' EX_TEMPFAIL: a supervisor starts it again).
 EXIT_FENCED = 75
-
-
-def _refresh_connections() -> None:
-    # Between runs, drop connections that broke or outlived CONN_MAX_AGE (as sendalerts
-    # does). Not inside an atomic block: a test running the loop in its transaction
-    # would lose that transaction.
-    if not connection.in_atomic_block:
-        close_old_connections()
 
 
 class _Heartbeat(threading.Thread):
@@ -195,7 +187,7 @@ class Worker:
         log.info("worker %s started", self.name)
         try:
             while not self.stopping.is_set():
-                _refresh_connections()
+                loops.refresh_connections()
                 wake.clear()
                 self._heartbeat.maybe_beat()
                 self._expire_due()
@@ -227,7 +219,7 @@ class Worker:
             self._close_listener()
             self._close_loop()
             self._heartbeat.forget()
-            _refresh_connections()
+            loops.refresh_connections()
         log.info("worker %s stopped after %d runs", self.name, done)
         return done
 

@@ -306,3 +306,60 @@ def test_a_column_migrated_in_under_a_running_worker_leaves_its_prepared_stateme
         with connection.cursor() as cursor:
             for table in _ADDED:
                 cursor.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS added_by_a_migration")
+
+
+@pytest.mark.postgres
+def test_a_column_type_migrated_under_a_running_worker_costs_it_one_failed_claim(
+    spawn, support_agent
+):
+    # A column a prepared claim returns changes type ("cached plan must not change result
+    # type" on every later run of it in that session): the worker's connection, once it
+    # saw the error, is replaced, and the next claim is planned anew.
+    worker = spawn("run_worker", "--id", "retyped-under")
+    for n in range(8):  # enough runs for the claim to be prepared
+        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE portal_run ALTER COLUMN lease_owner TYPE varchar(200)")
+        _, after = threads.thread_start(agent="echo", input=say("after"), user=support_agent)
+        wait_for(
+            lambda: run_status(after) == Run.Status.SUCCEEDED,
+            timeout=10,
+            what="the run queued after the migration",
+        )
+        worker.terminate()
+        text = finish(worker)
+        assert text.count("cached plan must not change result type") <= 2, text  # one claim
+    finally:
+        worker.kill()
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE portal_run ALTER COLUMN lease_owner TYPE varchar(128)")
+
+
+@pytest.mark.postgres
+def test_a_checkpoint_column_retyped_under_a_running_worker_gives_its_run_back_not_failed(
+    spawn, support_agent
+):
+    # The checkpoints go through the worker's own async connection, whose statements are
+    # prepared too: the run whose step meets the stale plan is given back, the connection
+    # replaced, and the run finished on the next claim.
+    worker = spawn("run_worker", "--id", "retyped-checkpoints")
+    for n in range(8):
+        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE portal_checkpoint ALTER COLUMN status TYPE varchar(40)")
+        _, after = threads.thread_start(agent="echo", input=say("after"), user=support_agent)
+        wait_for(
+            lambda: run_status(after) in (Run.Status.SUCCEEDED, Run.Status.FAILED),
+            timeout=15,
+            what="the run queued after the migration",
+        )
+        after.refresh_from_db()
+        assert (after.status, after.error) == (Run.Status.SUCCEEDED, ""), after.error
+    finally:
+        worker.kill()
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE portal_checkpoint ALTER COLUMN status TYPE varchar(16)")
