@@ -106,6 +106,9 @@ def test_write_simulate_and_activate_a_rule_as_a_second_person(
     other.goto(f"{live}/history/")
     other.get_by_label("Decided by rules").check()
     other.get_by_role("button", name="Apply").click()
+    # The filtered list replaces the whole one (htmx, which then pushes its URL): a click
+    # into the row before that lands would be cancelled by the push.
+    expect(other).to_have_url(re.compile(r"by_rules=on"))
     row = other.locator("tbody tr", has_text="A-1002")
     expect(row).to_contain_text("rule Small refunds on delivered orders v1")
     shoot(other, "history-decided-by-rule")
