@@ -272,6 +272,16 @@ def test_a_worker_plans_its_claim_and_finish_once_not_on_each_run(spawn, support
     assert "WITH finished AS ( UPDATE port" in prepared, text
 
 
+def _prepared_worker(spawn, support_agent, name: str) -> subprocess.Popen:
+    """A ``run_worker`` that has run enough runs for every statement of one to be prepared
+    (psycopg prepares what a connection runs five times)."""
+    worker = spawn("run_worker", "--id", name)
+    for n in range(8):
+        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
+        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    return worker
+
+
 # Columns a migration adds to the tables a worker's repeated statements read, while the
 # workers of the release before keep running.
 _ADDED = ("portal_run", "portal_thread", "portal_checkpoint")
@@ -284,10 +294,7 @@ def test_a_column_migrated_in_under_a_running_worker_leaves_its_prepared_stateme
     # A worker's statements are prepared once they repeat. One that returned a table's
     # every column would fail on each claim after such a migration ("cached plan must not
     # change result type"), until the connection was replaced.
-    worker = spawn("run_worker", "--id", "migrated-under")
-    for n in range(8):  # enough runs for every statement of one to be prepared
-        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
-        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    worker = _prepared_worker(spawn, support_agent, "migrated-under")
     try:
         with connection.cursor() as cursor:
             for table in _ADDED:
@@ -315,10 +322,7 @@ def test_a_column_type_migrated_under_a_running_worker_costs_it_one_failed_claim
     # A column a prepared claim returns changes type ("cached plan must not change result
     # type" on every later run of it in that session): the worker's connection, once it
     # saw the error, is replaced, and the next claim is planned anew.
-    worker = spawn("run_worker", "--id", "retyped-under")
-    for n in range(8):  # enough runs for the claim to be prepared
-        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
-        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    worker = _prepared_worker(spawn, support_agent, "retyped-under")
     try:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE portal_run ALTER COLUMN lease_owner TYPE varchar(200)")
@@ -344,10 +348,7 @@ def test_a_checkpoint_column_retyped_under_a_running_worker_gives_its_run_back_n
     # The checkpoints go through the worker's own async connection, whose statements are
     # prepared too: the run whose step meets the stale plan is given back, the connection
     # replaced, and the run finished on the next claim.
-    worker = spawn("run_worker", "--id", "retyped-checkpoints")
-    for n in range(8):
-        _, run = threads.thread_start(agent="echo", input=say(f"before {n}"), user=support_agent)
-        wait_for(lambda run=run: run_status(run) == Run.Status.SUCCEEDED, timeout=30)
+    worker = _prepared_worker(spawn, support_agent, "retyped-checkpoints")
     try:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE portal_checkpoint ALTER COLUMN status TYPE varchar(40)")
