@@ -33,7 +33,12 @@ from pathlib import Path
 
 from bench import e2e
 from bench.report import load_note, machine, percentile, table, write_section
-from bench.servers import cpu_seconds, tree_cpu_seconds
+from bench.servers import (
+    backends_cpu_between,
+    database_cpu_seconds,
+    process_cpu_seconds,
+    tree_cpu_seconds,
+)
 
 WORKERS = 4
 ROUNDS = int(os.environ.get("BENCH_AB_ROUNDS", "12"))  # both halves together
@@ -84,37 +89,11 @@ def _revision(tree: Path) -> str:
     return out.stdout.strip() + (" (and uncommitted changes)" if dirty else "")
 
 
-def _process_cpu(pid: int) -> float | None:
-    try:
-        return cpu_seconds(pid)
-    except OSError:
-        return None  # gone, or not a process of this machine's
-
-
-def _backends(db: str) -> list[int]:
-    import psycopg
-
-    base, name = db.rsplit("/", 1)
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            [name],
-        ).fetchall()
-    return [int(r[0]) for r in rows]
-
-
 def _cpu_now(ours: e2e.Ours) -> tuple[float, float, dict[int, float]]:
-    backends = {pid: _process_cpu(pid) for pid in _backends(ours.checkout.db)}
-    read = {pid: cpu for pid, cpu in backends.items() if cpu is not None}
-    if backends and not read:
-        raise RuntimeError(
-            "PostgreSQL's backends are not processes of this machine (a container, or "
-            "another host): their CPU cannot be read"
-        )
     return (
         tree_cpu_seconds(ours.web.pid),
-        sum(_process_cpu(p.pid) or 0.0 for p in ours.workers),
-        read,
+        sum(process_cpu_seconds(p.pid) or 0.0 for p in ours.workers),
+        database_cpu_seconds(ours.checkout.db),
     )
 
 
@@ -134,8 +113,7 @@ def _round(sides: list[Side], servers: dict[str, e2e.Ours], order: list[Side]) -
         side.errors += len(batch.errors)
         side.cpu["web"] += web2 - web
         side.cpu["workers"] += workers2 - workers
-        # A backend opened during the batch counts whole; one closed during it is lost.
-        side.cpu["PostgreSQL"] += sum(now - pg.get(pid, 0.0) for pid, now in pg2.items())
+        side.cpu["PostgreSQL"] += backends_cpu_between(pg, pg2)
 
 
 def _half(sides: list[Side], tokens: dict[str, dict[str, str]], rounds: int) -> None:

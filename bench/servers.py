@@ -72,3 +72,45 @@ def tree_cpu_seconds(pid: int) -> float:
             total += int(stats[p][11]) + int(stats[p][12])
         todo.extend(children.get(p, []))
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """``cpu_seconds(pid)``, or None when it is gone (or not a process of this machine's)."""
+    try:
+        return cpu_seconds(pid)
+    except OSError:
+        return None
+
+
+def database_cpu_seconds(db: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend connected to database ``db`` (a URL), by
+    pid; RuntimeError when the backends are not processes of this machine."""
+    import psycopg
+
+    base, name = db.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        ).fetchall()
+    backends = {int(r[0]): process_cpu_seconds(int(r[0])) for r in rows}
+    read = {pid: cpu for pid, cpu in backends.items() if cpu is not None}
+    if backends and not read:
+        raise RuntimeError(
+            "PostgreSQL's backends are not processes of this machine (a container, or "
+            "another host): their CPU cannot be read"
+        )
+    return read
+
+
+def backends_cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the backends spent between two ``database_cpu_seconds`` readings: a
+    backend opened in between counts whole; one closed in between is lost."""
+    return sum(now - before.get(pid, 0.0) for pid, now in after.items())
+
+
+def machine_idle_seconds() -> tuple[float, float]:
+    """The machine's idle and total CPU seconds since boot, all cores (``/proc/stat``)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return fields[3] / tick, sum(fields) / tick

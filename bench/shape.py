@@ -32,7 +32,13 @@ from typing import Any
 
 from bench import e2e
 from bench.report import load_note, machine, table, write_section
-from bench.servers import LOOP, tree_cpu_seconds
+from bench.servers import (
+    LOOP,
+    backends_cpu_between,
+    database_cpu_seconds,
+    machine_idle_seconds,
+    tree_cpu_seconds,
+)
 
 REQUESTS = int(os.environ.get("BENCH_SHAPE_REQUESTS", "600"))
 BURSTS = int(os.environ.get("BENCH_SHAPE_BURSTS", "3"))
@@ -209,19 +215,35 @@ def approvals() -> None:
     try:
         paused = _paused_threads(ours, REQUESTS * (BURSTS + 1))
         _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])  # warm-up
-        runs = []
+        rows: list[list[object]] = []
         for rnd in range(BURSTS):
+            # Read outside the sampler's block, so its own backend is not counted.
+            backends, client, (idle, total) = (
+                database_cpu_seconds(ours.checkout.db),
+                time.process_time(),
+                machine_idle_seconds(),
+            )
             with _waits_sampled() as waits:
                 rate, cpu = _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])
-            runs.append((rate, cpu, waits))
+            database = backends_cpu_between(backends, database_cpu_seconds(ours.checkout.db))
+            client = time.process_time() - client
+            idle_after, total_after = machine_idle_seconds()
+            rows.append(
+                [
+                    rnd + 1,
+                    rate,
+                    cpu,
+                    1000 * database / REQUESTS,
+                    1000 * client / REQUESTS,
+                    100 * (idle_after - idle) / (total_after - total),
+                    waits.get("Lock:advisory", 0.0),
+                    waits.get("Client:ClientRead", 0.0),
+                ]
+            )
             print(f"  burst {rnd + 1}: {rate:.1f} approvals/s, load {os.getloadavg()[0]:.1f}")
     finally:
         ours.stop()
-    rows = [
-        [n + 1, rate, cpu, waits.get("Lock:advisory", 0.0), waits.get("Client:ClientRead", 0.0)]
-        for n, (rate, cpu, waits) in enumerate(runs)
-    ]
-    rows.append(["median", *(statistics.median(float(r[k]) for r in rows) for k in (1, 2, 3, 4))])
+    rows.append(["median", *(statistics.median(float(r[k]) for r in rows) for k in range(1, 8))])
     body = "\n\n".join(
         [
             "Command: `.venv-bench/bin/python -m bench.shape approvals`.",
@@ -230,7 +252,11 @@ def approvals() -> None:
             f"`run_worker`s stopped while approvals are timed; {CLIENTS} clients, "
             f"{REQUESTS} API approvals a burst (`POST /api/threads/<id>/resume`, no wait, "
             f"each on a paused thread of its own), {BURSTS} bursts after a warm-up. Server "
-            "CPU = the web processes' tree's user + system time / approvals. Waiting: the "
+            "CPU = the web processes' tree's user + system time / approvals; PostgreSQL's, "
+            "its backends' on the bench's database; the client's, this benchmark's process "
+            "(its asyncio httpx client, and the sampler below); idle, the share of both "
+            "cores' time that nothing ran. Together they are where the machine's two cores "
+            "went. Waiting: the "
             "mean number of the database's client backends seen waiting on each thing, "
             "sampled every 10 ms through the burst (`pg_stat_activity`): for the chains' "
             "lock (`Lock:advisory`), or idle for their client's next statement "
@@ -241,6 +267,9 @@ def approvals() -> None:
                     "burst",
                     "approvals/s",
                     "server CPU ms/approval",
+                    "PostgreSQL CPU ms/approval",
+                    "client CPU ms/approval",
+                    "machine idle %",
                     "waiting for the chains' lock",
                     "waiting for their client",
                 ],
