@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from portal.accounts import roles, sql
 from portal.models import ApiToken, AuditEvent, audit_record, password_fingerprint, rows
+from portal.models.db import prepared_cursor
 
 TOKEN_PREFIX = "prt_"
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -40,7 +41,7 @@ def hash_token(token: str) -> str:
 def token_found(token_hash: str) -> ApiToken | None:
     """The token with this hash, with its user and the user's permissions, in one query
     (an API request reads all three; each used to be a round trip of its own)."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_token_found_sql(connection.vendor), [token_hash])
         found = cursor.fetchone()
     if found is None:

@@ -17,6 +17,7 @@ from portal.api import sql
 from portal.api.auth import token_user
 from portal.api.errors import ApiProblem
 from portal.models import Approval, Assignment, Interrupt, RoutingEvent, Thread, rows
+from portal.models.db import prepared_cursor
 
 # The relations InterruptOut reads (with their rows' model), in the order the statement
 # says whether each has rows, and the routing events it shows.
@@ -51,7 +52,7 @@ def visible_request(user: Any, interrupt_id: Any) -> Interrupt | None:
     has some."""
     if interrupt_id is None:
         return None
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_request_sql(connection.vendor), [*_ROUTED, str(interrupt_id)])
         found = cursor.fetchone()
     if found is None:
@@ -127,7 +128,7 @@ def named_request(user: Any, thread_id: str, interrupt_id: str | None) -> Interr
     except ValueError:
         return None
     thread_key = Thread._meta.pk.get_db_prep_value(thread_uuid, connection)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_named_request_sql(connection.vendor), [str(interrupt_id), thread_key])
         found = cursor.fetchone()
     if found is None:

@@ -41,6 +41,7 @@ from portal.models import (
     rows,
     waiting,
 )
+from portal.models.db import prepared_cursor
 from portal.reviews.decisions import decision_submit_for_thread
 from portal.reviews.threads import thread_cancel, thread_retry, thread_start
 from portal.runs.checkpointer import DjangoCheckpointer
@@ -166,7 +167,7 @@ def _start(request: HttpRequest, payload: StartIn) -> Status[dict[str, Any]]:
 
 
 def _thread_busy(thread_id: Any) -> bool:
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             _statement("busy"),
             [_thread_key(thread_id), Run.Status.QUEUED, Run.Status.RUNNING],
@@ -253,7 +254,7 @@ def _thread_out(request: HttpRequest, thread_id: Any) -> ThreadOut:
 def _thread_with_owner(thread_id: Any) -> Thread:
     """As ``Thread.objects.select_related("owner").get(pk=thread_id)``, in ``sql``'s
     statement."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_statement("thread"), [_thread_key(thread_id)])
         found = cursor.fetchone()
     if found is None:

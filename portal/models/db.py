@@ -3,6 +3,8 @@ psycopg connection (a ``LISTEN``), ``aconnect`` for the worker's async one."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -31,3 +33,57 @@ async def aconnect() -> Any:
     checkpointer of a worker (``DjangoCheckpointer(connection=...)``). The caller closes
     it."""
     return await psycopg.AsyncConnection.connect(**connect_kwargs(), autocommit=True)
+
+
+# How many times a connection runs a statement through ``prepared_cursor`` before psycopg
+# prepares it (psycopg's own default).
+PREPARE_THRESHOLD = 5
+
+
+@contextlib.contextmanager
+def prepared_cursor() -> Iterator[Any]:
+    """A cursor of Django's connection that binds its parameters on the server, so that
+    psycopg prepares a statement the connection repeats and PostgreSQL plans it once per
+    connection, not on every request (the web's connections bind on the client, which
+    lets ``portal.models.together`` send several statements in one round trip). Outside a
+    transaction, a statement whose prepared plan a migration made stale is run once more,
+    planned afresh; inside one, the error fails the transaction, whose rollback drops the
+    stale plans (``stale_plan`` tells the error).
+    Elsewhere than PostgreSQL, Django's cursor as it is."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:  # Django turns preparing off unless told a threshold
+        raw.prepare_threshold = PREPARE_THRESHOLD
+    factory, raw.cursor_factory = raw.cursor_factory, ServerBindingCursor
+    try:
+        cursor = connection.cursor()
+    finally:
+        raw.cursor_factory = factory
+    with connection.execute_wrapper(_again_if_stale), cursor:
+        yield cursor
+
+
+def stale_plan(exc: BaseException) -> bool:
+    """Whether ``exc`` (psycopg's, or Django's wrapping it) is a prepared statement that no
+    longer fits its table: a migration changed the type of a column it returns, under a
+    running process. Every later run of it on that connection fails the same way until
+    its prepared statements are dropped: by a rollback, or ``DEALLOCATE ALL`` (psycopg
+    forgets its own on either)."""
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+    return isinstance(cause, psycopg.errors.FeatureNotSupported) and "cached plan" in str(cause)
+
+
+def _again_if_stale(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    try:
+        return execute(sql, params, many, context)
+    except Exception as exc:
+        if not stale_plan(exc) or connection.in_atomic_block:
+            raise
+    connection.connection.execute("DEALLOCATE ALL")
+    return execute(sql, params, many, context)

@@ -14,11 +14,12 @@ from functools import cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from portal.errors import InputError, InvalidDecision, StaleDecision, ThreadNotPaused, when
 from portal.models import Approval, Checkpoint, Decision, Interrupt, Thread, policies, rows
+from portal.models.db import prepared_cursor, stale_plan
 from portal.reviews import sql
 from portal.reviews.checks import (
     already_decided,
@@ -67,6 +68,35 @@ def decision_submit(
     ``AlreadyDecided``/``StaleDecision`` (409), ``ThreadNotPaused`` (404),
     ``DecisionForbidden`` (403) or ``InvalidDecision`` (422, with ``errors``).
     """
+    asked = {
+        "interrupt": interrupt,
+        "reviewer": reviewer,
+        "value": value,
+        "resume_interrupt_id": resume_interrupt_id,
+        "note": note,
+        "door": door,
+    }
+    outermost = not connection.in_atomic_block
+    try:
+        return _submitted(**asked)
+    except DatabaseError as exc:
+        if not (outermost and stale_plan(exc)):
+            raise
+    # A migration changed a column the locking read returns, under this process: the
+    # transaction rolled back at its first statement, nothing was recorded, and the
+    # rollback dropped the connection's prepared statements. Once more, planned afresh.
+    return _submitted(**asked)
+
+
+def _submitted(
+    *,
+    interrupt: Interrupt | str,
+    reviewer: Any,
+    value: Any,
+    resume_interrupt_id: str | None,
+    note: str,
+    door: str,
+) -> Decision | Approval:
     answer = check_decision(interrupt=interrupt, value=value, note=note)
     pk, value, note = answer.pk, answer.value, answer.note
     try:
@@ -156,7 +186,7 @@ def _locked_request(pk: str, reviewer_id: Any) -> Interrupt:
     with the lock as annotations: one statement (``sql.LOCKED_REQUEST``)."""
     columns = _with_the_lock(reviewer_id)
     params = [p for column in columns.values() for p in column.params]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_locked_request_sql(connection.vendor), [*params, pk])
         found = cursor.fetchone()
     if found is None:

@@ -17,6 +17,7 @@ import psycopg
 
 from agents.checkpoint import CheckpointConflict
 from portal.models import Run, Thread
+from portal.models.db import stale_plan
 from portal.notify import broadcast
 from portal.runs import queue, registry
 from portal.runs.checkpointer import DjangoCheckpointer, ThreadCancelled
@@ -130,8 +131,11 @@ def _connection_failed(conn: Any, exc: BaseException) -> bool:
     """Whether ``exc`` is the worker's own connection failing rather than the run: lost,
     or holding prepared statements that no longer fit a table a migration changed (each
     later run of them would fail the same way until the session ends)."""
-    outdated = isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in str(exc)
-    return isinstance(exc, psycopg.OperationalError) or outdated or bool(conn.closed or conn.broken)
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        or stale_plan(exc)
+        or bool(conn.closed or conn.broken)
+    )
 
 
 def _input_problem(payload: Any) -> str:
