@@ -1,5 +1,7 @@
 """Connections to Django's database beside Django's own: ``connect_kwargs`` for a sync
-psycopg connection (a ``LISTEN``), ``aconnect`` for the worker's async one."""
+psycopg connection (a ``LISTEN``), ``aconnect`` for the worker's async one; and
+``prepared_cursor``, Django's connection binding on the server for the reads a web
+process repeats."""
 
 from __future__ import annotations
 
