@@ -1273,6 +1273,79 @@ def ceiling() -> None:
 # --- entry ----------------------------------------------------------------------------------
 
 
+# --- one client's CPU per step, each side ------------------------------------------------
+
+CPU_CYCLES = int(os.environ.get("BENCH_E2E_CPU_CYCLES", "100"))
+CPU_ROUNDS = 4
+
+
+def _side_cpu(side: Ours | Peer) -> tuple[float, float, dict[int, float]]:
+    """(the server's process tree, the workers, the backends of the side's database)."""
+    if isinstance(side, Ours):
+        workers = sum(shape.process_cpu_seconds(p.pid) or 0.0 for p in side.workers)
+        return shape.tree_cpu_seconds(side.web.pid), workers, shape.database_cpu_seconds(OURS_DB)
+    return shape.tree_cpu_seconds(side.proc.pid), 0.0, shape.database_cpu_seconds(PEER_DB)
+
+
+def cpu() -> None:
+    """One client, 1 worker each: the wall time of a step against the CPU the side's
+    processes spent on it (its server, its workers, its database's backends), the two
+    sides taking turns. Whether a step waits, or computes, is where the two part."""
+    load = os.getloadavg()
+    tokens = _prepare()
+    ours = peer = None
+    rows: list[list[object]] = []
+    try:
+        ours, peer = Ours(1, tokens), Peer(1)
+        for side in (ours, peer):
+            run_batch(side, 1, 1, 10)  # warm-up, not reported
+        for rnd in range(CPU_ROUNDS):
+            for side in (ours, peer) if rnd % 2 == 0 else (peer, ours):
+                web, workers, db = _side_cpu(side)
+                began = time.perf_counter()
+                batch = run_batch(side, 1, 1, CPU_CYCLES)
+                wall = time.perf_counter() - began
+                web2, workers2, db2 = _side_cpu(side)
+                ms = 1000 / (2 * len(batch.done))  # per step: a start or an answer
+                server = (web2 - web) * ms
+                run = (workers2 - workers) * ms
+                database = shape.backends_cpu_between(db, db2) * ms
+                rows.append(
+                    [side.name, rnd + 1, wall * ms, server, run, database, server + run + database]
+                )
+    finally:
+        for server_ in (ours, peer):
+            if server_ is not None:
+                server_.stop()
+    body = "\n\n".join(
+        [
+            f"Command: `{command('bench.e2e')} cpu`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            f"Ours in the production shape with 1 worker, the peer with 1 job; one client, "
+            f"{CPU_ROUNDS} rounds of {CPU_CYCLES} cycles a side, the sides taking turns. Per "
+            "step (a start until paused, or an answer until done): the wall time, and the "
+            "CPU its processes spent (user + system): the server's process tree (ours: "
+            "the web processes; the peer: its one process), ours' worker, and the backends "
+            "of the side's own database. A step whose CPU is near its wall time computes "
+            "all along; one whose CPU falls short waits.",
+            table(
+                [
+                    "server",
+                    "round",
+                    "wall ms/step",
+                    "server CPU ms",
+                    "worker CPU ms",
+                    "PostgreSQL CPU ms",
+                    "CPU ms in all",
+                ],
+                rows,
+            ),
+        ]
+    )
+    print(body)
+    write_section("e2e-cpu", "End to end: one client's CPU per step, against the peer", body)
+
+
 def main() -> None:
     load = os.getloadavg()
     tokens = _prepare()
@@ -1310,5 +1383,7 @@ if __name__ == "__main__":
         servers()
     elif sys.argv[1:] == ["ceiling"]:
         ceiling()
+    elif sys.argv[1:] == ["cpu"]:
+        cpu()
     else:
         main()
