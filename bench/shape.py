@@ -217,15 +217,18 @@ def approvals() -> None:
         _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])  # warm-up
         rows: list[list[object]] = []
         for rnd in range(BURSTS):
-            # Read outside the sampler's block, so its own backend is not counted.
             backends, client, (idle, total) = (
                 database_cpu_seconds(ours.checkout.db),
                 time.process_time(),
                 machine_idle_seconds(),
             )
-            with _waits_sampled() as waits:
+            sampler: list[int] = []
+            with _waits_sampled(sampler) as waits:
                 rate, cpu = _burst_approve(ours, [paused.pop() for _ in range(REQUESTS)])
-            database = backends_cpu_between(backends, database_cpu_seconds(ours.checkout.db))
+            after = database_cpu_seconds(ours.checkout.db)
+            for pid in sampler:  # the sampler's own backend is not the approvals'
+                after.pop(pid, None)
+            database = backends_cpu_between(backends, after)
             client = time.process_time() - client
             idle_after, total_after = machine_idle_seconds()
             rows.append(
@@ -282,10 +285,10 @@ def approvals() -> None:
 
 
 @contextmanager
-def _waits_sampled() -> Iterator[dict[str, float]]:
+def _waits_sampled(backend: list[int] | None = None) -> Iterator[dict[str, float]]:
     """Yield a dict that, once the block ends, holds the mean number of the bench
     database's client backends waiting on each wait event (type:event), sampled every
-    10 ms in a thread of its own."""
+    10 ms in a thread of its own (whose backend's pid goes into ``backend``)."""
     import psycopg
 
     found: dict[str, float] = {}
@@ -301,6 +304,8 @@ def _waits_sampled() -> Iterator[dict[str, float]]:
     def sample() -> None:
         nonlocal samples
         with psycopg.connect(e2e.OURS_DB, autocommit=True) as conn:
+            if backend is not None:
+                backend.append(conn.info.backend_pid)
             while not stop.is_set():
                 for (event,) in conn.execute(query).fetchall():
                     counts[event] = counts.get(event, 0) + 1
