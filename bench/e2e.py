@@ -1270,9 +1270,6 @@ def ceiling() -> None:
     write_section("e2e-ceiling", "End to end: what one web process serves at most", body)
 
 
-# --- entry ----------------------------------------------------------------------------------
-
-
 # --- one client's CPU per step, each side ------------------------------------------------
 
 CPU_CYCLES = int(os.environ.get("BENCH_E2E_CPU_CYCLES", "100"))
@@ -1344,6 +1341,9 @@ def cpu() -> None:
     )
     print(body)
     write_section("e2e-cpu", "End to end: one client's CPU per step, against the peer", body)
+
+
+# --- entry ----------------------------------------------------------------------------------
 
 
 def main() -> None:
