@@ -21,6 +21,7 @@ from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
 
 from portal.models import WorkerHeartbeat
+from portal.models.db import PREPARE_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def keep_connections() -> None:
         connections[alias].settings_dict["CONN_HEALTH_CHECKS"] = True
         if connections[alias].vendor == "postgresql":
             # Django turns psycopg's preparing off unless told a threshold: psycopg's own.
-            options.update(server_side_binding=True, prepare_threshold=5)
+            options.update(server_side_binding=True, prepare_threshold=PREPARE_THRESHOLD)
 
 
 def refresh_connections() -> None:

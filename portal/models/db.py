@@ -37,8 +37,9 @@ async def aconnect() -> Any:
     return await psycopg.AsyncConnection.connect(**connect_kwargs(), autocommit=True)
 
 
-# How many times a connection runs a statement through ``prepared_cursor`` before psycopg
-# prepares it (psycopg's own default).
+# How many times a connection runs a statement before psycopg prepares it (psycopg's own
+# default), where Django would turn preparing off: the loops' connections
+# (``loops.keep_connections``) and ``prepared_cursor``.
 PREPARE_THRESHOLD = 5
 
 
