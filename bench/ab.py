@@ -33,12 +33,7 @@ from pathlib import Path
 
 from bench import e2e
 from bench.report import load_note, machine, percentile, table, write_section
-from bench.servers import (
-    backends_cpu_between,
-    database_cpu_seconds,
-    process_cpu_seconds,
-    tree_cpu_seconds,
-)
+from bench.servers import backends_cpu_between
 
 WORKERS = 4
 ROUNDS = int(os.environ.get("BENCH_AB_ROUNDS", "12"))  # both halves together
@@ -89,14 +84,6 @@ def _revision(tree: Path) -> str:
     return out.stdout.strip() + (" (and uncommitted changes)" if dirty else "")
 
 
-def _cpu_now(ours: e2e.Ours) -> tuple[float, float, dict[int, float]]:
-    return (
-        tree_cpu_seconds(ours.web.pid),
-        sum(process_cpu_seconds(p.pid) or 0.0 for p in ours.workers),
-        database_cpu_seconds(ours.checkout.db),
-    )
-
-
 def _round(sides: list[Side], servers: dict[str, e2e.Ours], order: list[Side]) -> None:
     for side in order:
         batch = e2e.run_batch(servers[side.label], WORKERS, 1, ONE)
@@ -105,9 +92,9 @@ def _round(sides: list[Side], servers: dict[str, e2e.Ours], order: list[Side]) -
         side.errors += len(batch.errors)
     for side in order:
         ours = servers[side.label]
-        web, workers, pg = _cpu_now(ours)
+        web, workers, pg = e2e.side_cpu(ours)
         batch = e2e.run_batch(ours, WORKERS, e2e.MANY, MANY)
-        web2, workers2, pg2 = _cpu_now(ours)
+        web2, workers2, pg2 = e2e.side_cpu(ours)
         side.rates.append(batch.cycles_per_second)
         side.cycles += len(batch.done)
         side.errors += len(batch.errors)

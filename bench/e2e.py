@@ -1276,11 +1276,13 @@ CPU_CYCLES = int(os.environ.get("BENCH_E2E_CPU_CYCLES", "100"))
 CPU_ROUNDS = 4
 
 
-def _side_cpu(side: Ours | Peer) -> tuple[float, float, dict[int, float]]:
-    """(the server's process tree, the workers, the backends of the side's database)."""
+def side_cpu(side: Ours | Peer) -> tuple[float, float, dict[int, float]]:
+    """CPU seconds so far of (the server's process tree, ours' workers, each backend of the
+    side's database): read before and after a batch."""
     if isinstance(side, Ours):
         workers = sum(shape.process_cpu_seconds(p.pid) or 0.0 for p in side.workers)
-        return shape.tree_cpu_seconds(side.web.pid), workers, shape.database_cpu_seconds(OURS_DB)
+        database = shape.database_cpu_seconds(side.checkout.db)
+        return shape.tree_cpu_seconds(side.web.pid), workers, database
     return shape.tree_cpu_seconds(side.proc.pid), 0.0, shape.database_cpu_seconds(PEER_DB)
 
 
@@ -1298,11 +1300,11 @@ def cpu() -> None:
             run_batch(side, 1, 1, 10)  # warm-up, not reported
         for rnd in range(CPU_ROUNDS):
             for side in (ours, peer) if rnd % 2 == 0 else (peer, ours):
-                web, workers, db = _side_cpu(side)
+                web, workers, db = side_cpu(side)
                 began = time.perf_counter()
                 batch = run_batch(side, 1, 1, CPU_CYCLES)
                 wall = time.perf_counter() - began
-                web2, workers2, db2 = _side_cpu(side)
+                web2, workers2, db2 = side_cpu(side)
                 ms = 1000 / (2 * len(batch.done))  # per step: a start or an answer
                 server = (web2 - web) * ms
                 run = (workers2 - workers) * ms
