@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -336,3 +337,35 @@ def application():
             os.environ.pop("PORTAL_NO_WORKER", None)
         else:
             os.environ["PORTAL_NO_WORKER"] = saved
+
+
+@pytest.fixture
+def retyped() -> Iterator[Callable[[Any, str], None]]:
+    """``retype(model, field)`` widens the field's column by one character, as a migration
+    would under running processes (a prepared statement that returns it no longer fits);
+    put back after, with a new pool (the old one's connections hold plans of the widened
+    column)."""
+    import psycopg
+    from django.db import connection
+
+    from portal.models.db import connect_kwargs
+
+    done: list[tuple[str, str, int]] = []
+
+    def alter(table: str, column: str, width: int) -> None:
+        # On a connection of its own, as a migration runs: psycopg forgets the statements
+        # it prepared on a connection that runs an ALTER itself.
+        with psycopg.connect(**connect_kwargs(), autocommit=True) as other:
+            other.execute(f'ALTER TABLE {table} ALTER COLUMN "{column}" TYPE varchar({width})')
+
+    def retype(model: Any, name: str) -> None:
+        field = model._meta.get_field(name)
+        table, column, width = model._meta.db_table, field.column, field.max_length
+        alter(table, column, width + 1)
+        done.append((table, column, width))
+
+    yield retype
+    for table, column, width in done:
+        alter(table, column, width)
+    connection.close()
+    connection.close_pool()

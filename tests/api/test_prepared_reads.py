@@ -7,15 +7,12 @@ is planned afresh, and an approval is recorded once, not refused."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import psycopg
 import pytest
 from django.db import connection
 
 from portal.accounts.tokens import api_token_create
 from portal.models import ApiToken, Decision, Interrupt
-from portal.models.db import connect_kwargs
 from tests.factories import make_interrupt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -36,32 +33,6 @@ def _approve(client, token, interrupt):
 
 def _read(client, token):
     return client.get("/api/interrupts/int_none", HTTP_AUTHORIZATION=f"Bearer {token}")
-
-
-@pytest.fixture
-def retyped() -> Iterator[object]:
-    """``retype(model, field)`` widens the field's column by one character, as a
-    migration would under running processes; put back after, with a new pool (the old
-    one's connections hold plans of the widened column)."""
-    done: list[tuple[str, str, int]] = []
-
-    def alter(table: str, column: str, width: int) -> None:
-        # On a connection of its own, as a migration runs: psycopg forgets the statements
-        # it prepared on a connection that runs an ALTER itself.
-        with psycopg.connect(**connect_kwargs(), autocommit=True) as other:
-            other.execute(f'ALTER TABLE {table} ALTER COLUMN "{column}" TYPE varchar({width})')
-
-    def retype(model, name: str) -> None:
-        field = model._meta.get_field(name)
-        table, column, width = model._meta.db_table, field.column, field.max_length
-        alter(table, column, width + 1)
-        done.append((table, column, width))
-
-    yield retype
-    for table, column, width in done:
-        alter(table, column, width)
-    connection.close()
-    connection.close_pool()
 
 
 def _prepared() -> list[str]:

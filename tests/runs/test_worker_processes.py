@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
-from portal.models import Decision, Interrupt, Run, Thread
+from portal.models import Checkpoint, Decision, Interrupt, Run, Thread
 from portal.reviews import threads
 from portal.runs import sql
 from tests.processes import output, wait_for
@@ -317,15 +317,14 @@ def test_a_column_migrated_in_under_a_running_worker_leaves_its_prepared_stateme
 
 @pytest.mark.postgres
 def test_a_column_type_migrated_under_a_running_worker_costs_it_one_failed_claim(
-    spawn, support_agent
+    spawn, support_agent, retyped
 ):
     # A column a prepared claim returns changes type ("cached plan must not change result
     # type" on every later run of it in that session): the worker's connection, once it
     # saw the error, is replaced, and the next claim is planned anew.
     worker = _prepared_worker(spawn, support_agent, "retyped-under")
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE portal_run ALTER COLUMN lease_owner TYPE varchar(200)")
+        retyped(Run, "lease_owner")
         _, after = threads.thread_start(agent="echo", input=say("after"), user=support_agent)
         wait_for(
             lambda: run_status(after) == Run.Status.SUCCEEDED,
@@ -337,21 +336,18 @@ def test_a_column_type_migrated_under_a_running_worker_costs_it_one_failed_claim
         assert text.count("cached plan must not change result type") <= 2, text  # one claim
     finally:
         worker.kill()
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE portal_run ALTER COLUMN lease_owner TYPE varchar(128)")
 
 
 @pytest.mark.postgres
 def test_a_checkpoint_column_retyped_under_a_running_worker_gives_its_run_back_not_failed(
-    spawn, support_agent
+    spawn, support_agent, retyped
 ):
     # The checkpoints go through the worker's own async connection, whose statements are
     # prepared too: the run whose step meets the stale plan is given back, the connection
     # replaced, and the run finished on the next claim.
     worker = _prepared_worker(spawn, support_agent, "retyped-checkpoints")
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE portal_checkpoint ALTER COLUMN status TYPE varchar(40)")
+        retyped(Checkpoint, "status")
         _, after = threads.thread_start(agent="echo", input=say("after"), user=support_agent)
         wait_for(
             lambda: run_status(after) in (Run.Status.SUCCEEDED, Run.Status.FAILED),
@@ -362,5 +358,3 @@ def test_a_checkpoint_column_retyped_under_a_running_worker_gives_its_run_back_n
         assert (after.status, after.error) == (Run.Status.SUCCEEDED, ""), after.error
     finally:
         worker.kill()
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE portal_checkpoint ALTER COLUMN status TYPE varchar(16)")
