@@ -24,7 +24,10 @@ burst is timed while the workers drain it alone.
 Run: ``.venv-bench/bin/python -m bench e2e`` (or ``-m bench.e2e``); ``-m bench.e2e
 profile`` samples our web process and workers with py-spy during a 20-client batch;
 ``-m bench.e2e servers`` runs ours behind daphne and behind uvicorn side by side;
-``-m bench.e2e ceiling`` measures what one web process serves at most (a 404 each).
+``-m bench.e2e ceiling`` measures what one web process serves at most (a 404 each);
+``-m bench.e2e cpu`` sets one client's step against the CPU each side spent on it;
+``-m bench.e2e statements`` lists PostgreSQL's CPU by statement over one client's cycles
+(read from the server's log, which must be readable here: ``BENCH_PG_LOG`` names it).
 ``BENCH_E2E_MODEL=openai`` gives both sides a model over HTTP instead: each side's model
 node is a chat-completions client of one fake OpenAI-compatible server process on loopback
 (``agents.testing.fake_openai``), scripted to call the refund tool and then to answer with
@@ -43,6 +46,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -1345,6 +1349,125 @@ def cpu() -> None:
     write_section("e2e-cpu", "End to end: one client's CPU per step, against the peer", body)
 
 
+# --- one client's cycle in PostgreSQL, statement by statement --------------------------------
+
+STATEMENT_CYCLES = int(os.environ.get("BENCH_E2E_STATEMENT_CYCLES", "50"))
+# PostgreSQL's per-stage resource reports, turned on for ours' database alone.
+STAGE_STATS = ("log_parser_stats", "log_planner_stats", "log_executor_stats")
+
+
+def _server_log() -> Path:
+    """The PostgreSQL server's log, where the stage reports go: ``BENCH_PG_LOG``, else the
+    log collector's current file, else Debian's file for the cluster."""
+    if os.environ.get("BENCH_PG_LOG"):
+        return Path(os.environ["BENCH_PG_LOG"])
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres") as conn:
+        current, data = conn.execute(
+            "SELECT pg_current_logfile(), current_setting('data_directory')"
+        ).fetchone()  # type: ignore[misc]
+    if current:
+        return Path(data) / current
+    version, cluster = Path(data).parts[-2:]
+    return Path(f"/var/log/postgresql/postgresql-{version}-{cluster}.log")
+
+
+def stage_cpu(text: str, database: str) -> dict[str, float]:
+    """CPU seconds (user + system) that the stage reports in the server log ``text`` give
+    each statement of ``database``, keyed by the statement's opening (whitespace folded).
+    Needs a ``log_line_prefix`` that starts with the time (``%m``) and names the database
+    (``%d``), as Debian's does: an entry's further lines are the statement's own."""
+    spent: dict[str, float] = {}
+    usage: float | None = None
+    for entry in re.split(r"\n(?=\d{4}-\d\d-\d\d )", text):
+        head, _, message = entry.partition(":  ")
+        if f"@{database} " not in head:
+            continue
+        level = head.rsplit(" ", 1)[-1]
+        if level == "DETAIL":
+            found = re.search(r"([\d.]+) s user, ([\d.]+) s system", message)
+            usage = float(found.group(1)) + float(found.group(2)) if found else None
+        elif level == "STATEMENT" and usage is not None:
+            key = " ".join(message.split())[:72]
+            spent[key] = spent.get(key, 0.0) + usage
+            usage = None
+        else:  # a report's title, or another message
+            usage = None
+    return spent
+
+
+def statements() -> None:
+    """Ours in the production shape with 1 worker, one client: PostgreSQL's CPU per cycle
+    for each statement, from the server's own per-stage reports (parse, plan, execute),
+    turned on for ours' database only and reset after."""
+    import psycopg
+
+    log = _server_log()
+    if not os.access(log, os.R_OK):
+        raise SystemExit(f"cannot read the PostgreSQL server's log {log}; name it in BENCH_PG_LOG")
+    load = os.getloadavg()
+    tokens = _prepare()
+    name = OURS_DB.rsplit("/", 1)[1]
+
+    def stage_stats(value: str) -> None:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            for setting in STAGE_STATS:
+                conn.execute(f'ALTER DATABASE "{name}" SET {setting} {value}')
+
+    stage_stats("= on")  # before ours connects: each session reads it at its start
+    ours = None
+    try:
+        ours = Ours(1, tokens)
+        run_batch(ours, 1, 1, 10)  # warm-up, not reported
+        start = log.stat().st_size
+        batch = run_batch(ours, 1, 1, STATEMENT_CYCLES)
+        time.sleep(0.5)  # the last reports reach the log
+        with log.open() as f:
+            f.seek(start)
+            text = f.read()
+    finally:
+        if ours is not None:
+            ours.stop()
+        stage_stats("TO DEFAULT")
+    spent = stage_cpu(text, name)
+    if not spent:
+        raise SystemExit(
+            f"no stage reports for {name} in {log}; log_line_prefix must start with %m and "
+            "name the database (%d)"
+        )
+    cycles = len(batch.done)
+    total = sum(spent.values())
+    ranked = sorted(spent.items(), key=lambda kv: -kv[1])
+
+    def share(cpu: float) -> str:
+        return f"{100 * cpu / total:.0f}%"
+
+    rows: list[list[object]] = [
+        [f"`{sql}`".replace("|", "\\|") if sql else "(empty)", cpu * 1000 / cycles, share(cpu)]
+        for sql, cpu in ranked
+    ]
+    rows.append(["in all", total * 1000 / cycles, "100%"])
+    body = "\n\n".join(
+        [
+            f"Command: `{command('bench.e2e')} statements`.",
+            f"Machine: {machine()}; {load_note(load)}.",
+            f"Ours in the production shape with 1 worker, one client, {cycles} cycles after "
+            "10 of warm-up (a start until paused and an answer until done), with "
+            "PostgreSQL's per-stage reports (`" + "`, `".join(STAGE_STATS) + "`) on for "
+            "ours' database alone. Each statement's CPU (user + system) over its parse, "
+            "plan and execution, per cycle; statements are named by their opening, so "
+            "one bound on the client is its own row (`SELECT clock_timestamp()` is the "
+            "benchmark's own). Time outside those stages (commits, the protocol, "
+            "`NOTIFY`'s delivery) is not in it.",
+            table(["statement", "PostgreSQL CPU ms per cycle", "share"], rows),
+        ]
+    )
+    print(body)
+    title = "End to end: one client's cycle in PostgreSQL, by statement"
+    write_section("e2e-statements", title, body)
+
+
 # --- entry ----------------------------------------------------------------------------------
 
 
@@ -1387,5 +1510,7 @@ if __name__ == "__main__":
         ceiling()
     elif sys.argv[1:] == ["cpu"]:
         cpu()
+    elif sys.argv[1:] == ["statements"]:
+        statements()
     else:
         main()
