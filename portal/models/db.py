@@ -77,9 +77,14 @@ def stale_plan(exc: BaseException) -> bool:
     longer fits its table: a migration changed the type of a column it returns, under a
     running process. Every later run of it on that connection fails the same way until
     its prepared statements are dropped: by a rollback, or ``DEALLOCATE ALL`` (psycopg
-    forgets its own on either)."""
+    forgets its own on either). Told by the server routine that raised it, which its
+    ``lc_messages`` does not translate, unlike the message ("cached plan must not change
+    result type")."""
     cause = exc if isinstance(exc, psycopg.Error) else exc.__cause__
-    return isinstance(cause, psycopg.errors.FeatureNotSupported) and "cached plan" in str(cause)
+    return (
+        isinstance(cause, psycopg.errors.FeatureNotSupported)
+        and cause.diag.source_function == "RevalidateCachedQuery"
+    )
 
 
 def _again_if_stale(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
