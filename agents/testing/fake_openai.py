@@ -18,7 +18,8 @@ As a process (end-to-end tests)::
 
     python -m agents.testing.fake_openai --port 0 --script responses.json
 
-prints its base URL on the first line of stdout. The script file holds a list of
+prints its base URL on the first line of stdout (``--certfile`` and ``--keyfile``: HTTPS,
+with a certificate the clients must trust). The script file holds a list of
 responses, or ``{"responses": [...], "default": {...}}``; each response is a dict as
 ``queue()`` takes it: ``{"text": "..."}``, ``{"tool_calls": [{"name": ..., "arguments":
 {...}}], "text": "..."}`` or ``{"error": 500, "message": "..."}``, plus optional ``times``,
@@ -32,6 +33,7 @@ import itertools
 import json
 import re
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -82,7 +84,8 @@ class FakeOpenAI:
 
     ``requests`` holds every request body (parsed JSON) in arrival order; ``sent_at`` the
     wall time (``time.time()``) each streamed text chunk was flushed to the socket.
-    ``chunk_delay`` spaces streamed chunks out, to make latency measurable.
+    ``chunk_delay`` spaces streamed chunks out, to make latency measurable. ``tls`` (a
+    server context holding a certificate) serves HTTPS instead, as a model provider does.
     """
 
     def __init__(
@@ -92,22 +95,33 @@ class FakeOpenAI:
         *,
         chunk_delay: float = 0.0,
         default: FakeResponse | dict[str, Any] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.chunk_delay = chunk_delay
         self.default = FakeResponse.from_dict(default) if isinstance(default, dict) else default
         self.requests: list[dict[str, Any]] = []
+        # The client's address of each request, in order: one address for two requests is
+        # one connection, kept alive between them.
+        self.connections: list[tuple[str, int]] = []
         self.sent_at: list[float] = []
         self._queue: list[FakeResponse] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._server = _Server((host, port), _Handler)
         self._server.fake = self
+        self._scheme = "http"
+        if tls is not None:
+            # The handshake happens on a request's first read, in its handler's thread.
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+            self._scheme = "https"
         self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self._scheme}://{host!s}:{port}/v1"
 
     # -- scripting -------------------------------------------------------------------
 
@@ -141,9 +155,10 @@ class FakeOpenAI:
         with self._lock:
             return len(self._queue)
 
-    def _take(self, body: dict[str, Any]) -> FakeResponse | None:
+    def _take(self, body: dict[str, Any], client: tuple[str, int]) -> FakeResponse | None:
         with self._lock:
             self.requests.append(body)
+            self.connections.append(client)
             for position, response in enumerate(self._queue):
                 if not response.fits(body):
                     continue
@@ -196,6 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 so streams use chunked encoding: a cut connection then reads as a broken
     # body to the client, not as a normal end of the response.
     protocol_version = "HTTP/1.1"
+    # Each header block and chunk is its own write: with Nagle's algorithm on, a kept-alive
+    # connection's second write waits for the client's delayed ACK. Model servers built on
+    # asyncio send at once (it sets TCP_NODELAY), and so does this one.
+    disable_nagle_algorithm = True
     server: _Server
 
     @property
@@ -216,7 +235,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send_json(400, _error_body("request body is not JSON", "invalid_request"))
             return
-        response = self.fake._take(body)
+        response = self.fake._take(body, self.client_address[:2])
         if response is None:
             number = len(self.fake.requests)
             self._send_json(
@@ -373,9 +392,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--script", help="JSON file of queued responses")
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds per chunk")
+    parser.add_argument("--certfile", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--keyfile", help="the certificate's private key (PEM)")
     options = parser.parse_args(argv)
     responses, default = load_script(options.script) if options.script else ([], None)
-    fake = FakeOpenAI(options.host, options.port, chunk_delay=options.chunk_delay, default=default)
+    tls = None
+    if options.certfile:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(options.certfile, options.keyfile)
+    fake = FakeOpenAI(
+        options.host, options.port, chunk_delay=options.chunk_delay, default=default, tls=tls
+    )
     for response in responses:
         fake.queue(response)
 
