@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from agents.checkpoint import CheckpointConflict
+from agents.models import ChatModel, resolve_model
 from portal.models import Run, Thread
 from portal.models.db import stale_plan
 from portal.notify import broadcast
@@ -41,11 +42,17 @@ class Prepared:
     connection: Any  # the worker's async connection the checkpointer writes through, or None
 
 
-def prepare(run: Run, connect: Callable[[], Any]) -> Prepared | Outcome:
+def prepare(
+    run: Run,
+    connect: Callable[[], Any],
+    model: Callable[[str], ChatModel] = resolve_model,
+) -> Prepared | Outcome:
     """Build the agent for a claimed ``run`` on a checkpointer that writes through
     ``connect()`` (None: Django's connection); or the run's outcome, when there is nothing
     to execute (its thread cancelled, an earlier attempt's end reached, a bad input, an
-    agent that cannot be built)."""
+    agent that cannot be built). ``model`` gives the model a named one, when the run goes
+    on ``connect()``'s connection, and so on the worker's own loop; otherwise the run
+    gets a model of its own (its loop lasts the run alone)."""
     thread = getattr(run, "claimed_thread", None) or Thread.objects.get(pk=run.thread_id)
     if thread.cancelled_at is not None:
         return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
@@ -59,7 +66,9 @@ def prepare(run: Run, connect: Callable[[], Any]) -> Prepared | Outcome:
     native = connect()
     try:
         store = DjangoCheckpointer(run=run, connection=native, thread=thread)
-        graph = registry.compile_agent(thread.agent, store)
+        graph = registry.compile_agent(
+            thread.agent, store, model=model if native is not None else resolve_model
+        )
     except registry.UnknownAgentError as exc:
         return Outcome(Run.Status.FAILED, str(exc))
     except Exception as exc:

@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from agents.models import ScriptedModel, resolve_model
+from agents.models import ChatModel, ScriptedModel, resolve_model
 from portal.errors import Refused
 
 
@@ -91,11 +91,18 @@ def agents_info() -> list[AgentInfo]:
     return [agent_info(name) for name in agent_names()]
 
 
-def compile_agent(name: str, checkpointer: Any, **compile_kwargs: Any) -> Any:
+def compile_agent(
+    name: str,
+    checkpointer: Any,
+    *,
+    model: Callable[[str], ChatModel] = resolve_model,
+    **compile_kwargs: Any,
+) -> Any:
     """The agent ``name`` compiled with ``checkpointer``.
 
     ``settings.PORTAL_MODEL == "scripted"`` keeps the agent's own offline model; any other
-    name is resolved with ``agents.models.resolve_model`` (an OpenAI-compatible client).
+    name is given to ``model``, by default ``agents.models.resolve_model`` (a new
+    OpenAI-compatible client; a worker lends the one it keeps instead).
     ``COMPILE_OPTIONS`` in the builder's module (e.g. ``interrupt_before``) are applied.
     """
     builder = get_agent_builder(name)
@@ -111,5 +118,5 @@ def compile_agent(name: str, checkpointer: Any, **compile_kwargs: Any) -> Any:
         else:
             graph = builder()
     else:
-        graph = builder(model=resolve_model(settings.PORTAL_MODEL))
+        graph = builder(model=model(settings.PORTAL_MODEL))
     return graph.compile(checkpointer=checkpointer, **options)

@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
 
+from agents.models import ChatModel, resolve_model
 from portal import loops
 from portal.models import Run, WorkerHeartbeat
 from portal.models.db import aconnect, connect_kwargs
@@ -127,6 +128,21 @@ class _Heartbeat(threading.Thread):
         self.join()
 
 
+class _Lent:
+    """A model the worker keeps, lent to one run's graph: closing the graph leaves it open
+    for the next run (the worker closes it with its loop)."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self.name = model.name
+
+    async def agenerate(self, messages: Any, tools: Any, *, on_delta: Any = None) -> Any:
+        return await self.model.agenerate(messages, tools, on_delta=on_delta)
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Worker:
     """One claim-execute loop. ``name`` names it in logs and heartbeats (host:pid:random
     by default); its leases carry the name and a token of its own. ``expire``, called
@@ -173,6 +189,9 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pg: Any = None
         self._running: asyncio.Task[bool] | None = None  # the graph now executing
+        # Models kept for the runs on that loop, by name: a run's model then reuses the
+        # connections to its server that earlier runs opened.
+        self._models: dict[str, ChatModel] = {}
         # Exit the process when another worker takes a run over (run_worker); elsewhere
         # (the embedded worker, tests) the run is only cancelled.
         self.exit_when_fenced = exit_when_fenced
@@ -270,7 +289,7 @@ class Worker:
         return outcome
 
     def _execute(self, run: Run) -> Outcome:
-        prepared = prepare(run, self._native_connection)
+        prepared = prepare(run, self._native_connection, self._lent_model)
         if isinstance(prepared, Outcome):
             return prepared
         if self._lease_lost:  # lost before the graph even started
@@ -382,6 +401,14 @@ class Worker:
                 return None
         return self._pg
 
+    def _lent_model(self, name: str) -> ChatModel:
+        """The model ``name``, kept for this worker's runs on its loop and lent to one run's
+        graph, whose close leaves it open."""
+        kept = self._models.get(name)
+        if kept is None:
+            kept = self._models[name] = resolve_model(name)
+        return _Lent(kept)
+
     def _native_usable(self) -> bool:
         # The connection may have been cut since the last run (a database restart, a
         # proxy's timeout): ping it before trusting a run to it, as CONN_HEALTH_CHECKS
@@ -412,7 +439,13 @@ class Worker:
     def _close_loop(self) -> None:
         self._close_native()
         loop = self._loop
+        models, self._models = list(self._models.values()), {}
         if loop is not None and not loop.is_closed():
+            for model in models:
+                try:
+                    loop.run_until_complete(model.aclose())
+                except Exception:
+                    log.warning("worker %s: closing model %s failed", self.name, model.name)
             pending = asyncio.all_tasks(loop)
             for task in pending:
                 task.cancel()

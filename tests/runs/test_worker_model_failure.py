@@ -59,3 +59,32 @@ def test_a_failing_model_fails_the_run_readably_and_continue_retries_it(fake, su
         ("assistant", "Hello again, the model is back."),
     ]
     assert Checkpoint.objects.filter(thread=thread, run=retry).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_keeps_its_model_and_its_connection_from_one_run_to_the_next(fake, support_agent):
+    """On its own loop (PostgreSQL, no caller's transaction) a worker builds the model once:
+    the second run's request comes on the connection the first run opened, and each run's
+    graph, closed at its end, leaves the model open for the next."""
+    fake.queue_text("First answer.")
+    fake.queue_text("Second answer.")
+    started = [
+        threads.thread_start(
+            agent="echo", input={"messages": [{"role": "user", "content": t}]}, user=support_agent
+        )
+        for t in ("one", "two")
+    ]
+
+    assert Worker(name="w").run_forever(once=True) == 2
+
+    for thread, run in started:
+        run.refresh_from_db()
+        thread.refresh_from_db()
+        assert (run.status, run.error, thread.status) == (
+            Run.Status.SUCCEEDED,
+            "",
+            Thread.Status.DONE,
+        )
+    assert len(fake.connections) == 2
+    assert fake.connections[0] == fake.connections[1], fake.connections
