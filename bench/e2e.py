@@ -33,6 +33,8 @@ node is a chat-completions client of one fake OpenAI-compatible server process o
 (``agents.testing.fake_openai``), scripted to call the refund tool and then to answer with
 its result; ours names a model (``PORTAL_MODEL``), the peer's node holds one ``openai``
 client built as its graph module loads. The model is mocked at its boundary only.
+``BENCH_E2E_MODEL=openai-tls`` serves the same over HTTPS, as a model provider does, with a
+certificate made for the run that both sides trust (``SSL_CERT_FILE``).
 PostgreSQL databases ``bench_e2e_ours`` and ``bench_e2e_peer`` (names end in
 ``BENCH_E2E_DB_SUFFIX``; dropped and created anew
 each run), Redis DB 6 (``BENCH_E2E_REDIS_URL``). Servers are subprocesses on 127.0.0.1;
@@ -184,12 +186,28 @@ FAKE_MODEL_SCRIPT = [
 @functools.cache
 def fake_model_url() -> str:
     """The base URL of the fake OpenAI-compatible server both sides' models call, started
-    (once, in a process of its own, until the bench exits) on first use."""
+    (once, in a process of its own, until the bench exits) on first use; over HTTPS with
+    ``BENCH_E2E_MODEL=openai-tls``, with a certificate made for the run that both sides
+    trust (``model_trust``)."""
     LOGS.mkdir(parents=True, exist_ok=True)
     script = LOGS / "fake-model-script.json"
     script.write_text(json.dumps(FAKE_MODEL_SCRIPT))
+    tls: list[str] = []
+    if MODEL == "openai-tls":
+        cert, key = LOGS / "fake-model-cert.pem", LOGS / "fake-model-key.pem"
+        subprocess.run(
+            [
+                *("openssl", "req", "-x509", "-newkey", "ec"),
+                *("-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"),
+                *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+                *("-keyout", str(key), "-out", str(cert)),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        tls = ["--certfile", str(cert), "--keyfile", str(key)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agents.testing.fake_openai", "--script", str(script)],
+        [sys.executable, "-m", "agents.testing.fake_openai", "--script", str(script), *tls],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -216,20 +234,34 @@ def model_words() -> tuple[str, str]:
         "a fake OpenAI-compatible server process on loopback (`agents.testing.fake_openai`), "
         "scripted to call the refund tool and then to answer with its result"
     )
+    over = "HTTPS, with a certificate made for the run" if MODEL == "openai-tls" else "HTTP"
     return (
-        f"a model over HTTP (`PORTAL_MODEL=gpt-bench`, `OPENAI_BASE_URL`): {fake}",
+        f"a model over {over} (`PORTAL_MODEL=gpt-bench`, `OPENAI_BASE_URL`): {fake}",
         "a model node asking the same server through one `openai` client built as its module "
         "loads (not streamed; ours streams)",
     )
 
 
+def model_trust() -> dict[str, str]:
+    """What a side's processes need to trust the fake model server's certificate."""
+    if MODEL != "openai-tls":
+        return {}
+    fake_model_url()
+    return {"SSL_CERT_FILE": str(LOGS / "fake-model-cert.pem")}
+
+
 def _model_env() -> dict[str, str]:
     if MODEL == "scripted":
         return {"PORTAL_MODEL": "scripted"}
-    if MODEL != "openai":
-        raise SystemExit(f"BENCH_E2E_MODEL={MODEL!r}: 'scripted' or 'openai'")
+    if MODEL not in ("openai", "openai-tls"):
+        raise SystemExit(f"BENCH_E2E_MODEL={MODEL!r}: 'scripted', 'openai' or 'openai-tls'")
     url = fake_model_url()
-    return {"PORTAL_MODEL": "gpt-bench", "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "bench"}
+    return {
+        "PORTAL_MODEL": "gpt-bench",
+        "OPENAI_BASE_URL": url,
+        "OPENAI_API_KEY": "bench",
+        **model_trust(),
+    }
 
 
 def _ours_env(checkout: Checkout = HERE) -> dict[str, str]:
@@ -438,8 +470,9 @@ class Peer:
             "LANGCHAIN_TRACING_V2": "false",
             "LOG_LEVEL": "WARNING",
         }
-        if MODEL == "openai":
+        if MODEL != "scripted":
             env["BENCH_E2E_MODEL_URL"] = fake_model_url()
+            env.update(model_trust())
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -978,8 +1011,10 @@ Client-side time per HTTP request:
             "e2e",
             "End to end through HTTP: the portal against LangGraph's agent server",
         )
-    else:
+    elif MODEL == "openai":
         section, title = "e2e-model", "End to end with a model over HTTP, against the peer"
+    else:
+        section, title = "e2e-model-tls", "End to end with a model over HTTPS, against the peer"
     write_section(section, title, body)
     print(body)
 
