@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx2  # the openai package's HTTP client
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from agents.models.base import DeltaCallback, ModelError
 from agents.state import Message, new_id
@@ -170,7 +171,16 @@ class OpenAIChatModel:
     async def _stream_once(
         self, params: dict[str, Any], assembly: _Assembly, on_delta: DeltaCallback | None
     ) -> None:
-        stream = await self._client.chat.completions.create(**params)
+        # The body goes as it is: ``chat.completions.create`` would first walk every
+        # message against the request's typed schema, at a cost in CPU that grows with the
+        # history on every call, to change nothing in plain JSON such as ``to_openai()``'s.
+        stream = await self._client.post(
+            "/chat/completions",
+            body=params,
+            cast_to=ChatCompletion,
+            stream=True,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
+        )
         try:
             chunks = stream.__aiter__()
             while True:

@@ -103,6 +103,7 @@ class FakeOpenAI:
         # The client's address of each request, in order: one address for two requests is
         # one connection, kept alive between them.
         self.connections: list[tuple[str, int]] = []
+        self.headers: list[dict[str, str]] = []  # each request's, names in lower case
         self.sent_at: list[float] = []
         self._queue: list[FakeResponse] = []
         self._lock = threading.Lock()
@@ -155,10 +156,13 @@ class FakeOpenAI:
         with self._lock:
             return len(self._queue)
 
-    def _take(self, body: dict[str, Any], client: tuple[str, int]) -> FakeResponse | None:
+    def _take(
+        self, body: dict[str, Any], client: tuple[str, int], headers: dict[str, str]
+    ) -> FakeResponse | None:
         with self._lock:
             self.requests.append(body)
             self.connections.append(client)
+            self.headers.append(headers)
             for position, response in enumerate(self._queue):
                 if not response.fits(body):
                     continue
@@ -235,7 +239,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send_json(400, _error_body("request body is not JSON", "invalid_request"))
             return
-        response = self.fake._take(body, self.client_address[:2])
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        response = self.fake._take(body, self.client_address[:2], headers)
         if response is None:
             number = len(self.fake.requests)
             self._send_json(

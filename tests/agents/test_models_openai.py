@@ -120,6 +120,59 @@ async def test_the_request_carries_tools_history_and_asks_for_a_stream(fake, mod
     assert body["messages"][3]["tool_call_id"] == "call_1"
 
 
+async def test_the_body_sent_is_what_the_openai_client_would_send_and_carries_the_key(fake):
+    """The body goes without the ``openai`` package's walk of each message against the
+    request's typed schema (its cost grows with the history on every call): for the
+    messages the runtime sends, that walk changes nothing, and the key still goes."""
+    from openai._utils import async_maybe_transform
+    from openai.types.chat import completion_create_params
+
+    fake.queue_text("ok")
+    history = [
+        Message(role="system", content="You move money."),
+        Message.text_message("Transfer $5,000 to Ålice, ☃ included"),
+        Message(
+            role="assistant",
+            content="Checking.",
+            tools_calls=[
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "transfer_funds", "arguments": '{"amount": 5000}'},
+                }
+            ],
+        ),
+        Message(role="tool", content='{"status": "done"}', tool_call_id="call_1"),
+    ]
+    model = OpenAIChatModel("gpt-test", api_key="sk-test-key", base_url=fake.base_url)
+    try:
+        await model.agenerate(history, [TRANSFER_TOOL])
+    finally:
+        await model.aclose()
+
+    (body,) = fake.requests
+    walked = await async_maybe_transform(
+        dict(body), completion_create_params.CompletionCreateParamsStreaming
+    )
+    assert walked == body
+    assert body["messages"] == [message.to_openai() for message in history]
+    assert fake.headers[0]["authorization"] == "Bearer sk-test-key"
+
+
+async def test_a_call_does_not_walk_its_messages_against_the_typed_schema(fake, model, monkeypatch):
+    from openai.resources.chat.completions import completions
+
+    async def walked(*args, **kwargs):
+        raise AssertionError("the messages were walked against the typed schema")
+
+    monkeypatch.setattr(completions, "async_maybe_transform", walked)
+    fake.queue_text("ok")
+
+    reply = await model.agenerate(user("hi"), [TRANSFER_TOOL])
+
+    assert reply.content == "ok"
+
+
 async def test_no_tools_key_is_sent_when_the_agent_has_no_tools(fake, model):
     fake.queue_text("ok")
 
