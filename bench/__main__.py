@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-ALL = ["runtime", "orm", "portal", "history", "e2e"]
+ALL = ["runtime", "orm", "portal", "history", "model", "e2e"]
 
 
 def main() -> None:
