@@ -50,9 +50,9 @@ def prepare(
     """Build the agent for a claimed ``run`` on a checkpointer that writes through
     ``connect()`` (None: Django's connection); or the run's outcome, when there is nothing
     to execute (its thread cancelled, an earlier attempt's end reached, a bad input, an
-    agent that cannot be built). ``model`` gives the model a named one, when the run goes
-    on ``connect()``'s connection, and so on the worker's own loop; otherwise the run
-    gets a model of its own (its loop lasts the run alone)."""
+    agent that cannot be built). ``model(name)`` gives the agent its model when the run
+    goes on ``connect()``'s connection, and so on the worker's own loop; otherwise the
+    run gets a model of its own, since its loop lasts the run alone."""
     thread = getattr(run, "claimed_thread", None) or Thread.objects.get(pk=run.thread_id)
     if thread.cancelled_at is not None:
         return Outcome(Run.Status.CANCELLED, "its thread was cancelled")
