@@ -5,11 +5,11 @@ A ReAct model node sends the whole history on each call, so what a call costs th
 on top of the model's own time grows with the thread. Ours is ``OpenAIChatModel.agenerate``
 (``agents/models/openai_client.py``, streamed, as a worker runs it); the other is
 ``AsyncOpenAI().chat.completions.create(..., stream=True)`` with the stream read to its
-end, which is how the ``openai`` package's users (LangChain's ``ChatOpenAI`` among them)
-call the model. Both ask one fake OpenAI-compatible server process on loopback
-(``agents.testing.fake_openai``) for the same short answer, with histories of 10, 100 and
-1,000 messages of about 200 bytes, in blocks that take turns. Per call: the wall time (p50,
-p95) and this process's CPU time.
+end, the call the peer's model node makes (``bench/e2e_peer_graph.py``, not streamed).
+Both ask ``bench.e2e``'s fake OpenAI-compatible server process on loopback
+(``agents.testing.fake_openai``), which answers both alike (a call of the refund tool),
+with histories of 10, 100 and 1,000 messages of about 200 bytes, in blocks that take
+turns. Per call: the wall time (p50, p95) and this process's CPU time.
 
 Run: ``.venv-bench/bin/python -m bench.model``; ``BENCH_MODEL_CALLS`` sets the calls per
 block. The section "A model call on a long history" of docs/benchmarks.md is replaced.
@@ -18,16 +18,12 @@ block. The section "A model call on a long history" of docs/benchmarks.md is rep
 from __future__ import annotations
 
 import asyncio
-import atexit
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bench import e2e
 from bench.report import load_note, machine, percentile, table, write_section
 
 HISTORIES = (10, 100, 1000)
@@ -45,22 +41,6 @@ TOOL = {
         },
     },
 }
-
-
-def _server() -> str:
-    script = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(
-        {"responses": [], "default": {"text": "Refund of $42.50 issued.", "forever": True}}, script
-    )
-    script.close()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agents.testing.fake_openai", "--script", script.name],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    atexit.register(proc.terminate)
-    assert proc.stdout is not None
-    return proc.stdout.readline().strip()
 
 
 def _history(n: int) -> list[Any]:
@@ -136,7 +116,9 @@ async def _run(url: str) -> list[list[object]]:
 
 def main() -> None:
     load = os.getloadavg()
-    rows = asyncio.run(_run(_server()))
+    url = e2e.fake_model_url()  # bench.e2e's, over HTTPS with BENCH_E2E_MODEL=openai-tls
+    os.environ.update(e2e.model_trust())
+    rows = asyncio.run(_run(url))
     ratios = []
     for k in range(0, len(rows), 2):
         ours, theirs = rows[k], rows[k + 1]
@@ -145,8 +127,9 @@ def main() -> None:
         [
             "Command: `.venv-bench/bin/python -m bench.model`.",
             f"Machine: {machine()}; {load_note(load)}.",
-            f"One call asks for a short streamed answer with one tool offered, the history "
-            f"holding N messages of about 200 bytes; {BLOCKS} blocks of {CALLS} calls per "
+            "One call offers one tool and is answered, streamed, with a call of it "
+            f"(`bench.e2e`'s fake model), the history holding N messages of about 200 "
+            f"bytes; {BLOCKS} blocks of {CALLS} calls per "
             "side and history, the sides taking turns. CPU: this process's, per call (the "
             "fake server runs in a process of its own).",
             table(["history", "client", "calls", "p50 ms", "p95 ms", "client CPU ms/call"], rows),
